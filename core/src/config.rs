@@ -1,0 +1,92 @@
+//! Protocol settings: [`Config`] and the lease-expiry policy.
+
+use core::fmt;
+use serde::{Deserialize, Serialize};
+
+const SECOND: u64 = 1_000;
+const HOUR: u64 = 3_600 * SECOND;
+
+/// What `begin` does with a pending record whose lease ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum LeaseExpiry {
+    /// Turn the record Unknown: the executor may have done the effect, so a human or a
+    /// reconciler must decide. The safe default.
+    #[default]
+    Unknown,
+    /// Claim a new generation; the old executor is fenced and can no longer complete.
+    /// Only for effects that are safe to run twice when the first run is lost.
+    Takeover,
+}
+
+/// The receiver's settings. Every field has a default; see [`Config::default`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// How long a claim holds before it counts as abandoned, in ms. Default 30 s.
+    pub lease_ms: u64,
+    /// How long a succeeded outcome is replayed, in ms. Default 24 h.
+    pub success_retention_ms: u64,
+    /// How long a failed outcome is replayed, in ms. Default 24 h.
+    pub failure_retention_ms: u64,
+    /// Largest outcome body accepted, in bytes. Default 1 MiB.
+    pub max_outcome_bytes: usize,
+    /// What `begin` does with an expired lease. Default [`LeaseExpiry::Unknown`].
+    pub on_lease_expiry: LeaseExpiry,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            lease_ms: 30 * SECOND,
+            success_retention_ms: 24 * HOUR,
+            failure_retention_ms: 24 * HOUR,
+            max_outcome_bytes: 1 << 20,
+            on_lease_expiry: LeaseExpiry::Unknown,
+        }
+    }
+}
+
+/// A [`Config`] value that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A lease of 0 ms would expire as it is granted.
+    ZeroLease,
+    /// A retention of 0 ms would forget an outcome before any retry could see it.
+    ZeroRetention {
+        /// `"success_retention_ms"` or `"failure_retention_ms"`.
+        field: &'static str,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::ZeroLease => f.write_str("lease_ms: 0, must be at least 1 ms"),
+            ConfigError::ZeroRetention { field } => {
+                write!(f, "{field}: 0, must be at least 1 ms")
+            }
+        }
+    }
+}
+
+impl core::error::Error for ConfigError {}
+
+impl Config {
+    /// Checks that every setting can work.
+    ///
+    /// # Errors
+    ///
+    /// The first setting that cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.lease_ms == 0 {
+            return Err(ConfigError::ZeroLease);
+        }
+        if self.success_retention_ms == 0 {
+            return Err(ConfigError::ZeroRetention { field: "success_retention_ms" });
+        }
+        if self.failure_retention_ms == 0 {
+            return Err(ConfigError::ZeroRetention { field: "failure_retention_ms" });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,166 @@
+//! The persisted byte formats: a format-version byte, then postcard 1.x.
+//!
+//! postcard's wire format is documented and frozen, needs no std, and gives identical
+//! bytes on every target, so a file written by a terminal today decodes on any build
+//! later. Every persisted value starts with [`FORMAT_VERSION`]; a value written by a
+//! newer format is refused with [`DecodeError::NewerFormat`], never misread.
+//!
+//! Record ids are keys of ordered tables, so they have their own encoding,
+//! [`RecordId::to_key_bytes`]: tenant, operation and key, each behind its length byte.
+//! Records of one tenant (and of one tenant and operation) are then contiguous.
+
+use alloc::vec::Vec;
+use core::fmt;
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{Record, RecordId};
+
+/// The current format version of every persisted value.
+pub const FORMAT_VERSION: u8 = 1;
+
+/// Bytes that do not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// No bytes at all.
+    Empty,
+    /// Written by a newer format than this build reads.
+    NewerFormat {
+        /// The version byte found.
+        found: u8,
+        /// The newest version this build reads.
+        supported: u8,
+    },
+    /// The version byte is 0, which no format ever used.
+    BadVersion,
+    /// The bytes after the version byte are not a valid value.
+    Malformed {
+        /// What was being decoded.
+        what: &'static str,
+    },
+    /// The bytes decode but break a rule of the value (an invalid id, for instance).
+    Invalid {
+        /// What was being decoded.
+        what: &'static str,
+    },
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Empty => f.write_str("encoded value: empty, expected a version byte"),
+            DecodeError::NewerFormat { found, supported } => write!(
+                f,
+                "encoded value: format version {found} is newer than this build reads (at most {supported})"
+            ),
+            DecodeError::BadVersion => f.write_str("encoded value: format version 0 is not valid"),
+            DecodeError::Malformed { what } => write!(f, "{what}: bytes do not decode"),
+            DecodeError::Invalid { what } => write!(f, "{what}: decoded value breaks its rules"),
+        }
+    }
+}
+
+impl core::error::Error for DecodeError {}
+
+/// Encodes `value` behind the current version byte.
+#[must_use]
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.push(FORMAT_VERSION);
+    // postcard only fails on a writer error or on types it cannot represent (maps
+    // of unknown length); a Vec never refuses and our types are plain data.
+    postcard::to_extend(value, out).expect("postcard encodes plain data into a Vec")
+}
+
+/// Decodes bytes made by [`encode`]; `what` names the value in errors.
+///
+/// # Errors
+///
+/// [`DecodeError`] for empty, newer-format or malformed bytes.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &'static str) -> Result<T, DecodeError> {
+    let (&version, rest) = bytes.split_first().ok_or(DecodeError::Empty)?;
+    match version {
+        0 => Err(DecodeError::BadVersion),
+        FORMAT_VERSION => {
+            let (value, tail) = postcard::take_from_bytes(rest)
+                .map_err(|_| DecodeError::Malformed { what })?;
+            if tail.is_empty() {
+                Ok(value)
+            } else {
+                Err(DecodeError::Malformed { what })
+            }
+        }
+        found => Err(DecodeError::NewerFormat { found, supported: FORMAT_VERSION }),
+    }
+}
+
+impl Record {
+    /// The persisted bytes of this record.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        encode(self)
+    }
+
+    /// Decodes bytes made by [`Record::encode`].
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError`] for empty, newer-format or malformed bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
+        decode(bytes, "record")
+    }
+}
+
+impl RecordId {
+    /// The ordered-table key: `len(tenant) tenant len(operation) operation key`.
+    #[must_use]
+    pub fn to_key_bytes(&self) -> Vec<u8> {
+        let mut out = Self::prefix(Some(self.tenant()), Some(self.operation()));
+        out.extend_from_slice(self.key().as_bytes());
+        out
+    }
+
+    /// The key prefix shared by all records of `tenant` (and of `operation`, when both
+    /// are given). With no tenant the prefix is empty: every record matches.
+    #[must_use]
+    pub fn prefix(tenant: Option<&str>, operation: Option<&str>) -> Vec<u8> {
+        let mut out = Vec::new();
+        if let Some(tenant) = tenant {
+            push_short(&mut out, tenant);
+            if let Some(operation) = operation {
+                push_short(&mut out, operation);
+            }
+        }
+        out
+    }
+
+    /// Parses bytes made by [`RecordId::to_key_bytes`] and validates the parts.
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError::Malformed`] or [`DecodeError::Invalid`].
+    pub fn from_key_bytes(bytes: &[u8]) -> Result<RecordId, DecodeError> {
+        const WHAT: &str = "record id";
+        let (tenant, rest) = take_short(bytes).ok_or(DecodeError::Malformed { what: WHAT })?;
+        let (operation, key) = take_short(rest).ok_or(DecodeError::Malformed { what: WHAT })?;
+        let key = core::str::from_utf8(key).map_err(|_| DecodeError::Malformed { what: WHAT })?;
+        RecordId::new(tenant, operation, key).map_err(|_| DecodeError::Invalid { what: WHAT })
+    }
+}
+
+fn push_short(out: &mut Vec<u8>, text: &str) {
+    // Tenant and operation are at most 255 bytes in a valid id; a longer text given as a
+    // filter can match nothing, and its truncated length byte would only narrow the scan.
+    out.push(u8::try_from(text.len()).unwrap_or(u8::MAX));
+    out.extend_from_slice(text.as_bytes());
+}
+
+fn take_short(bytes: &[u8]) -> Option<(&str, &[u8])> {
+    let (&len, rest) = bytes.split_first()?;
+    let len = usize::from(len);
+    if rest.len() < len {
+        return None;
+    }
+    let (text, rest) = rest.split_at(len);
+    Some((core::str::from_utf8(text).ok()?, rest))
+}

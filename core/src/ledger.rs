@@ -1,0 +1,1 @@
+//! The sender ledger: intents, their keys and their retries.

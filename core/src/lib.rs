@@ -1,0 +1,53 @@
+//! The pure state machines of idem: the receiver protocol and the sender ledger.
+//!
+//! idem makes "retry after a timeout" safe. Every business intent gets one idempotency
+//! key; the receiver decides atomically who may execute it, keeps the outcome and replays
+//! it to every retry, so the effect happens once.
+//!
+//! This crate does no I/O. It never reads a clock and never asks the OS for randomness:
+//! time ([`Timestamp`]) and random bytes are arguments. Every function here is a pure
+//! function of its inputs, so the store (`idem-store`), the browser bindings (`idem-wasm`)
+//! and the tests all drive the same code and get the same bytes.
+//!
+//! # Receiver protocol
+//!
+//! A [`Record`] is addressed by a [`RecordId`] (tenant, operation, key). The functions in
+//! [`protocol`] take the current record (or none), one input, the time and the
+//! [`Config`], and return a [`protocol::Transition`]: the decision to answer and the
+//! [`protocol::Write`] to apply. A store applies that write in the same transaction in
+//! which it read the record, and answers only after it committed.
+//!
+//! # Panics are bugs, errors are input
+//!
+//! Nothing a caller sends makes this crate panic: every malformed key, oversized outcome,
+//! stale generation or undecodable byte string is an error value that names the field and
+//! the rule it broke.
+//!
+//! # Features
+//!
+//! - `json` (default): canonical JSON fingerprints (RFC 8785) with ignored field paths.
+//!
+//! The crate is `#![no_std]` with `alloc`, and builds for `wasm32-unknown-unknown` and
+//! bare-metal targets.
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(clippy::std_instead_of_core, clippy::alloc_instead_of_core)]
+
+extern crate alloc;
+
+pub mod config;
+pub mod encoding;
+pub mod fingerprint;
+pub mod id;
+pub mod ledger;
+pub mod protocol;
+pub mod record;
+pub mod time;
+
+pub use config::{Config, ConfigError, LeaseExpiry};
+pub use encoding::DecodeError;
+pub use fingerprint::{Fingerprint, FingerprintError};
+pub use id::{Field, IdError, RecordId};
+pub use protocol::{Refusal, Transition, Write};
+pub use record::{Outcome, OutcomeError, Record, State, Status, Verdict};
+pub use time::{Generation, Timestamp};

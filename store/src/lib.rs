@@ -1,0 +1,1 @@
+//! The durable idempotency store of idem, on redb.

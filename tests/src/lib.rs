@@ -1,0 +1,1 @@
+//! Suites of idem that cross crates.
