@@ -82,10 +82,14 @@ impl Config {
             return Err(ConfigError::ZeroLease);
         }
         if self.success_retention_ms == 0 {
-            return Err(ConfigError::ZeroRetention { field: "success_retention_ms" });
+            return Err(ConfigError::ZeroRetention {
+                field: "success_retention_ms",
+            });
         }
         if self.failure_retention_ms == 0 {
-            return Err(ConfigError::ZeroRetention { field: "failure_retention_ms" });
+            return Err(ConfigError::ZeroRetention {
+                field: "failure_retention_ms",
+            });
         }
         Ok(())
     }

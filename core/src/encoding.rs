@@ -82,15 +82,18 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &'static str) -> Result<T
     match version {
         0 => Err(DecodeError::BadVersion),
         FORMAT_VERSION => {
-            let (value, tail) = postcard::take_from_bytes(rest)
-                .map_err(|_| DecodeError::Malformed { what })?;
+            let (value, tail) =
+                postcard::take_from_bytes(rest).map_err(|_| DecodeError::Malformed { what })?;
             if tail.is_empty() {
                 Ok(value)
             } else {
                 Err(DecodeError::Malformed { what })
             }
         }
-        found => Err(DecodeError::NewerFormat { found, supported: FORMAT_VERSION }),
+        found => Err(DecodeError::NewerFormat {
+            found,
+            supported: FORMAT_VERSION,
+        }),
     }
 }
 
@@ -163,4 +166,106 @@ fn take_short(bytes: &[u8]) -> Option<(&str, &[u8])> {
     }
     let (text, rest) = rest.split_at(len);
     Some((core::str::from_utf8(text).ok()?, rest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Fingerprint, Generation, Outcome, Status, Timestamp, Verdict};
+    use alloc::string::ToString;
+    use alloc::vec;
+
+    fn record(status: Status) -> Record {
+        Record {
+            fingerprint: Fingerprint([0xab; 32]),
+            generation: Generation(300),
+            created_at: Timestamp(1_700_000_000_000),
+            updated_at: Timestamp(1_700_000_000_500),
+            status,
+        }
+    }
+
+    fn hex(bytes: &[u8]) -> alloc::string::String {
+        bytes.iter().map(|b| alloc::format!("{b:02x}")).collect()
+    }
+
+    /// Golden bytes: a change here is a change of the file format, and needs a new
+    /// format version and a migration, not an edit of the expected text.
+    #[test]
+    fn record_bytes_are_frozen() {
+        let fp = "ab".repeat(32);
+        let head = alloc::format!("01{fp}ac0280d095ffbc31f4d395ffbc31");
+        let cases = [
+            (
+                record(Status::Pending {
+                    lease_until: Timestamp(1_700_000_030_000),
+                }),
+                "00b0ba97ffbc31",
+            ),
+            (record(Status::Unknown), "02"),
+            (
+                record(Status::Settled {
+                    verdict: Verdict::Failed,
+                    outcome: Outcome::new(-1, vec![1, 2, 3]),
+                    completed_at: Timestamp(1_700_000_000_500),
+                    expires_at: Timestamp(1_700_086_400_500),
+                }),
+                "01010103010203f4d395ffbc31f48bafa8bd31",
+            ),
+        ];
+        for (record, tail) in cases {
+            let bytes = record.encode();
+            assert_eq!(hex(&bytes), alloc::format!("{head}{tail}"), "{record:?}");
+            assert_eq!(Record::decode(&bytes).unwrap(), record);
+        }
+    }
+
+    #[test]
+    fn refuses_newer_formats_and_garbage() {
+        let mut bytes = record(Status::Unknown).encode();
+        bytes[0] = 2;
+        assert_eq!(
+            Record::decode(&bytes).unwrap_err().to_string(),
+            "encoded value: format version 2 is newer than this build reads (at most 1)"
+        );
+        assert_eq!(Record::decode(&[]), Err(DecodeError::Empty));
+        assert_eq!(Record::decode(&[0]), Err(DecodeError::BadVersion));
+        assert_eq!(
+            Record::decode(&[1, 0xff]),
+            Err(DecodeError::Malformed { what: "record" })
+        );
+        let mut long = record(Status::Unknown).encode();
+        long.push(0);
+        assert_eq!(
+            Record::decode(&long),
+            Err(DecodeError::Malformed { what: "record" })
+        );
+    }
+
+    #[test]
+    fn decoding_never_panics_on_truncations() {
+        let bytes = record(Status::Settled {
+            verdict: Verdict::Succeeded,
+            outcome: Outcome::new(200, vec![9; 40]),
+            completed_at: Timestamp(5),
+            expires_at: Timestamp(6),
+        })
+        .encode();
+        for end in 0..bytes.len() {
+            assert!(Record::decode(&bytes[..end]).is_err());
+        }
+    }
+
+    #[test]
+    fn id_keys_round_trip_and_group_by_tenant() {
+        let id = RecordId::new("shop", "credit", "k-1").unwrap();
+        let bytes = id.to_key_bytes();
+        assert_eq!(bytes, b"\x04shop\x06creditk-1");
+        assert_eq!(RecordId::from_key_bytes(&bytes).unwrap(), id);
+        assert!(bytes.starts_with(&RecordId::prefix(Some("shop"), None)));
+        assert!(bytes.starts_with(&RecordId::prefix(Some("shop"), Some("credit"))));
+        assert!(!bytes.starts_with(&RecordId::prefix(Some("sho"), None)));
+        assert!(RecordId::from_key_bytes(b"\x09shop").is_err());
+        assert!(RecordId::from_key_bytes(b"\x04shop\x06credit").is_err());
+    }
 }

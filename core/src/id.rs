@@ -66,7 +66,9 @@ pub enum IdError {
 impl fmt::Display for IdError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            IdError::Empty { field } => write!(f, "{}: empty, needs 1 to {MAX_LEN} bytes", field.name()),
+            IdError::Empty { field } => {
+                write!(f, "{}: empty, needs 1 to {MAX_LEN} bytes", field.name())
+            }
             IdError::TooLong { field, len } => {
                 write!(f, "{}: {len} bytes, at most {MAX_LEN}", field.name())
             }
@@ -170,7 +172,11 @@ fn check_text(field: Field, value: &str) -> Result<(), IdError> {
 
 fn check_key(value: &str) -> Result<(), IdError> {
     check_len(Field::Key, value)?;
-    match value.bytes().enumerate().find(|(_, b)| !(0x20..=0x7e).contains(b)) {
+    match value
+        .bytes()
+        .enumerate()
+        .find(|(_, b)| !(0x20..=0x7e).contains(b))
+    {
         Some((offset, byte)) => Err(IdError::NotPrintableAscii { offset, byte }),
         None => Ok(()),
     }
@@ -195,11 +201,26 @@ mod tests {
     fn errors_name_the_field_and_the_rule() {
         let long = "k".repeat(300);
         let cases = [
-            (RecordId::new("", "o", "k"), "tenant: empty, needs 1 to 255 bytes"),
-            (RecordId::new("t", "", "k"), "operation: empty, needs 1 to 255 bytes"),
-            (RecordId::new("t", "o", ""), "key: empty, needs 1 to 255 bytes"),
-            (RecordId::new("t", "o", &long), "key: 300 bytes, at most 255"),
-            (RecordId::new(&long, "o", "k"), "tenant: 300 bytes, at most 255"),
+            (
+                RecordId::new("", "o", "k"),
+                "tenant: empty, needs 1 to 255 bytes",
+            ),
+            (
+                RecordId::new("t", "", "k"),
+                "operation: empty, needs 1 to 255 bytes",
+            ),
+            (
+                RecordId::new("t", "o", ""),
+                "key: empty, needs 1 to 255 bytes",
+            ),
+            (
+                RecordId::new("t", "o", &long),
+                "key: 300 bytes, at most 255",
+            ),
+            (
+                RecordId::new(&long, "o", "k"),
+                "tenant: 300 bytes, at most 255",
+            ),
             (
                 RecordId::new("t", "o", "ab\ncd"),
                 "key: byte 0x0a at offset 2 is not printable ASCII (0x20-0x7E)",

@@ -40,6 +40,7 @@ pub mod encoding;
 pub mod fingerprint;
 pub mod id;
 pub mod ledger;
+pub mod memory;
 pub mod protocol;
 pub mod record;
 pub mod time;

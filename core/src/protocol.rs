@@ -135,12 +135,19 @@ impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Refusal::NotFound => f.write_str("no record under this key"),
-            Refusal::Stale { given, current, state } => write!(
+            Refusal::Stale {
+                given,
+                current,
+                state,
+            } => write!(
                 f,
                 "generation {given} is stale: the record is {state} with generation {current}; only the current pending generation may act"
             ),
             Refusal::WrongState { state, expected } => {
-                write!(f, "record is {state}, this needs a record that is {expected}")
+                write!(
+                    f,
+                    "record is {state}, this needs a record that is {expected}"
+                )
             }
             Refusal::OutcomeTooLarge(e) => fmt::Display::fmt(e, f),
         }
@@ -163,7 +170,10 @@ pub fn begin(
     let claim = || {
         let lease_until = now.plus_millis(config.lease_ms);
         Transition {
-            decision: Decision::Claimed { generation: next_generation, lease_until },
+            decision: Decision::Claimed {
+                generation: next_generation,
+                lease_until,
+            },
             write: Write::Put(Record {
                 fingerprint,
                 generation: next_generation,
@@ -173,7 +183,10 @@ pub fn begin(
             }),
         }
     };
-    let answer = |decision| Transition { decision, write: Write::Nothing };
+    let answer = |decision| Transition {
+        decision,
+        write: Write::Nothing,
+    };
 
     let Some(record) = current.filter(|r| !r.is_expired(now)) else {
         return claim();
@@ -192,16 +205,29 @@ pub fn begin(
         Status::Pending { .. } => match config.on_lease_expiry {
             LeaseExpiry::Takeover => claim(),
             LeaseExpiry::Unknown => Transition {
-                decision: Decision::NeedsReconciliation { generation: record.generation },
-                write: Write::Put(Record { updated_at: now, status: Status::Unknown, ..record.clone() }),
+                decision: Decision::NeedsReconciliation {
+                    generation: record.generation,
+                },
+                write: Write::Put(Record {
+                    updated_at: now,
+                    status: Status::Unknown,
+                    ..record.clone()
+                }),
             },
         },
-        Status::Settled { verdict, outcome, completed_at, .. } => answer(Decision::Replay {
+        Status::Settled {
+            verdict,
+            outcome,
+            completed_at,
+            ..
+        } => answer(Decision::Replay {
             verdict: *verdict,
             outcome: outcome.clone(),
             completed_at: *completed_at,
         }),
-        Status::Unknown => answer(Decision::NeedsReconciliation { generation: record.generation }),
+        Status::Unknown => answer(Decision::NeedsReconciliation {
+            generation: record.generation,
+        }),
     }
 }
 
@@ -218,7 +244,11 @@ pub fn heartbeat(
 ) -> Result<Write, Refusal> {
     let record = held(current, generation)?;
     let lease_until = now.plus_millis(config.lease_ms);
-    Ok(Write::Put(Record { updated_at: now, status: Status::Pending { lease_until }, ..record.clone() }))
+    Ok(Write::Put(Record {
+        updated_at: now,
+        status: Status::Pending { lease_until },
+        ..record.clone()
+    }))
 }
 
 /// The executor holding `generation` settles the key with `verdict` and `outcome`; it is
@@ -260,7 +290,11 @@ pub fn mark_unknown(
     now: Timestamp,
 ) -> Result<Write, Refusal> {
     let record = held(current, generation)?;
-    Ok(Write::Put(Record { updated_at: now, status: Status::Unknown, ..record.clone() }))
+    Ok(Write::Put(Record {
+        updated_at: now,
+        status: Status::Unknown,
+        ..record.clone()
+    }))
 }
 
 /// A reconciler settles an Unknown record.
@@ -277,7 +311,10 @@ pub fn resolve(
 ) -> Result<Write, Refusal> {
     let record = current.ok_or(Refusal::NotFound)?;
     if record.status != Status::Unknown {
-        return Err(Refusal::WrongState { state: record.state(), expected: State::Unknown });
+        return Err(Refusal::WrongState {
+            state: record.state(),
+            expected: State::Unknown,
+        });
     }
     match resolution {
         Resolution::Succeeded(outcome) => settle(record, Verdict::Succeeded, outcome, now, config),
@@ -312,14 +349,24 @@ fn settle(
     now: Timestamp,
     config: &Config,
 ) -> Result<Write, Refusal> {
-    outcome.check_size(config.max_outcome_bytes).map_err(Refusal::OutcomeTooLarge)?;
+    outcome
+        .check_size(config.max_outcome_bytes)
+        .map_err(Refusal::OutcomeTooLarge)?;
     let retention = match verdict {
         Verdict::Succeeded => config.success_retention_ms,
         Verdict::Failed => config.failure_retention_ms,
     };
     Ok(Write::Put(Record {
         updated_at: now,
-        status: Status::Settled { verdict, outcome, completed_at: now, expires_at: now.plus_millis(retention) },
+        status: Status::Settled {
+            verdict,
+            outcome,
+            completed_at: now,
+            expires_at: now.plus_millis(retention),
+        },
         ..record.clone()
     }))
 }
+
+#[cfg(test)]
+mod tests;

@@ -46,7 +46,10 @@ impl Outcome {
     /// An outcome with `code` and `body`.
     #[must_use]
     pub fn new(code: i32, body: impl Into<Vec<u8>>) -> Outcome {
-        Outcome { code, body: body.into() }
+        Outcome {
+            code,
+            body: body.into(),
+        }
     }
 
     /// Refuses a body over `max` bytes.
@@ -56,7 +59,10 @@ impl Outcome {
     /// [`OutcomeError`] with the length and the limit.
     pub fn check_size(&self, max: usize) -> Result<(), OutcomeError> {
         if self.body.len() > max {
-            Err(OutcomeError { len: self.body.len(), max })
+            Err(OutcomeError {
+                len: self.body.len(),
+                max,
+            })
         } else {
             Ok(())
         }
@@ -102,7 +108,12 @@ pub enum State {
 
 impl State {
     /// Every state, in a fixed order.
-    pub const ALL: [State; 4] = [State::Pending, State::Succeeded, State::Failed, State::Unknown];
+    pub const ALL: [State; 4] = [
+        State::Pending,
+        State::Succeeded,
+        State::Failed,
+        State::Unknown,
+    ];
 
     /// Lower-case name: `pending`, `succeeded`, `failed`, `unknown`.
     #[must_use]
@@ -149,8 +160,14 @@ impl Record {
     pub fn state(&self) -> State {
         match &self.status {
             Status::Pending { .. } => State::Pending,
-            Status::Settled { verdict: Verdict::Succeeded, .. } => State::Succeeded,
-            Status::Settled { verdict: Verdict::Failed, .. } => State::Failed,
+            Status::Settled {
+                verdict: Verdict::Succeeded,
+                ..
+            } => State::Succeeded,
+            Status::Settled {
+                verdict: Verdict::Failed,
+                ..
+            } => State::Failed,
             Status::Unknown => State::Unknown,
         }
     }

@@ -52,7 +52,10 @@ impl fmt::Display for FingerprintError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             FingerprintError::DuplicateField { name } => {
-                write!(f, "fields: name {name:?} appears twice, names must be unique")
+                write!(
+                    f,
+                    "fields: name {name:?} appears twice, names must be unique"
+                )
             }
             FingerprintError::BadHex { len } => write!(
                 f,
@@ -89,7 +92,9 @@ impl Fingerprint {
         let mut sorted: Vec<&(&str, &[u8])> = fields.iter().collect();
         sorted.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
         if let Some(pair) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(FingerprintError::DuplicateField { name: pair[0].0.into() });
+            return Err(FingerprintError::DuplicateField {
+                name: pair[0].0.into(),
+            });
         }
         let mut hasher = Sha256::new();
         for (name, value) in sorted {
@@ -129,7 +134,9 @@ impl Fingerprint {
     ///
     /// [`FingerprintError::BadHex`].
     pub fn from_hex(text: &str) -> Result<Fingerprint, FingerprintError> {
-        let bad = || FingerprintError::BadHex { len: text.chars().count() };
+        let bad = || FingerprintError::BadHex {
+            len: text.chars().count(),
+        };
         let digits = text.as_bytes();
         if digits.len() != 64 {
             return Err(bad());
@@ -211,14 +218,20 @@ mod tests {
         expected.extend_from_slice(b"c");
         assert_eq!(c, Fingerprint::of_bytes(&expected));
         let err = Fingerprint::of_fields(&[("a", b"1"), ("b", b"2"), ("a", b"3")]).unwrap_err();
-        assert_eq!(err.to_string(), "fields: name \"a\" appears twice, names must be unique");
+        assert_eq!(
+            err.to_string(),
+            "fields: name \"a\" appears twice, names must be unique"
+        );
     }
 
     #[test]
     fn hex_round_trips_and_refuses_bad_text() {
         let fp = Fingerprint::of_bytes(b"x");
         assert_eq!(Fingerprint::from_hex(&fp.to_hex()).unwrap(), fp);
-        assert_eq!(Fingerprint::from_hex(&fp.to_hex().to_uppercase()).unwrap(), fp);
+        assert_eq!(
+            Fingerprint::from_hex(&fp.to_hex().to_uppercase()).unwrap(),
+            fp
+        );
         assert_eq!(
             Fingerprint::from_hex("abc").unwrap_err().to_string(),
             "fingerprint: 3 characters, expected 64 hex digits (0-9, a-f)"

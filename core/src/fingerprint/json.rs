@@ -1,0 +1,855 @@
+//! RFC 8785 (JSON Canonicalization Scheme) canonical text, with ignored field paths.
+//!
+//! The input must be strict I-JSON (RFC 7493): no duplicate member names, no lone
+//! surrogates, every number a finite IEEE 754 double, nesting at most [`MAX_DEPTH`].
+//! The members at the ignored paths are removed, then the document is written per
+//! RFC 8785: no whitespace, members sorted by the UTF-16 code units of their names,
+//! strings with the minimal JCS escapes, numbers as ECMAScript `Number.prototype.toString`.
+//!
+//! An ignored path is an RFC 6901 JSON Pointer (`/meta/trace_id`, with `~1` for `/` and
+//! `~0` for `~`) in which the reference token `*` matches every member of an object and
+//! every element of an array (`/items/*/trace_id`). Array indices count in the original
+//! document, whatever the other paths remove. A path that matches nothing removes nothing.
+//! A member literally named `*` is reached only through the wildcard.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt::{self, Write as _};
+
+/// Deepest nesting of arrays and objects accepted.
+const MAX_DEPTH: usize = 128;
+/// Longest number literal quoted whole in an error; longer ones are cut.
+const MAX_QUOTED: usize = 40;
+
+/// JSON text or an ignored path that cannot be canonicalized.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JsonError {
+    /// The text is not JSON: something else was expected at `offset`.
+    Syntax {
+        /// Byte offset of the offending byte (the text's length at its end).
+        offset: usize,
+        /// What the grammar allows there.
+        expected: &'static str,
+    },
+    /// Something follows the document's single value.
+    TrailingContent {
+        /// Byte offset of the first byte after the value and its whitespace.
+        offset: usize,
+    },
+    /// Arrays and objects nest deeper than the limit.
+    TooDeep {
+        /// Byte offset of the `[` or `{` that goes too deep.
+        offset: usize,
+        /// The deepest nesting accepted.
+        limit: usize,
+    },
+    /// An object has two members with the same name (RFC 7493 §2.3).
+    DuplicateMember {
+        /// The repeated name, unescaped.
+        name: String,
+        /// Byte offset of the second occurrence's opening quote.
+        offset: usize,
+    },
+    /// A `\u` escape is a surrogate without its partner (RFC 7493 §2.1).
+    LoneSurrogate {
+        /// Byte offset of the escape's backslash.
+        offset: usize,
+        /// The surrogate code unit.
+        code_unit: u16,
+    },
+    /// A number is too large for an IEEE 754 double (RFC 7493 §2.2).
+    NotFinite {
+        /// The literal as written, cut after 40 bytes.
+        literal: String,
+        /// Byte offset of the literal.
+        offset: usize,
+    },
+    /// The empty pointer names the whole document, which cannot be ignored.
+    WholeDocumentPath,
+    /// An ignored path is not an RFC 6901 JSON Pointer.
+    InvalidPath {
+        /// The path as given.
+        path: String,
+        /// The rule it breaks.
+        reason: &'static str,
+    },
+}
+
+impl fmt::Display for JsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JsonError::Syntax { offset, expected } => write!(
+                f,
+                "json: invalid syntax at byte {offset}, expected {expected}"
+            ),
+            JsonError::TrailingContent { offset } => write!(
+                f,
+                "json: unexpected content at byte {offset} after the document's single value"
+            ),
+            JsonError::TooDeep { offset, limit } => write!(
+                f,
+                "json: nesting at byte {offset} is deeper than {limit} arrays and objects"
+            ),
+            JsonError::DuplicateMember { name, offset } => {
+                write!(f, "json: duplicate member name {name:?} at byte {offset}")
+            }
+            JsonError::LoneSurrogate { offset, code_unit } => write!(
+                f,
+                "json: escape \\u{code_unit:04x} at byte {offset} is a lone surrogate, \
+                 which I-JSON forbids"
+            ),
+            JsonError::NotFinite { literal, offset } => write!(
+                f,
+                "json: number {literal} at byte {offset} is not a finite IEEE 754 double"
+            ),
+            JsonError::WholeDocumentPath => write!(
+                f,
+                "ignored path \"\": the empty pointer names the whole document, \
+                 which cannot be ignored"
+            ),
+            JsonError::InvalidPath { path, reason } => {
+                write!(f, "ignored path {path:?}: {reason}")
+            }
+        }
+    }
+}
+
+impl core::error::Error for JsonError {}
+
+/// Canonical UTF-8 text of `text` per RFC 8785, with the members at `ignored_paths` removed first.
+pub(crate) fn canonicalize(text: &str, ignored_paths: &[&str]) -> Result<String, JsonError> {
+    let paths = ignored_paths
+        .iter()
+        .map(|p| parse_pointer(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut parser = Parser { text, pos: 0 };
+    let mut value = parser.value(0)?;
+    parser.skip_whitespace();
+    if parser.pos != text.len() {
+        return Err(JsonError::TrailingContent { offset: parser.pos });
+    }
+    let paths: Vec<&[Token]> = paths.iter().map(Vec::as_slice).collect();
+    prune(&mut value, &paths);
+    let mut out = String::with_capacity(text.len());
+    write_value(&value, &mut out);
+    Ok(out)
+}
+
+/// A parsed JSON value; object members are kept sorted by UTF-16 code units.
+enum Value {
+    Null,
+    Bool(bool),
+    Number(f64),
+    String(String),
+    Array(Vec<Value>),
+    Object(Vec<Member>),
+}
+
+/// One object member, with the offset of its name for error messages.
+struct Member {
+    name: String,
+    offset: usize,
+    value: Value,
+}
+
+/// Recursive-descent parser over `text`; `pos` is a byte offset.
+struct Parser<'a> {
+    text: &'a str,
+    pos: usize,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.pos).copied()
+    }
+
+    fn syntax(&self, expected: &'static str) -> JsonError {
+        JsonError::Syntax {
+            offset: self.pos,
+            expected,
+        }
+    }
+
+    fn skip_whitespace(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    /// A value, after whitespace; `depth` counts the arrays and objects around it.
+    fn value(&mut self, depth: usize) -> Result<Value, JsonError> {
+        self.skip_whitespace();
+        match self.peek() {
+            Some(b'{' | b'[') if depth >= MAX_DEPTH => Err(JsonError::TooDeep {
+                offset: self.pos,
+                limit: MAX_DEPTH,
+            }),
+            Some(b'{') => self.object(depth + 1),
+            Some(b'[') => self.array(depth + 1),
+            Some(b'"') => self.string().map(Value::String),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(b't') => self.literal("true", Value::Bool(true)),
+            Some(b'f') => self.literal("false", Value::Bool(false)),
+            Some(b'n') => self.literal("null", Value::Null),
+            _ => Err(self.syntax("a JSON value")),
+        }
+    }
+
+    fn literal(&mut self, word: &'static str, value: Value) -> Result<Value, JsonError> {
+        let end = self.pos.saturating_add(word.len());
+        if self.text.as_bytes().get(self.pos..end) != Some(word.as_bytes()) {
+            return Err(self.syntax(word));
+        }
+        self.pos = end;
+        Ok(value)
+    }
+
+    fn array(&mut self, depth: usize) -> Result<Value, JsonError> {
+        self.pos += 1; // '['
+        let mut items = Vec::new();
+        self.skip_whitespace();
+        if self.peek() == Some(b']') {
+            self.pos += 1;
+            return Ok(Value::Array(items));
+        }
+        loop {
+            items.push(self.value(depth)?);
+            self.skip_whitespace();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b']') => {
+                    self.pos += 1;
+                    return Ok(Value::Array(items));
+                }
+                _ => return Err(self.syntax("',' or ']'")),
+            }
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<Value, JsonError> {
+        self.pos += 1; // '{'
+        let mut members = Vec::new();
+        self.skip_whitespace();
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            return Ok(Value::Object(members));
+        }
+        loop {
+            self.skip_whitespace();
+            if self.peek() != Some(b'"') {
+                return Err(self.syntax("a member name string"));
+            }
+            let offset = self.pos;
+            let name = self.string()?;
+            self.skip_whitespace();
+            if self.peek() != Some(b':') {
+                return Err(self.syntax("':'"));
+            }
+            self.pos += 1;
+            let value = self.value(depth)?;
+            members.push(Member {
+                name,
+                offset,
+                value,
+            });
+            self.skip_whitespace();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {
+                    self.pos += 1;
+                    break;
+                }
+                _ => return Err(self.syntax("',' or '}'")),
+            }
+        }
+        // Stable: equal names keep their order, so the later one is the duplicate.
+        members.sort_by(|a, b| a.name.encode_utf16().cmp(b.name.encode_utf16()));
+        let duplicate = members
+            .windows(2)
+            .filter_map(|pair| match pair {
+                [a, b] if a.name == b.name => Some(b),
+                _ => None,
+            })
+            .min_by_key(|m| m.offset);
+        if let Some(m) = duplicate {
+            return Err(JsonError::DuplicateMember {
+                name: m.name.clone(),
+                offset: m.offset,
+            });
+        }
+        Ok(Value::Object(members))
+    }
+
+    /// A string starting at its opening quote, unescaped.
+    fn string(&mut self) -> Result<String, JsonError> {
+        self.pos += 1; // '"'
+        let mut out = String::new();
+        loop {
+            let start = self.pos;
+            while let Some(b) = self.peek() {
+                if b == b'"' || b == b'\\' || b < 0x20 {
+                    break;
+                }
+                self.pos += 1;
+            }
+            // Both ends sit next to ASCII bytes or at the text's ends: char boundaries.
+            let run = self.text.get(start..self.pos);
+            out.push_str(run.ok_or_else(|| self.syntax("a character"))?);
+            match self.peek() {
+                Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(out);
+                }
+                Some(b'\\') => out.push(self.escape()?),
+                Some(_) => return Err(self.syntax("'\\u00XX' for a control character")),
+                None => return Err(self.syntax("'\"' closing the string")),
+            }
+        }
+    }
+
+    /// An escape sequence starting at its backslash.
+    fn escape(&mut self) -> Result<char, JsonError> {
+        let start = self.pos;
+        self.pos += 1; // '\\'
+        let c = match self.peek() {
+            Some(b'"') => '"',
+            Some(b'\\') => '\\',
+            Some(b'/') => '/',
+            Some(b'b') => '\u{8}',
+            Some(b'f') => '\u{c}',
+            Some(b'n') => '\n',
+            Some(b'r') => '\r',
+            Some(b't') => '\t',
+            Some(b'u') => {
+                self.pos += 1;
+                return self.unicode_escape(start);
+            }
+            _ => return Err(self.syntax("one of '\"\\/bfnrtu' after '\\'")),
+        };
+        self.pos += 1;
+        Ok(c)
+    }
+
+    /// The rest of a `\u` escape (and its low surrogate partner, if any).
+    fn unicode_escape(&mut self, start: usize) -> Result<char, JsonError> {
+        let unit = self.hex4()?;
+        let lone = JsonError::LoneSurrogate {
+            offset: start,
+            code_unit: unit,
+        };
+        let code = match unit {
+            0xD800..=0xDBFF => {
+                let next = self.pos.saturating_add(2);
+                if self.text.as_bytes().get(self.pos..next) != Some(b"\\u") {
+                    return Err(lone);
+                }
+                self.pos = next;
+                let low = self.hex4()?;
+                if !(0xDC00..=0xDFFF).contains(&low) {
+                    return Err(lone);
+                }
+                0x10000 + ((u32::from(unit) - 0xD800) << 10) + (u32::from(low) - 0xDC00)
+            }
+            0xDC00..=0xDFFF => return Err(lone),
+            _ => u32::from(unit),
+        };
+        char::from_u32(code).ok_or(lone)
+    }
+
+    fn hex4(&mut self) -> Result<u16, JsonError> {
+        let mut unit = 0u16;
+        for _ in 0..4 {
+            let digit = self.peek().and_then(|b| char::from(b).to_digit(16));
+            let digit = digit.ok_or_else(|| self.syntax("four hex digits after '\\u'"))?;
+            unit = (unit << 4) | digit as u16; // digit < 16
+            self.pos += 1;
+        }
+        Ok(unit)
+    }
+
+    fn digits(&mut self) -> Result<(), JsonError> {
+        if !matches!(self.peek(), Some(b'0'..=b'9')) {
+            return Err(self.syntax("a digit"));
+        }
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.pos += 1;
+        }
+        Ok(())
+    }
+
+    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`, as a finite double.
+    fn number(&mut self) -> Result<Value, JsonError> {
+        let start = self.pos;
+        if self.peek() == Some(b'-') {
+            self.pos += 1;
+        }
+        if self.peek() == Some(b'0') {
+            self.pos += 1;
+        } else {
+            self.digits()?;
+        }
+        if self.peek() == Some(b'.') {
+            self.pos += 1;
+            self.digits()?;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.pos += 1;
+            }
+            self.digits()?;
+        }
+        let literal = self.text.get(start..self.pos).unwrap_or_default();
+        // The grammar above admits only forms that core's parser reads, rounding correctly.
+        match literal.parse::<f64>() {
+            Ok(n) if n.is_finite() => Ok(Value::Number(n)),
+            _ => {
+                let mut quoted = String::from(literal.get(..MAX_QUOTED).unwrap_or(literal));
+                if quoted.len() < literal.len() {
+                    quoted.push_str("...");
+                }
+                Err(JsonError::NotFinite {
+                    literal: quoted,
+                    offset: start,
+                })
+            }
+        }
+    }
+}
+
+/// One reference token of an ignored path.
+enum Token {
+    /// `*`: every member or element.
+    Any,
+    /// A member name, or an array index when it is one.
+    Name(String),
+}
+
+impl Token {
+    fn matches_name(&self, name: &str) -> bool {
+        match self {
+            Token::Any => true,
+            Token::Name(n) => n == name,
+        }
+    }
+
+    /// RFC 6901 array index: `0` or a digit string without a leading zero.
+    fn matches_index(&self, index: usize) -> bool {
+        match self {
+            Token::Any => true,
+            Token::Name(n) => {
+                let canonical = n == "0" || !n.starts_with('0');
+                canonical && n.bytes().all(|b| b.is_ascii_digit()) && n.parse() == Ok(index)
+            }
+        }
+    }
+}
+
+fn parse_pointer(path: &str) -> Result<Vec<Token>, JsonError> {
+    if path.is_empty() {
+        return Err(JsonError::WholeDocumentPath);
+    }
+    let invalid = |reason| JsonError::InvalidPath {
+        path: path.into(),
+        reason,
+    };
+    let rest = path
+        .strip_prefix('/')
+        .ok_or_else(|| invalid("must be empty or start with '/'"))?;
+    rest.split('/')
+        .map(|raw| {
+            if raw == "*" {
+                return Ok(Token::Any);
+            }
+            let mut name = String::with_capacity(raw.len());
+            let mut chars = raw.chars();
+            while let Some(c) = chars.next() {
+                let c = match c {
+                    '~' => match chars.next() {
+                        Some('0') => '~',
+                        Some('1') => '/',
+                        _ => return Err(invalid("'~' must be followed by '0' or '1'")),
+                    },
+                    c => c,
+                };
+                name.push(c);
+            }
+            Ok(Token::Name(name))
+        })
+        .collect()
+}
+
+/// Removes from `value`'s children those that some path in `paths` ends at, and descends
+/// into those that some path continues through. Every path here is non-empty.
+fn prune(value: &mut Value, paths: &[&[Token]]) {
+    if paths.is_empty() {
+        return;
+    }
+    let visit = |child: &mut Value, matches: &dyn Fn(&Token) -> bool| {
+        let mut deeper: Vec<&[Token]> = Vec::new();
+        for (first, rest) in paths.iter().filter_map(|p| p.split_first()) {
+            if matches(first) {
+                if rest.is_empty() {
+                    return false;
+                }
+                deeper.push(rest);
+            }
+        }
+        prune(child, &deeper);
+        true
+    };
+    match value {
+        Value::Object(members) => {
+            members.retain_mut(|m| visit(&mut m.value, &|t| t.matches_name(&m.name)));
+        }
+        Value::Array(items) => {
+            let mut index = 0;
+            items.retain_mut(|item| {
+                let keep = visit(item, &|t| t.matches_index(index));
+                index += 1;
+                keep
+            });
+        }
+        _ => {}
+    }
+}
+
+fn write_value(value: &Value, out: &mut String) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Number(n) => out.push_str(ryu_js::Buffer::new().format_finite(*n)),
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_value(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(members) => {
+            out.push('{');
+            for (i, m) in members.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(&m.name, out);
+                out.push(':');
+                write_value(&m.value, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// A string per RFC 8785 §3.2.2.2: short escapes, `\u00xx` for other controls, else literal.
+fn write_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\u{c}' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
+            c if c < ' ' => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c)); // writing to a String never fails
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::format;
+    use alloc::string::ToString;
+
+    fn jcs(text: &str) -> String {
+        canonicalize(text, &[]).unwrap()
+    }
+
+    fn err(text: &str) -> JsonError {
+        canonicalize(text, &[]).unwrap_err()
+    }
+
+    /// RFC 8785 Appendix B, every finite row.
+    #[rustfmt::skip]
+    const APPENDIX_B: &[(u64, &str)] = &[
+        (0x0000000000000000, "0"), (0x8000000000000000, "0"),
+        (0x0000000000000001, "5e-324"), (0x8000000000000001, "-5e-324"),
+        (0x7fefffffffffffff, "1.7976931348623157e+308"),
+        (0xffefffffffffffff, "-1.7976931348623157e+308"),
+        (0x4340000000000000, "9007199254740992"), (0xc340000000000000, "-9007199254740992"),
+        (0x4430000000000000, "295147905179352830000"),
+        (0x44b52d02c7e14af5, "9.999999999999997e+22"), (0x44b52d02c7e14af6, "1e+23"),
+        (0x44b52d02c7e14af7, "1.0000000000000001e+23"),
+        (0x444b1ae4d6e2ef4e, "999999999999999700000"),
+        (0x444b1ae4d6e2ef4f, "999999999999999900000"), (0x444b1ae4d6e2ef50, "1e+21"),
+        (0x3eb0c6f7a0b5ed8c, "9.999999999999997e-7"), (0x3eb0c6f7a0b5ed8d, "0.000001"),
+        (0x41b3de4355555553, "333333333.3333332"), (0x41b3de4355555554, "333333333.33333325"),
+        (0x41b3de4355555555, "333333333.3333333"), (0x41b3de4355555556, "333333333.3333334"),
+        (0x41b3de4355555557, "333333333.33333343"),
+        (0xbecbf647612f3696, "-0.0000033333333333333333"),
+        (0x43143ff3c1cb0959, "1424953923781206.2"),
+    ];
+
+    #[rustfmt::skip]
+    const OTHER_NUMBERS: &[(&str, &str)] = &[
+        ("-0", "0"), ("-0.0e-7", "0"), ("1E21", "1e+21"), ("1e+21", "1e+21"), ("1e-7", "1e-7"),
+        ("100000000000000000000", "100000000000000000000"), ("0.1", "0.1"), ("1.0", "1"),
+        ("-1.5E+2", "-150"), ("1e-400", "0"), ("123456789012345678901234567890", "1.2345678901234568e+29"),
+    ];
+
+    /// Input, byte offset of the `Syntax` or `TrailingContent` error.
+    #[rustfmt::skip]
+    const BAD_SYNTAX: &[(&str, usize)] = &[
+        ("", 0), ("  ", 2), ("{", 1), ("[1,]", 3), ("[1 2]", 3), ("{\"a\" 1}", 5), ("{\"a\":1,}", 7),
+        ("{1:2}", 1), ("tru", 0), ("nul", 0), ("+1", 0), ("01", 1), ("1.", 2), ("1.e5", 2), ("1e", 2),
+        ("-", 1), ("\"abc", 4), ("\"a\nb\"", 2), ("\"\\x\"", 2), ("\"\\u12g4\"", 5), ("\"\\u12", 5),
+        ("'a'", 0), ("[1]]", 3), ("{} {}", 3), ("NaN", 0), ("Infinity", 0), ("-Infinity", 1),
+    ];
+
+    const DOC: &str = r#"{"meta":{"trace_id":"t1","span":2},"items":[{"trace_id":"x","n":1},{"n":2},3],
+        "a/b":{"c~d":true,"e":1},"*":{"k":1},"keep":0}"#;
+
+    /// Ignored paths, and `DOC`'s canonical text without them.
+    #[rustfmt::skip]
+    const IGNORED: &[(&[&str], &str)] = &[
+        (&["/meta/trace_id"], r#"{"*":{"k":1},"a/b":{"c~d":true,"e":1},"items":[{"n":1,"trace_id":"x"},{"n":2},3],"keep":0,"meta":{"span":2}}"#),
+        (&["/items/*/trace_id", "/meta"], r#"{"*":{"k":1},"a/b":{"c~d":true,"e":1},"items":[{"n":1},{"n":2},3],"keep":0}"#),
+        (&["/a~1b/c~0d", "/*/k"], r#"{"*":{},"a/b":{"e":1},"items":[{"n":1,"trace_id":"x"},{"n":2},3],"keep":0,"meta":{"span":2,"trace_id":"t1"}}"#),
+        (&["/items/0", "/items/2", "/items/01", "/items/-"], r#"{"*":{"k":1},"a/b":{"c~d":true,"e":1},"items":[{"n":2}],"keep":0,"meta":{"span":2,"trace_id":"t1"}}"#),
+        (&["/*/*/trace_id", "/items/*/n"], r#"{"*":{"k":1},"a/b":{"c~d":true,"e":1},"items":[{},{},3],"keep":0,"meta":{"span":2,"trace_id":"t1"}}"#),
+        (&["/items/*", "/meta/*"], r#"{"*":{"k":1},"a/b":{"c~d":true,"e":1},"items":[],"keep":0,"meta":{}}"#),
+        (&["/*"], "{}"),
+        // Matching nothing removes nothing.
+        (&["/nope", "/meta/trace_id/deeper", "/keep/x", "/items/3", "/items/x", "/", "/meta/"],
+         r#"{"*":{"k":1},"a/b":{"c~d":true,"e":1},"items":[{"n":1,"trace_id":"x"},{"n":2},3],"keep":0,"meta":{"span":2,"trace_id":"t1"}}"#),
+    ];
+
+    #[test]
+    fn rfc_3_2_2_sample() {
+        let input = r#"{
+  "numbers": [333333333.33333329, 1E30, 4.50,
+              2e-3, 0.000000000000000000000000001],
+  "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
+  "literals": [null, true, false]
+}"#;
+        let expected = r#"{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}"#;
+        assert_eq!(jcs(input), expected);
+    }
+
+    #[test]
+    fn rfc_3_2_3_sorting_by_utf16_code_units() {
+        let input = r#"{
+  "\u20ac": "Euro Sign",
+  "\r": "Carriage Return",
+  "\ufb33": "Hebrew Letter Dalet With Dagesh",
+  "1": "One",
+  "\ud83d\ude00": "Emoji: Grinning Face",
+  "\u0080": "Control",
+  "\u00f6": "Latin Small Letter O With Diaeresis"
+}"#;
+        let expected = "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\u{80}\":\"Control\",\
+            \"\u{f6}\":\"Latin Small Letter O With Diaeresis\",\"\u{20ac}\":\"Euro Sign\",\
+            \"\u{1f600}\":\"Emoji: Grinning Face\",\"\u{fb33}\":\"Hebrew Letter Dalet With Dagesh\"}";
+        assert_eq!(jcs(input), expected);
+    }
+
+    #[test]
+    fn rfc_appendix_b_numbers() {
+        for &(bits, expected) in APPENDIX_B {
+            let n = f64::from_bits(bits);
+            // Rust's shortest exponent form ("1e23") is another valid spelling of the value.
+            for spelling in [format!("{n:e}"), format!("{n:E}"), expected.to_string()] {
+                assert_eq!(jcs(&spelling), expected, "{bits:#018x} spelled {spelling}");
+            }
+            let parsed = Parser {
+                text: expected,
+                pos: 0,
+            }
+            .value(0);
+            let Ok(Value::Number(parsed)) = parsed else {
+                panic!("{expected}")
+            };
+            assert_eq!(parsed, n, "{expected} parses back to {bits:#018x}"); // -0.0 == 0.0
+        }
+        for &(input, expected) in OTHER_NUMBERS {
+            assert_eq!(jcs(input), expected, "{input}");
+        }
+    }
+
+    #[test]
+    fn strings_and_structure() {
+        let input = r#" "\b\t\n\f\r\u0000\u001f\u007f\"\\\/ é\u00e9\ud83d\ude00" "#;
+        let expected = "\"\\b\\t\\n\\f\\r\\u0000\\u001f\u{7f}\\\"\\\\/ éé\u{1f600}\"";
+        assert_eq!(jcs(input), expected);
+        assert_eq!(jcs("\"\u{1f600}</script>\""), "\"\u{1f600}</script>\"");
+        let input = " \t\r\n{ \"b\" : [ { \"z\" : 1 , \"a\" : [ ] } , { } ] , \"a\" : null } \n";
+        assert_eq!(jcs(input), r#"{"a":null,"b":[{"a":[],"z":1},{}]}"#);
+        assert_eq!(jcs("[true,false,null,\"\"]"), "[true,false,null,\"\"]");
+        let once = jcs(r#"{"€":1,"\r":[0.5,{"y":"\u0001"}],"1":-0}"#);
+        assert_eq!(jcs(&once), once, "canonical text is a fixed point");
+    }
+
+    #[test]
+    fn ignored_paths() {
+        for &(paths, expected) in IGNORED {
+            assert_eq!(canonicalize(DOC, paths).unwrap(), expected, "{paths:?}");
+        }
+        let empty_names = r#"{"":{"":1,"a":2}}"#;
+        assert_eq!(
+            canonicalize(empty_names, &["//"]).unwrap(),
+            r#"{"":{"a":2}}"#
+        );
+        assert_eq!(canonicalize(empty_names, &["/", "//"]).unwrap(), "{}");
+        assert_eq!(canonicalize("[1,2]", &["/0"]).unwrap(), "[2]");
+        assert_eq!(canonicalize("7", &["/a"]).unwrap(), "7");
+    }
+
+    #[test]
+    fn syntax_errors_name_the_byte() {
+        for &(input, offset) in BAD_SYNTAX {
+            match err(input) {
+                JsonError::Syntax { offset: at, .. }
+                | JsonError::TrailingContent { offset: at } => {
+                    assert_eq!(at, offset, "{input:?}");
+                }
+                other => panic!("{input:?}: {other:?}"),
+            }
+        }
+        assert_eq!(err("[1]]"), JsonError::TrailingContent { offset: 3 });
+        let message = "json: invalid syntax at byte 3, expected a JSON value";
+        assert_eq!(err("[1,]").to_string(), message);
+        let message = "json: unexpected content at byte 3 after the document's single value";
+        assert_eq!(err("{} x").to_string(), message);
+    }
+
+    #[test]
+    fn duplicate_members_refused() {
+        let e = err(r#"{"a":1,"b":{"x":1},"a":2}"#);
+        assert_eq!(
+            e.to_string(),
+            "json: duplicate member name \"a\" at byte 19"
+        );
+        // Escaped and literal spellings are one name; the earliest repeat is named.
+        let e = err(r#"{"b":1,"é":1,"\u00e9":2,"b":2}"#);
+        assert_eq!(
+            e,
+            JsonError::DuplicateMember {
+                name: "é".into(),
+                offset: 14
+            }
+        );
+        // Refused even inside an ignored subtree.
+        assert!(canonicalize(r#"{"m":{"t":1,"t":2}}"#, &["/m"]).is_err());
+    }
+
+    #[test]
+    fn lone_surrogates_refused() {
+        for input in [
+            r#""\ud800""#,
+            r#""a\udc00b""#,
+            r#""\ud83d\u0041""#,
+            r#""\ud83dx""#,
+        ] {
+            let offset = input.find('\\').unwrap();
+            let code_unit = u16::from_str_radix(&input[offset + 2..offset + 6], 16).unwrap();
+            assert_eq!(err(input), JsonError::LoneSurrogate { offset, code_unit });
+        }
+        let message = "json: escape \\udead at byte 2 is a lone surrogate, which I-JSON forbids";
+        assert_eq!(err(r#"["\udead"]"#).to_string(), message);
+    }
+
+    #[test]
+    fn non_finite_numbers_refused() {
+        let message = "json: number 1e400 at byte 4 is not a finite IEEE 754 double";
+        assert_eq!(err("[1, 1e400]").to_string(), message);
+        let literal = "-1.8e308".into();
+        assert_eq!(err("-1.8e308"), JsonError::NotFinite { literal, offset: 0 });
+        let literal = format!("{}...", "9".repeat(40));
+        assert_eq!(
+            err(&"9".repeat(400)),
+            JsonError::NotFinite { literal, offset: 0 }
+        );
+    }
+
+    #[test]
+    fn depth_limited_without_stack_overflow() {
+        let nest = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert_eq!(jcs(&nest(128)), nest(128));
+        let message = "json: nesting at byte 128 is deeper than 128 arrays and objects";
+        assert_eq!(err(&nest(129)).to_string(), message);
+        assert_eq!(
+            err(&nest(1_000_000)),
+            JsonError::TooDeep {
+                offset: 128,
+                limit: 128
+            }
+        );
+        let objects = format!("{}1{}", "{\"a\":".repeat(129), "}".repeat(129));
+        assert_eq!(
+            err(&objects),
+            JsonError::TooDeep {
+                offset: 640,
+                limit: 128
+            }
+        );
+    }
+
+    #[test]
+    fn bad_paths_refused() {
+        let e = canonicalize("{}", &["/ok", ""]).unwrap_err();
+        assert_eq!(e, JsonError::WholeDocumentPath);
+        let message = "ignored path \"\": the empty pointer names the whole document, which \
+            cannot be ignored";
+        assert_eq!(e.to_string(), message);
+        let e = canonicalize("{", &["meta"]).unwrap_err(); // paths are checked first
+        assert_eq!(
+            e.to_string(),
+            "ignored path \"meta\": must be empty or start with '/'"
+        );
+        for path in ["/a~", "/a~2", "/~/b"] {
+            let e = canonicalize("{}", &[path]).unwrap_err();
+            let reason = "'~' must be followed by '0' or '1'";
+            assert_eq!(
+                e,
+                JsonError::InvalidPath {
+                    path: path.into(),
+                    reason
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn never_panics_on_prefixes_and_insertions() {
+        let samples = [
+            r#"{"a":[1,-2.5e+3,{"b":"\ud83d\ude00\u00e9\n"}],"c":null,"d":true,"e":false}"#,
+            "{\"é\":\"\u{1f600}\",\"x\":[[[]]]}",
+        ];
+        let paths = ["/a/*/b", "/c"];
+        for sample in samples {
+            for (i, _) in sample.char_indices() {
+                let (head, tail) = sample.split_at(i);
+                let _ = canonicalize(head, &paths);
+                let _ = canonicalize(tail, &paths);
+                for b in [
+                    "\"", "\\", "{", "]", ",", "0", "-", "e", "\\u", "\u{0}", "~", "\u{80}",
+                ] {
+                    let _ = canonicalize(&format!("{head}{b}{tail}"), &paths);
+                }
+            }
+        }
+    }
+}

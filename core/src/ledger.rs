@@ -1,1 +1,0 @@
-//! The sender ledger: intents, their keys and their retries.

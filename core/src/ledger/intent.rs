@@ -1,0 +1,392 @@
+//! One intent and its transitions: pure functions a durable store applies row by row.
+//!
+//! Every function here changes one [`Intent`] in place and says what happened. A store
+//! reads the intent's row, calls one function, writes the row back when the result says
+//! it changed, and commits before acting on the result (sending an [`Attempt`]).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+use serde::{Deserialize, Serialize};
+
+use super::{BackoffRng, LedgerConfig, LedgerError, key};
+use crate::encoding::{self, DecodeError};
+use crate::{Fingerprint, IdError, Outcome, RecordId, Timestamp};
+
+/// Where an intent is in its life.
+///
+/// The variant order is part of the persisted format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum IntentState {
+    /// Waiting for its next attempt at `next_attempt_at`.
+    Queued,
+    /// Sent; waiting for a reply or a transport error.
+    InFlight,
+    /// The receiver answered 2xx. Terminal.
+    Completed,
+    /// The receiver answered with a definitive failure (3xx, most 4xx). Terminal.
+    Failed,
+    /// The receiver saw this key with another payload (422): a bug, surfaced. Terminal.
+    Conflict,
+    /// No definitive answer before the deadline: never sent again; reconcile. Terminal.
+    Expired,
+}
+
+impl IntentState {
+    /// Every state, in a fixed order.
+    pub const ALL: [IntentState; 6] = [
+        IntentState::Queued,
+        IntentState::InFlight,
+        IntentState::Completed,
+        IntentState::Failed,
+        IntentState::Conflict,
+        IntentState::Expired,
+    ];
+
+    /// Lower-case name: `queued`, `in_flight`, `completed`, `failed`, `conflict`, `expired`.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            IntentState::Queued => "queued",
+            IntentState::InFlight => "in_flight",
+            IntentState::Completed => "completed",
+            IntentState::Failed => "failed",
+            IntentState::Conflict => "conflict",
+            IntentState::Expired => "expired",
+        }
+    }
+
+    /// Parses a name as given by [`IntentState::name`].
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<IntentState> {
+        IntentState::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// True for the states nothing changes any more: completed, failed, conflict, expired.
+    #[must_use]
+    pub const fn is_terminal(self) -> bool {
+        !matches!(self, IntentState::Queued | IntentState::InFlight)
+    }
+}
+
+impl fmt::Display for IntentState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One business action the user asked for, with the key every send of it carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Intent {
+    /// The idempotency key: a UUIDv7 made once, at [`Intent::new`].
+    pub key: String,
+    /// What kind of action (1–255 bytes of UTF-8 without control characters).
+    pub operation: String,
+    /// The bytes every attempt sends, unchanged.
+    pub payload: Vec<u8>,
+    /// Fingerprint of the business input, as the receiver will compute it.
+    pub fingerprint: Fingerprint,
+    /// Where the intent is.
+    pub state: IntentState,
+    /// Sends so far, including one whose reply is outstanding. Only ever grows.
+    pub attempts: u32,
+    /// When the user started the intent.
+    pub created_at: Timestamp,
+    /// When a queued intent is due; never later than `deadline` while the guard is on.
+    pub next_attempt_at: Timestamp,
+    /// Sends happen only strictly before this time: `created_at + server_retention −
+    /// safety_margin`.
+    pub deadline: Timestamp,
+    /// Status of the most recent reply taken into account; `None` before any reply and
+    /// after a transport error.
+    pub last_status: Option<u16>,
+    /// The definitive reply (status code and body) of a completed, failed or conflict
+    /// intent; `None` otherwise.
+    pub outcome: Option<Outcome>,
+}
+
+/// One send to perform: put `key` in the `Idempotency-Key` header and send `payload`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// The intent's key.
+    pub key: String,
+    /// The intent's operation.
+    pub operation: String,
+    /// The intent's payload, the same bytes on every attempt.
+    pub payload: Vec<u8>,
+    /// Which send this is, from 1.
+    pub attempt: u32,
+}
+
+/// What the receiver answered.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Reply {
+    /// The HTTP status code.
+    pub status: u16,
+    /// The response body.
+    pub body: Vec<u8>,
+    /// When the receiver asks for the next attempt: the lease end of a 409, or a
+    /// `Retry-After` of a 429 or 503. Honoured for every retryable reply, capped by the
+    /// deadline; `None` falls back to the backoff.
+    pub retry_at: Option<Timestamp>,
+}
+
+/// How the sender reads an HTTP status (draft-ietf-httpapi-idempotency-key-header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReplyClass {
+    /// 2xx: the effect happened.
+    Completed,
+    /// 409: another request with this key is being executed; retry after its lease.
+    InProgress,
+    /// 422: the key was used with another payload.
+    Conflict,
+    /// 408, 425, 429, 5xx, and anything that is not a final HTTP status (0–199, 600 and
+    /// up, such as the 0 of an opaque browser response): no definitive answer, resend.
+    Retry,
+    /// 3xx and every other 4xx: a definitive answer that resending would not change. A
+    /// 3xx is not followed (a 303 after a POST may well mean the effect happened), so the
+    /// caller gets its status and body to judge.
+    Failed,
+}
+
+impl ReplyClass {
+    /// The class of `status`.
+    #[must_use]
+    pub const fn of(status: u16) -> ReplyClass {
+        match status {
+            200..=299 => ReplyClass::Completed,
+            409 => ReplyClass::InProgress,
+            422 => ReplyClass::Conflict,
+            408 | 425 | 429 | 500..=599 => ReplyClass::Retry,
+            300..=499 => ReplyClass::Failed,
+            _ => ReplyClass::Retry,
+        }
+    }
+
+    /// The terminal state a definitive class leads to; `None` for InProgress and Retry.
+    #[must_use]
+    pub const fn settles_as(self) -> Option<IntentState> {
+        match self {
+            ReplyClass::Completed => Some(IntentState::Completed),
+            ReplyClass::Failed => Some(IntentState::Failed),
+            ReplyClass::Conflict => Some(IntentState::Conflict),
+            ReplyClass::InProgress | ReplyClass::Retry => None,
+        }
+    }
+}
+
+/// What [`Intent::poll`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a polled intent is in flight: send the attempt, or it waits for a restart"]
+pub enum Poll {
+    /// Now in flight: send this (after persisting the intent).
+    Send(Attempt),
+    /// The deadline passed before the intent could be sent again; now Expired.
+    Expired,
+    /// Nothing to do: not yet due, in flight, or terminal. The intent is unchanged.
+    Idle,
+}
+
+/// What a reply or a transport error did to an intent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// The intent reached this terminal state.
+    Finished(IntentState),
+    /// The intent is queued again, due at `at`.
+    Requeued {
+        /// Its new `next_attempt_at`.
+        at: Timestamp,
+    },
+    /// The input did not apply and the intent is unchanged: it was terminal already, or
+    /// queued and the input was not a definitive reply (a late or duplicated one).
+    Ignored,
+}
+
+impl Intent {
+    /// A new intent, queued and due at once, with a fresh UUIDv7 key from `now` and
+    /// `random`. This is the only place a key is made: retries reuse it.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::Operation`] when `operation` breaks its rule.
+    pub fn new(
+        operation: &str,
+        payload: Vec<u8>,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+        random: [u8; 16],
+        config: &LedgerConfig,
+    ) -> Result<Intent, LedgerError> {
+        check_operation(operation).map_err(LedgerError::Operation)?;
+        Ok(Intent {
+            key: key::uuid_v7(now, random),
+            operation: operation.into(),
+            payload,
+            fingerprint,
+            state: IntentState::Queued,
+            attempts: 0,
+            created_at: now,
+            next_attempt_at: now,
+            deadline: config.deadline(now),
+            last_status: None,
+            outcome: None,
+        })
+    }
+
+    /// Call for a queued intent when `now` reaches [`Intent::wakeup`]. At or past the
+    /// deadline it becomes Expired; otherwise, once due, it goes in flight and the
+    /// attempt count grows by one.
+    pub fn poll(&mut self, now: Timestamp, config: &LedgerConfig) -> Poll {
+        if self.state != IntentState::Queued {
+            return Poll::Idle;
+        }
+        if config.guarded() && now >= self.deadline {
+            self.state = IntentState::Expired;
+            return Poll::Expired;
+        }
+        if now < self.next_attempt_at {
+            return Poll::Idle;
+        }
+        self.state = IntentState::InFlight;
+        self.attempts = self.attempts.saturating_add(1);
+        Poll::Send(Attempt {
+            key: self.key.clone(),
+            operation: self.operation.clone(),
+            payload: self.payload.clone(),
+            attempt: self.attempts,
+        })
+    }
+
+    /// Takes the receiver's `reply` into account.
+    ///
+    /// In flight: a definitive reply settles the intent (keeping status and body as its
+    /// outcome); 409 and retryable replies queue it again, at `reply.retry_at` when given
+    /// or after a backoff, never past the deadline (at or past it, the intent expires).
+    /// Queued after a transport error or a restart: a definitive reply is a late answer
+    /// to an earlier attempt and settles it; any other reply is ignored. Terminal, or
+    /// never sent: ignored. A terminal intent never changes.
+    pub fn on_reply(
+        &mut self,
+        reply: Reply,
+        now: Timestamp,
+        config: &LedgerConfig,
+        rng: &mut BackoffRng,
+    ) -> Effect {
+        let class = ReplyClass::of(reply.status);
+        let settles_as = class.settles_as();
+        let applies = match self.state {
+            IntentState::InFlight => true,
+            IntentState::Queued => settles_as.is_some() && self.attempts > 0,
+            _ => false,
+        };
+        if !applies {
+            return Effect::Ignored;
+        }
+        self.last_status = Some(reply.status);
+        match settles_as {
+            Some(state) => {
+                self.state = state;
+                self.outcome = Some(Outcome::new(i32::from(reply.status), reply.body));
+                Effect::Finished(state)
+            }
+            None => self.requeue(reply.retry_at, now, config, rng),
+        }
+    }
+
+    /// The attempt in flight failed before any reply (connection lost, timeout): queue
+    /// it again after a backoff, never past the deadline. Ignored unless in flight.
+    pub fn on_transport_error(
+        &mut self,
+        now: Timestamp,
+        config: &LedgerConfig,
+        rng: &mut BackoffRng,
+    ) -> Effect {
+        if self.state != IntentState::InFlight {
+            return Effect::Ignored;
+        }
+        self.last_status = None;
+        self.requeue(None, now, config, rng)
+    }
+
+    /// After a crash or reload: an in-flight intent is queued again with the same key
+    /// and its `next_attempt_at` unchanged (so it is due at once; the receiver's dedup
+    /// makes the resend safe). Returns whether the intent changed.
+    pub fn restart(&mut self) -> bool {
+        let in_flight = self.state == IntentState::InFlight;
+        if in_flight {
+            self.state = IntentState::Queued;
+        }
+        in_flight
+    }
+
+    /// When [`Intent::poll`] has something to do: the earlier of `next_attempt_at` and
+    /// the deadline for a queued intent; `None` otherwise (an in-flight intent waits
+    /// for the network, a terminal one for nothing).
+    #[must_use]
+    pub fn wakeup(&self, config: &LedgerConfig) -> Option<Timestamp> {
+        (self.state == IntentState::Queued).then(|| {
+            if config.guarded() {
+                self.next_attempt_at.min(self.deadline)
+            } else {
+                self.next_attempt_at
+            }
+        })
+    }
+
+    /// The persisted bytes of this intent: a version byte, then postcard.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        encoding::encode(self)
+    }
+
+    /// Decodes bytes made by [`Intent::encode`] and checks the operation and key rules,
+    /// so a damaged file cannot smuggle in an invalid intent.
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError`] for empty, newer-format, malformed or invalid bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Intent, DecodeError> {
+        let intent: Intent = encoding::decode(bytes, "intent")?;
+        intent
+            .check()
+            .map_err(|_| DecodeError::Invalid { what: "intent" })?;
+        Ok(intent)
+    }
+
+    /// The operation and key rules, for decoded values.
+    pub(crate) fn check(&self) -> Result<(), IdError> {
+        // Tenant "-" is always valid, so any error names the operation or the key.
+        RecordId::new("-", &self.operation, &self.key).map(drop)
+    }
+
+    fn requeue(
+        &mut self,
+        retry_at: Option<Timestamp>,
+        now: Timestamp,
+        config: &LedgerConfig,
+        rng: &mut BackoffRng,
+    ) -> Effect {
+        if config.guarded() && now >= self.deadline {
+            self.state = IntentState::Expired;
+            return Effect::Finished(IntentState::Expired);
+        }
+        let at = match retry_at {
+            Some(at) => at.max(now),
+            None => now.plus_millis(rng.delay(self.attempts, config)),
+        };
+        let at = if config.guarded() {
+            at.min(self.deadline)
+        } else {
+            at
+        };
+        self.state = IntentState::Queued;
+        self.next_attempt_at = at;
+        Effect::Requeued { at }
+    }
+}
+
+/// The operation rule of [`RecordId`]: 1–255 bytes of UTF-8 without control characters.
+pub(crate) fn check_operation(operation: &str) -> Result<(), IdError> {
+    // Tenant and key "-" are always valid, so any error names the operation.
+    RecordId::new("-", operation, "-").map(drop)
+}

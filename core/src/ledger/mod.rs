@@ -1,0 +1,330 @@
+//! The sender ledger: intents, their idempotency keys and their retries.
+//!
+//! An [`Intent`] is one business action the user asked for. It gets one key (a UUIDv7
+//! from injected time and random bytes) when it is started, and every retry sends that
+//! key with the same payload, so the receiver executes it once. This module never reads a
+//! clock and never asks the OS for randomness: `now`, the 16 random bytes of a key and
+//! the backoff seed are arguments.
+//!
+//! Two ways to drive it:
+//! - [`Intent`]'s methods are pure transitions of one intent, for a durable store that
+//!   keeps intents in rows and its own [`BackoffRng`].
+//! - [`Ledger`] is an in-memory collection of intents (what the browser bindings use),
+//!   persisted whole with [`Ledger::snapshot`].
+//!
+//! | state | input | result |
+//! |---|---|---|
+//! | — | [`Ledger::begin`] | Queued, due now, new key |
+//! | Queued | [`Ledger::due`], now ≥ deadline | Expired |
+//! | Queued | [`Ledger::due`], now ≥ `next_attempt_at` | InFlight, attempts + 1, an [`Attempt`] to send |
+//! | InFlight | reply 2xx / 422 / 3xx or other 4xx | Completed / Conflict / Failed, with the reply as outcome |
+//! | InFlight | reply 409, 408, 425, 429, 5xx, non-final status; transport error | Queued at `retry_at` or after backoff, capped by the deadline; Expired if now ≥ deadline |
+//! | Queued (sent before) | definitive reply (late) | as from InFlight |
+//! | Queued | any other reply; transport error | ignored |
+//! | InFlight | [`Ledger::restart`], [`Ledger::restore`] | Queued, same key, due at once |
+//! | terminal | anything | ignored; only [`Ledger::forget`] removes it |
+//!
+//! **Deadline.** `deadline = created_at + server_retention − safety_margin`. An intent is
+//! sent only while `now < deadline`: after it the receiver may have forgotten the key and
+//! would execute a resend as new. An in-flight intent has no timeout here (the driver
+//! owns the request timeout and reports it as a transport error); at its next scheduling
+//! at or past the deadline it expires.
+//!
+//! **Backoff.** After attempt n (n ≥ 1) with no definitive answer, the next attempt waits
+//! uniform in `[0, min(max_backoff, base_backoff · 2^(n−1))]` (full jitter), drawn from the
+//! seeded [`BackoffRng`], and never past the deadline.
+
+mod backoff;
+mod config;
+mod intent;
+mod key;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_prop;
+
+use alloc::collections::BTreeMap;
+use alloc::collections::btree_map::Entry;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+use serde::{Deserialize, Serialize};
+
+pub use backoff::{BackoffRng, backoff_cap};
+pub use config::{LedgerConfig, LedgerConfigError};
+pub use intent::{Attempt, Effect, Intent, IntentState, Poll, Reply, ReplyClass};
+pub use key::{KEY_LEN, uuid_v7};
+
+use crate::encoding::{self, DecodeError};
+use crate::{Fingerprint, IdError, Timestamp};
+
+/// An input the ledger refuses; nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LedgerError {
+    /// The operation breaks its rule (1–255 bytes of UTF-8, no control characters).
+    Operation(IdError),
+    /// No intent has this key (never begun, or forgotten).
+    UnknownKey {
+        /// The key given.
+        key: String,
+    },
+    /// The new key is already taken: the same random bytes were given twice in one ms.
+    DuplicateKey {
+        /// The key made.
+        key: String,
+    },
+    /// Only a terminal intent may be forgotten: a live one still owns its key.
+    NotTerminal {
+        /// The key given.
+        key: String,
+        /// The intent's state.
+        state: IntentState,
+    },
+}
+
+impl fmt::Display for LedgerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LedgerError::Operation(e) => fmt::Display::fmt(e, f),
+            LedgerError::UnknownKey { key } => write!(f, "key {key}: no intent with this key"),
+            LedgerError::DuplicateKey { key } => write!(
+                f,
+                "key {key}: already names an intent, every begin needs 16 fresh random bytes"
+            ),
+            LedgerError::NotTerminal { key, state } => write!(
+                f,
+                "key {key}: intent is {state}, only completed, failed, conflict or expired intents may be forgotten"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for LedgerError {}
+
+/// The intents of one sender, in memory, by key.
+///
+/// UUIDv7 keys sort by creation time, so iteration and [`Ledger::due`] go oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ledger {
+    config: LedgerConfig,
+    rng: BackoffRng,
+    intents: BTreeMap<String, Intent>,
+}
+
+/// The persisted form of a [`Ledger`], written by [`Ledger::snapshot`].
+#[derive(Serialize)]
+struct SnapshotRef<'a> {
+    config: &'a LedgerConfig,
+    rng: BackoffRng,
+    intents: Vec<&'a Intent>,
+}
+
+/// What [`Ledger::restore`] reads; the same fields as [`SnapshotRef`].
+#[derive(Deserialize)]
+struct Snapshot {
+    config: LedgerConfig,
+    rng: BackoffRng,
+    intents: Vec<Intent>,
+}
+
+impl Ledger {
+    /// An empty ledger; the backoff jitter starts from `config.seed`.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerConfigError`] for settings that cannot work.
+    pub fn new(config: LedgerConfig) -> Result<Ledger, LedgerConfigError> {
+        config.validate()?;
+        Ok(Ledger {
+            rng: BackoffRng::new(config.seed),
+            config,
+            intents: BTreeMap::new(),
+        })
+    }
+
+    /// The settings.
+    #[must_use]
+    pub fn config(&self) -> &LedgerConfig {
+        &self.config
+    }
+
+    /// Starts a new intent: a fresh key from `now` and `random` (16 bytes from the
+    /// platform's secure random source), queued and due at once. Call once per user
+    /// action, never for a retry.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::Operation`] for an invalid operation, [`LedgerError::DuplicateKey`]
+    /// when `random` was reused within the same millisecond.
+    pub fn begin(
+        &mut self,
+        operation: &str,
+        payload: Vec<u8>,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+        random: [u8; 16],
+    ) -> Result<&Intent, LedgerError> {
+        let intent = Intent::new(operation, payload, fingerprint, now, random, &self.config)?;
+        match self.intents.entry(intent.key.clone()) {
+            Entry::Occupied(_) => Err(LedgerError::DuplicateKey { key: intent.key }),
+            Entry::Vacant(slot) => Ok(slot.insert(intent)),
+        }
+    }
+
+    /// Call when `now` reaches [`Ledger::next_wakeup`] (or at any time). Expires the
+    /// queued intents at or past their deadline, and puts the due ones in flight,
+    /// returning what to send, oldest first. Sending before or after persisting is
+    /// equally safe: a restored ledger queues in-flight intents again and the receiver
+    /// answers the resend from its record.
+    #[must_use = "the intents are now in flight: send every attempt"]
+    pub fn due(&mut self, now: Timestamp) -> Vec<Attempt> {
+        let config = &self.config;
+        self.intents
+            .values_mut()
+            .filter_map(|intent| match intent.poll(now, config) {
+                Poll::Send(attempt) => Some(attempt),
+                Poll::Expired | Poll::Idle => None,
+            })
+            .collect()
+    }
+
+    /// Takes the receiver's reply for `key` into account; see [`Intent::on_reply`].
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::UnknownKey`] when no intent has `key`. A reply for a terminal
+    /// intent is not an error: it is [`Effect::Ignored`].
+    pub fn on_reply(
+        &mut self,
+        key: &str,
+        reply: Reply,
+        now: Timestamp,
+    ) -> Result<Effect, LedgerError> {
+        let intent = find(&mut self.intents, key)?;
+        Ok(intent.on_reply(reply, now, &self.config, &mut self.rng))
+    }
+
+    /// The attempt in flight for `key` failed before any reply; see
+    /// [`Intent::on_transport_error`].
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::UnknownKey`] when no intent has `key`.
+    pub fn on_transport_error(&mut self, key: &str, now: Timestamp) -> Result<Effect, LedgerError> {
+        let intent = find(&mut self.intents, key)?;
+        Ok(intent.on_transport_error(now, &self.config, &mut self.rng))
+    }
+
+    /// After a crash or reload: every in-flight intent is queued again with the same key,
+    /// due at once. [`Ledger::restore`] does this itself.
+    pub fn restart(&mut self) {
+        for intent in self.intents.values_mut() {
+            intent.restart();
+        }
+    }
+
+    /// The earliest time [`Ledger::due`] has something to do (a queued intent falls due
+    /// or reaches its deadline); `None` when nothing is queued. It may be in the past:
+    /// call `due` at once.
+    #[must_use]
+    pub fn next_wakeup(&self) -> Option<Timestamp> {
+        self.intents
+            .values()
+            .filter_map(|intent| intent.wakeup(&self.config))
+            .min()
+    }
+
+    /// The intent with `key`.
+    #[must_use]
+    pub fn get(&self, key: &str) -> Option<&Intent> {
+        self.intents.get(key)
+    }
+
+    /// Every intent, by key (oldest first).
+    pub fn iter(&self) -> impl Iterator<Item = &Intent> {
+        self.intents.values()
+    }
+
+    /// How many intents the ledger holds.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.intents.len()
+    }
+
+    /// True when the ledger holds no intent.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.intents.is_empty()
+    }
+
+    /// Removes a terminal intent (after the application took its outcome) and returns it.
+    /// Queued and in-flight intents cannot be forgotten: their key may have reached the
+    /// receiver, and the same action started again would get a new key and run twice.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::UnknownKey`] or [`LedgerError::NotTerminal`].
+    pub fn forget(&mut self, key: &str) -> Result<Intent, LedgerError> {
+        let state = find(&mut self.intents, key)?.state;
+        if !state.is_terminal() {
+            return Err(LedgerError::NotTerminal {
+                key: key.into(),
+                state,
+            });
+        }
+        self.intents
+            .remove(key)
+            .ok_or_else(|| LedgerError::UnknownKey { key: key.into() })
+    }
+
+    /// The whole ledger as bytes (version byte, then postcard): settings, backoff state
+    /// and intents by key. Persist after every change; [`Ledger::restore`] reads it.
+    #[must_use]
+    pub fn snapshot(&self) -> Vec<u8> {
+        encoding::encode(&SnapshotRef {
+            config: &self.config,
+            rng: self.rng,
+            intents: self.intents.values().collect(),
+        })
+    }
+
+    /// The ledger [`Ledger::snapshot`] wrote, with restart applied: in-flight intents are
+    /// queued again with the same key.
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError`] for empty, newer-format or malformed bytes, and
+    /// [`DecodeError::Invalid`] when the settings cannot work, an operation or key breaks
+    /// its rule, or two intents share a key.
+    pub fn restore(bytes: &[u8]) -> Result<Ledger, DecodeError> {
+        const WHAT: &str = "ledger snapshot";
+        let invalid = DecodeError::Invalid { what: WHAT };
+        let snapshot: Snapshot = encoding::decode(bytes, WHAT)?;
+        snapshot.config.validate().map_err(|_| invalid.clone())?;
+        let mut intents = BTreeMap::new();
+        for mut intent in snapshot.intents {
+            intent.check().map_err(|_| invalid.clone())?;
+            if intents.contains_key(&intent.key) {
+                return Err(invalid);
+            }
+            intent.restart();
+            intents.insert(intent.key.clone(), intent);
+        }
+        Ok(Ledger {
+            config: snapshot.config,
+            rng: snapshot.rng,
+            intents,
+        })
+    }
+}
+
+fn find<'a>(
+    intents: &'a mut BTreeMap<String, Intent>,
+    key: &str,
+) -> Result<&'a mut Intent, LedgerError> {
+    intents
+        .get_mut(key)
+        .ok_or_else(|| LedgerError::UnknownKey { key: key.into() })
+}

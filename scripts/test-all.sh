@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Sets up what a fresh machine lacks, then runs every check of idem:
+# formatting, lints, all tests, and the no_std and wasm builds of the core.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "toolchain: rust targets and components"
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+installed_targets=$(rustup target list --installed)
+for target in wasm32-unknown-unknown thumbv7em-none-eabihf; do
+  grep -qx "$target" <<<"$installed_targets" || rustup target add "$target"
+done
+
+step "cargo fmt --all --check"
+cargo fmt --all --check
+
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo test --workspace"
+cargo test --workspace
+
+step "idem-core builds for wasm32-unknown-unknown"
+cargo build -p idem-core --target wasm32-unknown-unknown
+
+step "idem-core builds no_std without default features for thumbv7em-none-eabihf"
+cargo build -p idem-core --no-default-features --target thumbv7em-none-eabihf
+
+step "all checks passed"
