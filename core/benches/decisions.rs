@@ -55,7 +55,7 @@ fn main() {
     });
     rate("begin on pending key (in progress)", N, |i| {
         let t = protocol::begin(Some(&pending), fp, Generation(i + 1), now, &config);
-        black_box(t);
+        black_box(t.decision);
     });
     rate("begin on settled key (replay, 64 B)", N, |i| {
         let t = protocol::begin(
@@ -65,12 +65,12 @@ fn main() {
             now,
             &config,
         );
-        black_box(t);
+        black_box(t.decision);
     });
     let other = Fingerprint::of_bytes(b"credit 9999 to A-1");
     rate("begin with another fingerprint (conflict)", N, |i| {
         let t = protocol::begin(Some(&settled), other, Generation(i + 1), now, &config);
-        black_box(t);
+        black_box(t.decision);
     });
     rate("record encode + decode", N / 4, |_| {
         let bytes = settled.encode();

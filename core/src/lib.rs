@@ -49,6 +49,10 @@ pub use config::{Config, ConfigError, LeaseExpiry};
 pub use encoding::DecodeError;
 pub use fingerprint::{Fingerprint, FingerprintError};
 pub use id::{Field, IdError, RecordId};
+pub use ledger::{
+    Attempt, Effect, Intent, IntentState, Ledger, LedgerConfig, LedgerConfigError, LedgerError,
+    Reply,
+};
 pub use protocol::{Refusal, Transition, Write};
 pub use record::{Outcome, OutcomeError, Record, State, Status, Verdict};
 pub use time::{Generation, Timestamp};

@@ -42,6 +42,8 @@ mod key;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_format;
+#[cfg(test)]
 mod tests_prop;
 
 use alloc::collections::BTreeMap;

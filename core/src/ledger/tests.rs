@@ -1,4 +1,6 @@
-//! Unit tests of the sender ledger.
+//! Unit tests of the sender ledger: transitions, replies, backoff, deadline, restart.
+//!
+//! The helpers here are shared with `tests_format`.
 
 use alloc::string::{String, ToString};
 use alloc::vec;
@@ -7,11 +9,11 @@ use alloc::vec::Vec;
 use super::*;
 use crate::Outcome;
 
-const CREATED: Timestamp = Timestamp(1_000);
+pub(super) const CREATED: Timestamp = Timestamp(1_000);
 /// `CREATED + 100_000 − 10_000`.
-const DEADLINE: Timestamp = Timestamp(91_000);
+pub(super) const DEADLINE: Timestamp = Timestamp(91_000);
 
-fn config() -> LedgerConfig {
+pub(super) fn config() -> LedgerConfig {
     LedgerConfig {
         server_retention_ms: 100_000,
         safety_margin_ms: 10_000,
@@ -22,16 +24,16 @@ fn config() -> LedgerConfig {
     }
 }
 
-fn ledger() -> Ledger {
+pub(super) fn ledger() -> Ledger {
     Ledger::new(config()).unwrap()
 }
 
-fn fingerprint() -> Fingerprint {
+pub(super) fn fingerprint() -> Fingerprint {
     Fingerprint::of_bytes(b"pay 10 EUR")
 }
 
 /// Begins an intent at `CREATED` and returns its key.
-fn begin(ledger: &mut Ledger, random: u8) -> String {
+pub(super) fn begin(ledger: &mut Ledger, random: u8) -> String {
     let payload = b"pay 10 EUR".to_vec();
     ledger
         .begin("pay", payload, fingerprint(), CREATED, [random; 16])
@@ -41,14 +43,14 @@ fn begin(ledger: &mut Ledger, random: u8) -> String {
 }
 
 /// Begins an intent and sends its first attempt at `CREATED`.
-fn in_flight(ledger: &mut Ledger) -> String {
+pub(super) fn in_flight(ledger: &mut Ledger) -> String {
     let key = begin(ledger, 1);
     let sent = ledger.due(CREATED);
     assert_eq!(sent.len(), 1);
     key
 }
 
-fn reply(status: u16) -> Reply {
+pub(super) fn reply(status: u16) -> Reply {
     Reply {
         status,
         body: b"body".to_vec(),
@@ -56,110 +58,8 @@ fn reply(status: u16) -> Reply {
     }
 }
 
-fn state(ledger: &Ledger, key: &str) -> IntentState {
+pub(super) fn state(ledger: &Ledger, key: &str) -> IntentState {
     ledger.get(key).unwrap().state
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| alloc::format!("{b:02x}")).collect()
-}
-
-#[test]
-fn uuid_v7_matches_the_rfc_9562_example() {
-    // RFC 9562 appendix A.6: 017F22E2-79B0-7CC3-98C4-DC0C0C07398F at 0x017F22E279B0 ms.
-    // The random bytes carry noise where the timestamp, version and variant go.
-    let random = [
-        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfc, 0xc3, 0xd8, 0xc4, 0xdc, 0x0c, 0x0c, 0x07, 0x39,
-        0x8f,
-    ];
-    let key = uuid_v7(Timestamp(0x017f_22e2_79b0), random);
-    assert_eq!(key, "017f22e2-79b0-7cc3-98c4-dc0c0c07398f");
-}
-
-#[test]
-fn uuid_v7_layout_version_variant_and_timestamp() {
-    for random in [[0x00; 16], [0xff; 16], [0x5a; 16]] {
-        let key = uuid_v7(Timestamp(0x0123_4567_89ab), random);
-        assert_eq!(key.len(), KEY_LEN);
-        let bytes = key.as_bytes();
-        for (i, &b) in bytes.iter().enumerate() {
-            assert_eq!(
-                b == b'-',
-                matches!(i, 8 | 13 | 18 | 23),
-                "hyphen at {i} in {key}"
-            );
-        }
-        assert_eq!(&key[..13], "01234567-89ab", "timestamp bytes, big-endian");
-        assert_eq!(bytes[14], b'7', "version nibble");
-        assert!(
-            matches!(bytes[19], b'8' | b'9' | b'a' | b'b'),
-            "variant bits 10 in {key}"
-        );
-    }
-    // Only the low 48 bits of the time fit.
-    assert!(uuid_v7(Timestamp(1 << 48 | 5), [0; 16]).starts_with("00000000-0005-7"));
-    // Later milliseconds sort later, whatever the random bytes.
-    assert!(uuid_v7(Timestamp(10), [0xff; 16]) < uuid_v7(Timestamp(11), [0x00; 16]));
-}
-
-#[test]
-fn state_names_round_trip() {
-    let names: Vec<&str> = IntentState::ALL.iter().map(|s| s.name()).collect();
-    assert_eq!(
-        names,
-        [
-            "queued",
-            "in_flight",
-            "completed",
-            "failed",
-            "conflict",
-            "expired"
-        ]
-    );
-    for state in IntentState::ALL {
-        assert_eq!(IntentState::from_name(state.name()), Some(state));
-        assert_eq!(state.to_string(), state.name());
-    }
-    assert_eq!(IntentState::from_name("pending"), None);
-}
-
-#[test]
-fn config_errors_name_the_field_and_the_rule() {
-    let cases = [
-        (
-            LedgerConfig {
-                safety_margin_ms: 0,
-                ..config()
-            },
-            "safety_margin_ms: 0, must be at least 1 ms (it covers clock skew and time in flight)",
-        ),
-        (
-            LedgerConfig {
-                safety_margin_ms: 100_000,
-                ..config()
-            },
-            "safety_margin_ms: 100000, must be less than server_retention_ms (100000)",
-        ),
-        (
-            LedgerConfig {
-                base_backoff_ms: 0,
-                ..config()
-            },
-            "base_backoff_ms: 0, must be at least 1 ms",
-        ),
-        (
-            LedgerConfig {
-                max_backoff_ms: 99,
-                ..config()
-            },
-            "max_backoff_ms: 99, must be at least base_backoff_ms (100)",
-        ),
-    ];
-    for (config, message) in cases {
-        assert_eq!(Ledger::new(config).unwrap_err().to_string(), message);
-    }
-    assert_eq!(LedgerConfig::with_seed(3).validate(), Ok(()));
-    assert_eq!(config().deadline(CREATED), DEADLINE);
 }
 
 #[test]
@@ -324,12 +224,6 @@ fn in_progress_honours_the_lease_end_capped_by_the_deadline() {
         Effect::Requeued { at: lease_end }
     );
     assert_eq!(ledger.next_wakeup(), Some(lease_end));
-    assert!(
-        ledger
-            .due(lease_end.plus_millis(-1i64 as u64 & 0))
-            .is_empty()
-            || true
-    );
     assert!(
         ledger.due(Timestamp(lease_end.0 - 1)).is_empty(),
         "not before the lease end"
@@ -613,165 +507,27 @@ fn next_wakeup_is_the_earliest_queued_time() {
     assert_eq!(ledger.iter().count(), 2);
 }
 
-/// Two intents, one completed and one in flight after a 503 and a resend.
-fn small_ledger() -> Ledger {
-    let mut ledger = Ledger::new(LedgerConfig {
-        seed: 7,
-        ..config()
-    })
-    .unwrap();
-    let done = ledger
-        .begin("pay", b"p1".to_vec(), fingerprint(), CREATED, [1; 16])
-        .unwrap();
-    let done = done.key.clone();
-    let busy = ledger
-        .begin("refund", b"p2".to_vec(), fingerprint(), CREATED, [2; 16])
-        .unwrap();
-    let busy = busy.key.clone();
-    assert_eq!(ledger.due(CREATED).len(), 2);
-    ledger
-        .on_reply(
-            &done,
-            Reply {
-                status: 200,
-                body: b"ok".to_vec(),
-                retry_at: None,
-            },
-            CREATED,
-        )
-        .unwrap();
-    ledger.on_reply(&busy, reply(503), CREATED).unwrap();
-    assert_eq!(ledger.due(CREATED.plus_millis(100)).len(), 1);
-    ledger
-}
-
-#[test]
-fn snapshot_restore_round_trips_with_restart_applied() {
-    let ledger = small_ledger();
-    let restored = Ledger::restore(&ledger.snapshot()).unwrap();
-    let mut expected = ledger.clone();
-    expected.restart();
-    assert_eq!(restored, expected);
-    assert!(restored.iter().all(|i| i.state != IntentState::InFlight));
-    assert_ne!(restored, ledger, "the in-flight intent is queued again");
-    // The jitter sequence continues where it stopped.
-    let (mut a, mut b) = (ledger, restored);
-    a.restart();
-    let key = a
-        .iter()
-        .find(|i| i.state == IntentState::Queued)
-        .unwrap()
-        .key
-        .clone();
-    for l in [&mut a, &mut b] {
-        let _ = l.due(CREATED.plus_millis(200));
-        l.on_transport_error(&key, CREATED.plus_millis(200))
-            .unwrap();
+/// The retry times of one intent that always meets a transport error, with `seed`.
+fn retry_times(seed: u64) -> Vec<Timestamp> {
+    let mut ledger = Ledger::new(LedgerConfig { seed, ..config() }).unwrap();
+    let key = begin(&mut ledger, 1);
+    let mut times = Vec::new();
+    while let Some(now) = ledger.next_wakeup() {
+        if ledger.due(now).is_empty() {
+            continue;
+        }
+        if let Effect::Requeued { at } = ledger.on_transport_error(&key, now).unwrap() {
+            times.push(at);
+        }
     }
-    assert_eq!(a, b);
+    times
 }
 
 #[test]
-fn snapshot_golden_bytes() {
-    // A change here changes the format of every stored ledger: make it deliberately,
-    // with a new format version and a reader for the old one.
-    let bytes = small_ledger().snapshot();
-    assert_eq!(hex(&bytes), GOLDEN_SNAPSHOT);
-    assert_eq!(
-        Ledger::restore(&bytes).unwrap().snapshot().len(),
-        bytes.len()
-    );
-}
-
-/// Version 1; config (100000, 10000, 100, 1600, seed 7, guard on); jitter state; two
-/// intents: `pay` completed with 200 "ok", `refund` in flight (attempt 2, last status 503).
-const GOLDEN_SNAPSHOT: &str = concat!(
-    "01a08d06904e64c00c07009cf8a9fa97b7de9b9e01022430303030303030302d303365382d373130",
-    "312d383130312d30313031303130313031303103706179027031cbc7bae751ed7b3e1538634d7361",
-    "e85a2e583a00c1677b954598773c2741167a0201e807e807f8c60501c801019003026f6b24303030",
-    "30303030302d303365382d373230322d383230322d30323032303230323032303206726566756e64",
-    "027032cbc7bae751ed7b3e1538634d7361e85a2e583a00c1677b954598773c2741167a0102e8078f",
-    "08f8c60501f70300",
-);
-
-#[test]
-fn intent_golden_bytes_and_checked_decode() {
-    let ledger = small_ledger();
-    let intent = ledger.iter().next().unwrap();
-    assert_eq!(hex(&intent.encode()), GOLDEN_INTENT);
-    assert_eq!(&Intent::decode(&intent.encode()).unwrap(), intent);
-
-    let bad = Intent {
-        operation: "p\u{0}".into(),
-        ..intent.clone()
-    };
-    assert_eq!(
-        Intent::decode(&bad.encode()),
-        Err(DecodeError::Invalid { what: "intent" })
-    );
-    let bad = Intent {
-        key: "k\u{e9}".into(),
-        ..intent.clone()
-    };
-    assert_eq!(
-        Intent::decode(&bad.encode()),
-        Err(DecodeError::Invalid { what: "intent" })
-    );
-}
-
-/// Version 1; key, operation, payload, fingerprint (32 bytes), state 2 (completed),
-/// attempts 1, created 1000, next attempt 1000, deadline 91000, last status 200, outcome
-/// (200, "ok").
-const GOLDEN_INTENT: &str = concat!(
-    "012430303030303030302d303365382d373130312d383130312d3031303130313031303130310370",
-    "6179027031cbc7bae751ed7b3e1538634d7361e85a2e583a00c1677b954598773c2741167a0201e8",
-    "07e807f8c60501c801019003026f6b",
-);
-
-#[test]
-fn restore_refuses_damaged_snapshots() {
-    const WHAT: &str = "ledger snapshot";
-    let good = small_ledger().snapshot();
-    assert_eq!(Ledger::restore(&[]), Err(DecodeError::Empty));
-    let mut newer = good.clone();
-    newer[0] = 9;
-    assert!(matches!(
-        Ledger::restore(&newer),
-        Err(DecodeError::NewerFormat { found: 9, .. })
-    ));
-    assert_eq!(
-        Ledger::restore(&good[..good.len() - 1]),
-        Err(DecodeError::Malformed { what: WHAT })
-    );
-    let mut longer = good.clone();
-    longer.push(0);
-    assert_eq!(
-        Ledger::restore(&longer),
-        Err(DecodeError::Malformed { what: WHAT })
-    );
-
-    let ledger = small_ledger();
-    let intent = ledger.iter().next().unwrap();
-    let twice = encoding::encode(&SnapshotRef {
-        config: ledger.config(),
-        rng: BackoffRng::new(0),
-        intents: vec![intent, intent],
-    });
-    assert_eq!(
-        Ledger::restore(&twice),
-        Err(DecodeError::Invalid { what: WHAT })
-    );
-    let bad_config = LedgerConfig {
-        base_backoff_ms: 0,
-        ..config()
-    };
-    let unusable = encoding::encode(&SnapshotRef {
-        config: &bad_config,
-        rng: BackoffRng::new(0),
-        intents: vec![],
-    });
-    assert_eq!(
-        Ledger::restore(&unusable),
-        Err(DecodeError::Invalid { what: WHAT })
-    );
+fn backoff_is_deterministic_given_the_seed() {
+    let a = retry_times(5);
+    assert!(a.len() > 50);
+    assert_eq!(a, retry_times(5));
+    assert_ne!(a, retry_times(6));
+    assert!(a.windows(2).all(|w| w[0] <= w[1]));
 }
