@@ -162,7 +162,8 @@ fn check_len(field: Field, value: &str) -> Result<(), IdError> {
     }
 }
 
-fn check_text(field: Field, value: &str) -> Result<(), IdError> {
+/// The rule of tenant and operation: 1–255 bytes of UTF-8 without control characters.
+pub(crate) fn check_text(field: Field, value: &str) -> Result<(), IdError> {
     check_len(field, value)?;
     match value.char_indices().find(|(_, c)| c.is_control()) {
         Some((offset, _)) => Err(IdError::ControlCharacter { field, offset }),
@@ -170,7 +171,8 @@ fn check_text(field: Field, value: &str) -> Result<(), IdError> {
     }
 }
 
-fn check_key(value: &str) -> Result<(), IdError> {
+/// The rule of keys: 1–255 bytes of printable ASCII.
+pub(crate) fn check_key(value: &str) -> Result<(), IdError> {
     check_len(Field::Key, value)?;
     match value
         .bytes()

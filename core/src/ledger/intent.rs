@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{BackoffRng, LedgerConfig, LedgerError, key};
 use crate::encoding::{self, DecodeError};
-use crate::{Fingerprint, IdError, Outcome, RecordId, Timestamp};
+use crate::id::{self, Field};
+use crate::{Fingerprint, IdError, Outcome, Timestamp};
 
 /// Where an intent is in its life.
 ///
@@ -355,8 +356,8 @@ impl Intent {
 
     /// The operation and key rules, for decoded values.
     pub(crate) fn check(&self) -> Result<(), IdError> {
-        // Tenant "-" is always valid, so any error names the operation or the key.
-        RecordId::new("-", &self.operation, &self.key).map(drop)
+        check_operation(&self.operation)?;
+        id::check_key(&self.key)
     }
 
     fn requeue(
@@ -387,6 +388,5 @@ impl Intent {
 
 /// The operation rule of [`RecordId`]: 1–255 bytes of UTF-8 without control characters.
 pub(crate) fn check_operation(operation: &str) -> Result<(), IdError> {
-    // Tenant and key "-" are always valid, so any error names the operation.
-    RecordId::new("-", operation, "-").map(drop)
+    id::check_text(Field::Operation, operation)
 }
