@@ -1,6 +1,147 @@
-//! The `idem` command.
+//! The `idem` command: inspect, resolve and sweep an idem store, and wrap scripts so they
+//! run once per key.
+//!
+//! Every command checks all of its arguments before it opens the store, so bad input
+//! never changes the file. Errors are one line on stderr, `idem: <message>`, and the exit
+//! status follows the CLI contract (see `idem --help`).
+#![forbid(unsafe_code)]
+
+mod args;
+mod bench;
+mod demo;
+mod exec;
+mod exit;
+mod input;
+mod keyed;
+mod maintain;
+mod output;
+mod progress;
+mod session;
+mod time;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+
+use crate::args::{Cli, Command};
+use crate::exec::ExecRequest;
+use crate::exit::{Ending, clap_line};
+use crate::keyed::Reconciled;
+use crate::session::Session;
+use crate::time::Clock;
 
 fn main() {
-    eprintln!("idem: the command line is not built yet");
-    std::process::exit(1);
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) =>
+        {
+            e.exit()
+        }
+        Err(e) => {
+            eprintln!("idem: {}", clap_line(&e));
+            std::process::exit(2);
+        }
+    };
+    let code = match run(&cli) {
+        Ok(code) => code,
+        Err(failure) => {
+            eprintln!("idem: {failure}");
+            failure.exit.code()
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run(cli: &Cli) -> Ending {
+    let session = Session {
+        db: input::db_path(cli.db.as_deref()),
+        clock: Clock::new(cli.now),
+        json: cli.json,
+    };
+    match &cli.command {
+        Command::Begin { id, request, lease } => keyed::begin(&session, id, request, *lease),
+        Command::Complete {
+            id,
+            generation,
+            failed,
+            code,
+            outcome,
+            retention,
+        } => keyed::complete(
+            &session,
+            id,
+            generation,
+            *failed,
+            (*code, outcome.as_deref()),
+            *retention,
+        ),
+        Command::Release { id, generation } => keyed::release(&session, id, generation),
+        Command::Heartbeat {
+            id,
+            generation,
+            lease,
+        } => keyed::heartbeat(&session, id, generation, *lease),
+        Command::MarkUnknown { id, generation } => keyed::mark_unknown(&session, id, generation),
+        Command::Resolve {
+            id,
+            succeeded,
+            failed,
+            not_executed: _,
+            code,
+            outcome,
+        } => {
+            let how = if *succeeded {
+                Reconciled::Succeeded
+            } else if *failed {
+                Reconciled::Failed
+            } else {
+                Reconciled::NotExecuted
+            };
+            keyed::resolve(&session, id, how, (*code, outcome.as_deref()))
+        }
+        Command::Exec {
+            id,
+            request,
+            lease,
+            wait,
+            program,
+        } => exec::exec(
+            &session,
+            &ExecRequest {
+                id,
+                request,
+                lease: *lease,
+                wait: *wait,
+                program,
+            },
+        ),
+        Command::Get { id } => keyed::get(&session, id),
+        Command::List {
+            state,
+            tenant,
+            operation,
+            limit,
+        } => maintain::list(
+            &session,
+            idem_store::ListFilter {
+                state: *state,
+                tenant: tenant.clone(),
+                operation: operation.clone(),
+                limit: *limit,
+            },
+        ),
+        Command::Stats => maintain::stats(&session),
+        Command::Sweep { limit, dry_run } => maintain::sweep(&session, *limit, *dry_run),
+        Command::Check => maintain::check(&session),
+        Command::Compact => maintain::compact(&session),
+        Command::Export { out } => maintain::export(&session, out.as_deref()),
+        Command::Import { file } => maintain::import(&session, file),
+        Command::Demo => demo::run(&session),
+        Command::Bench { ops } => bench::run(&session, *ops),
+    }
 }

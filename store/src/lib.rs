@@ -1,1 +1,180 @@
 //! The durable idempotency store of idem, on redb.
+//!
+//! A [`Store`] keeps one record per `(tenant, operation, key)` in a redb file and drives
+//! the pure receiver protocol of [`idem_core::protocol`] inside redb write transactions:
+//! read the record, run the core, apply its write, commit, and only then answer. With
+//! the default [`redb::Durability::Immediate`], an answer is given only after its fsync.
+//!
+//! There are two ways to run a request once.
+//!
+//! # Atomic execute
+//!
+//! When the effect is a write to the same file (a balance, a sale, an outbox intent),
+//! [`Store::execute`] claims the key, runs the caller's writes and settles the record in
+//! one transaction: all of it commits, or none of it. A retry gets the stored outcome
+//! and the work does not run again.
+//!
+//! ```
+//! use idem_core::{Fingerprint, Outcome, RecordId, Timestamp, Verdict};
+//! use idem_store::{Executed, Store};
+//! use redb::{ReadableTable, TableDefinition, WriteTransaction};
+//!
+//! const BALANCE: TableDefinition<&str, u64> = TableDefinition::new("shop.balance");
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::open(dir.path().join("terminal.redb"))?;
+//! let id = RecordId::new("shop-7", "credit", "0190b7c2-sale-1")?;
+//! let fingerprint = Fingerprint::of_bytes(br#"{"account":"alice","amount":5}"#);
+//!
+//! let credit = |txn: &WriteTransaction| -> Result<_, redb::Error> {
+//!     let mut balance = txn.open_table(BALANCE)?;
+//!     let new = balance.get("alice")?.map_or(0, |v| v.value()) + 5;
+//!     balance.insert("alice", new)?;
+//!     Ok((Verdict::Succeeded, Outcome::new(200, format!("balance {new}")), new))
+//! };
+//!
+//! let first = store.execute(&id, fingerprint, Timestamp(1_000), credit)?;
+//! assert!(matches!(first, Executed::Ran { value: 5, .. }));
+//!
+//! // The client timed out and retries the same intent: the outcome is replayed.
+//! let retry = store.execute(&id, fingerprint, Timestamp(2_000), credit)?;
+//! assert!(matches!(retry, Executed::NotRun(_)));
+//! assert_eq!(retry.outcome(), first.outcome());
+//!
+//! let balance = store.read(|txn| -> Result<u64, redb::Error> {
+//!     Ok(txn.open_table(BALANCE)?.get("alice")?.map_or(0, |v| v.value()))
+//! })??;
+//! assert_eq!(balance, 5);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Two-phase, for an external call
+//!
+//! When the effect is outside the file (a payment provider, a printer), [`Store::begin`]
+//! commits a Pending claim, the caller does the call, then settles with
+//! [`Store::complete`], gives the key back with [`Store::release`], or, when it cannot
+//! tell whether the effect happened, [`Store::mark_unknown`]s it for a reconciler, who
+//! later calls [`Store::resolve`].
+//!
+//! ```
+//! use idem_core::protocol::{Decision, Resolution};
+//! use idem_core::{Fingerprint, Outcome, RecordId, State, Timestamp, Verdict};
+//! use idem_store::Store;
+//!
+//! # struct Timeout;
+//! # fn charge_card(_amount: u32) -> Result<String, Timeout> { Err(Timeout) }
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::open(dir.path().join("terminal.redb"))?;
+//! let id = RecordId::new("shop-7", "charge", "0190b7c2-sale-2")?;
+//! let fingerprint = Fingerprint::of_bytes(b"amount=1250");
+//! let now = Timestamp(1_700_000_000_000);
+//!
+//! match store.begin(&id, fingerprint, now)? {
+//!     Decision::Claimed { generation, .. } => match charge_card(1250) {
+//!         Ok(receipt) => {
+//!             store.complete(&id, generation, Verdict::Succeeded, Outcome::new(200, receipt), now)?;
+//!         }
+//!         // The provider timed out: the card may or may not have been charged.
+//!         Err(Timeout) => {
+//!             store.mark_unknown(&id, generation, now)?;
+//!         }
+//!     },
+//!     Decision::Replay { outcome, .. } => println!("already done: {outcome:?}"),
+//!     Decision::InProgress { lease_until, .. } => println!("busy, retry after {lease_until}"),
+//!     Decision::Conflict { .. } => println!("this key was used for another request"),
+//!     Decision::NeedsReconciliation { .. } => println!("waiting for a reconciler"),
+//! }
+//!
+//! // Every retry now answers NeedsReconciliation, until someone checks with the provider.
+//! assert!(matches!(store.begin(&id, fingerprint, now)?, Decision::NeedsReconciliation { .. }));
+//! let settled = store.resolve(&id, Resolution::Succeeded(Outcome::new(200, "receipt 77")), now)?;
+//! assert_eq!(settled.map(|r| r.state()), Some(State::Succeeded));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Sweep and stats
+//!
+//! Settled records are replayed until their retention ends; [`Store::sweep`] then
+//! deletes them, oldest first, in bounded batches. Pending and Unknown records are never
+//! swept: [`Store::stats`] shows them for alerting.
+//!
+//! ```
+//! use idem_core::{Config, Fingerprint, Outcome, RecordId, Timestamp, Verdict};
+//! use idem_store::Store;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let config = Config { success_retention_ms: 60_000, ..Config::default() };
+//! let store = Store::builder().config(config).open(dir.path().join("terminal.redb"))?;
+//! for n in 0..3 {
+//!     let id = RecordId::new("shop-7", "credit", &format!("sale-{n}"))?;
+//!     let fp = Fingerprint::of_bytes(&[n]);
+//!     store.execute(&id, fp, Timestamp(1_000), |_| {
+//!         Ok::<_, std::convert::Infallible>((Verdict::Succeeded, Outcome::new(200, "ok"), ()))
+//!     })?;
+//! }
+//! let stuck = RecordId::new("shop-7", "charge", "sale-9")?;
+//! store.begin(&stuck, Fingerprint::of_bytes(b"9"), Timestamp(1_000))?;
+//!
+//! let later = Timestamp(120_000);
+//! let stats = store.stats(later)?;
+//! assert_eq!((stats.succeeded, stats.pending, stats.expired), (3, 1, 3));
+//! assert_eq!(stats.pending_lease_expired, 1); // the executor of sale-9 went silent
+//! assert_eq!(stats.oldest_pending_age_ms, Some(119_000));
+//!
+//! let report = store.sweep(later, 2, false)?;
+//! assert_eq!((report.removed, report.remaining_expired), (2, true));
+//! let report = store.sweep(later, 100, false)?;
+//! assert_eq!((report.removed, report.remaining_expired), (1, false));
+//! assert_eq!(store.stats(later)?.records(), 1); // the Pending record stays
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Several threads, several processes
+//!
+//! A `Store` is `Send + Sync`: share it by reference or `Arc`. This process's write
+//! transactions queue on an in-process lock; reads never wait.
+//!
+//! Several processes may open the same file: the terminal application keeps its `Store`
+//! open while the `idem` CLI opens the file, runs one command and exits. The store opens
+//! redb in [`redb::ConcurrencyMode::MultiWriter`] (redb 4.5+): every process may read at
+//! any time, and writes take turns, one write transaction at a time across all processes.
+//! A write waits for another process's transaction at most the lock timeout
+//! ([`StoreBuilder::lock_timeout`], 5 s by default), then fails with [`Error::Busy`];
+//! opening waits as long for a process that holds the file exclusively, then fails with
+//! [`OpenError::Locked`]. Every process sharing a file must use the same mode; a process
+//! that needs [`redb::Durability::None`] must use
+//! [`redb::ConcurrencyMode::ExclusiveWriter`] and then has the file to itself.
+//!
+//! # The file
+//!
+//! The store's tables are named `idem.*` (see the layout in the source of `tables.rs`);
+//! the application may keep its own tables in the same file under other names. Every
+//! key and value is our own byte string (records are a format-version byte plus
+//! postcard); a meta table holds the schema version and the store-wide generation
+//! counter, which only ever increases, across restarts and imports. A file with a newer
+//! schema, a damaged file, a read-only file, a directory and a file locked past the
+//! timeout are refused with an [`OpenError`] naming the cause, and left untouched.
+//!
+//! # When a commit fails
+//!
+//! redb requires a database whose commit failed to be reopened before it writes again.
+//! The store does not hide that: the failed call returns [`Error::CommitFailed`], and
+//! every later write [`Error::NeedsReopen`] until the `Store` is dropped and opened
+//! again. Reads keep working.
+
+mod error;
+mod json;
+mod maintain;
+mod open;
+mod store;
+mod tables;
+
+pub use error::{Error, ExecuteError, OpenError};
+pub use json::{EXPORT_VERSION, RecordView, ViewError, record_json};
+pub use maintain::{CheckReport, SWEEP_BATCH, Stats, SweepReport};
+pub use open::{DEFAULT_LOCK_TIMEOUT, StoreBuilder};
+pub use store::{Executed, ListFilter, Store};
+
+/// The redb version this store is built on, for the application's own tables in the
+/// same file and the transaction [`Store::execute`] hands to its work.
+pub use redb;

@@ -1,0 +1,325 @@
+//! The command tree of `idem`: every command and flag of the CLI contract, with help.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use idem_core::{State, Timestamp};
+
+use crate::time::{parse_duration, parse_instant};
+
+const MAIN_HELP: &str = "\
+Exit status: 0 done (claimed, replay, settled, found) · 1 runtime error (I/O, corrupt file) ·
+2 usage or invalid input · 3 conflict · 4 in progress · 5 unknown, needs reconciliation ·
+6 stale generation or wrong state for the command · 7 not found.
+`exec` exits with the program's status, or the stored one on replay.
+
+Durations: 500ms, 30s, 15m, 24h, 7d. Defaults: lease 30s, retention 24h.
+
+Examples:
+  idem demo                                   # the whole story in one screen
+  idem exec shop-7 nightly-report 2025-03-01 -- ./report.sh
+  idem list --state unknown
+  idem resolve shop-7 charge order-991 --not-executed";
+
+/// `idem`: make "retry after a timeout" safe, from the command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "idem",
+    version,
+    about = "Embedded idempotency store: run an intent once, replay its outcome to every retry",
+    after_help = MAIN_HELP,
+    propagate_version = true
+)]
+pub(crate) struct Cli {
+    /// The store file [default: $IDEM_DB, else ./idem.redb].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) db: Option<PathBuf>,
+    /// Replaces the clock: RFC 3339 (2025-03-01T12:00:00Z) or milliseconds since the epoch.
+    #[arg(long, global = true, value_name = "TIME", value_parser = parse_instant)]
+    pub(crate) now: Option<Timestamp>,
+    /// One JSON object per output line; times as integer ms, bytes as base64 in *_b64.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Every command of the CLI contract.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Claim a key, or learn who holds it or how it ended.
+    #[command(after_help = "\
+Prints the decision: claimed, in_progress, replay, conflict or unknown.
+Exit status: 0 claimed or replay, 3 conflict, 4 in progress, 5 unknown.
+
+Example:
+  idem begin shop-7 charge order-991 --payload order.json --lease 2m")]
+    Begin {
+        #[command(flatten)]
+        id: IdArgs,
+        #[command(flatten)]
+        request: RequestArgs,
+        /// How long the claim holds unless renewed by heartbeat [default: 30s].
+        #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+        lease: Option<u64>,
+    },
+    /// Settle a claimed key with its outcome (succeeded, or --failed).
+    #[command(after_help = "\
+Example:
+  idem complete shop-7 charge order-991 --generation 7 --code 201 --outcome receipt.json")]
+    Complete {
+        #[command(flatten)]
+        id: IdArgs,
+        #[command(flatten)]
+        generation: GenerationArg,
+        /// The request failed definitively; the failure is replayed like a success.
+        #[arg(long)]
+        failed: bool,
+        /// The outcome code (HTTP status, exit status) [default: 0, or 1 with --failed].
+        #[arg(long, value_name = "INT", allow_negative_numbers = true)]
+        code: Option<i32>,
+        /// The outcome body, from a file or - for stdin [default: empty].
+        #[arg(long, value_name = "FILE|-")]
+        outcome: Option<PathBuf>,
+        /// How long the outcome is replayed before the key may be swept [default: 24h].
+        #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+        retention: Option<u64>,
+    },
+    /// Give a claimed key back untouched: nothing was executed, a retry may claim it.
+    #[command(after_help = "\
+Example:
+  idem release shop-7 charge order-991 --generation 7")]
+    Release {
+        #[command(flatten)]
+        id: IdArgs,
+        #[command(flatten)]
+        generation: GenerationArg,
+    },
+    /// Extend the lease of a claimed key while its work goes on.
+    #[command(after_help = "\
+Example:
+  idem heartbeat shop-7 charge order-991 --generation 7 --lease 5m")]
+    Heartbeat {
+        #[command(flatten)]
+        id: IdArgs,
+        #[command(flatten)]
+        generation: GenerationArg,
+        /// The new lease, counted from now [default: 30s].
+        #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+        lease: Option<u64>,
+    },
+    /// Record that nobody can tell whether a claimed key's effect happened.
+    #[command(after_help = "\
+Example:
+  idem mark-unknown shop-7 charge order-991 --generation 7")]
+    MarkUnknown {
+        #[command(flatten)]
+        id: IdArgs,
+        #[command(flatten)]
+        generation: GenerationArg,
+    },
+    /// Reconcile an unknown key: it succeeded, failed, or was never executed.
+    #[command(
+        group(ArgGroup::new("verdict").required(true).args(["succeeded", "failed", "not_executed"])),
+        after_help = "\
+--not-executed deletes the record, so the next retry claims a fresh generation.
+
+Examples:
+  idem resolve shop-7 charge order-991 --succeeded --code 201 --outcome receipt.json
+  idem resolve shop-7 charge order-991 --not-executed"
+    )]
+    Resolve {
+        #[command(flatten)]
+        id: IdArgs,
+        /// The effect happened.
+        #[arg(long)]
+        succeeded: bool,
+        /// The request failed definitively.
+        #[arg(long)]
+        failed: bool,
+        /// Nothing was executed: delete the record.
+        #[arg(long, conflicts_with_all = ["code", "outcome"])]
+        not_executed: bool,
+        /// The outcome code [default: 0, or 1 with --failed].
+        #[arg(long, value_name = "INT", allow_negative_numbers = true)]
+        code: Option<i32>,
+        /// The outcome body, from a file or - for stdin [default: empty].
+        #[arg(long, value_name = "FILE|-")]
+        outcome: Option<PathBuf>,
+    },
+    /// Run PROGRAM at most once per key; replay its stdout and exit status to every retry.
+    #[command(after_help = "\
+PROGRAM's stdout is captured and stored; its stderr passes through. Exit 0 settles the key
+as succeeded, any other status as failed with that code. A program killed by a signal
+leaves the key unknown (exit 5). While PROGRAM runs, idem renews the lease.
+A retry prints the stored stdout and exits with the stored status, without running PROGRAM.
+Another exec holding the key: exit 4, or wait up to --wait for it to finish.
+Conflict exits 3, unknown 5. --json does not change exec's stdout: it is the program's.
+
+Example:
+  idem exec shop-7 nightly-report 2025-03-01 --wait 10m -- ./report.sh --date 2025-03-01")]
+    Exec {
+        #[command(flatten)]
+        id: IdArgs,
+        #[command(flatten)]
+        request: RequestArgs,
+        /// How long a claim holds without renewal; idem renews it every third of it while
+        /// PROGRAM runs [default: 30s].
+        #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+        lease: Option<u64>,
+        /// When another exec holds the key, wait up to this long for its outcome.
+        #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+        wait: Option<u64>,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
+        program: Vec<OsString>,
+    },
+    /// Show one record.
+    #[command(after_help = "\
+Exit status 7 when there is no record under the key.
+
+Example:
+  idem get shop-7 charge order-991 --json")]
+    Get {
+        #[command(flatten)]
+        id: IdArgs,
+    },
+    /// List records, filtered by state, tenant and operation.
+    #[command(after_help = "\
+Example:
+  idem list --state pending --tenant shop-7 --limit 20")]
+    List {
+        /// Only records in this state.
+        #[arg(long, value_name = "STATE", value_parser = parse_state)]
+        state: Option<State>,
+        /// Only records of this tenant.
+        #[arg(long, value_name = "T")]
+        tenant: Option<String>,
+        /// Only records of this operation.
+        #[arg(long, value_name = "O")]
+        operation: Option<String>,
+        /// At most this many records.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+    /// Counts by state, expired leases, the oldest pending and unknown, file size.
+    #[command(after_help = "\
+Example:
+  idem stats --json")]
+    Stats,
+    /// Delete settled records whose retention has ended, oldest first.
+    #[command(after_help = "\
+Pending and unknown records are never swept.
+
+Example:
+  idem sweep --limit 10000 --dry-run")]
+    Sweep {
+        /// At most this many records [default: all that expired].
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// Count what would be swept, delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Verify the file: every table, record and index decodes and agrees.
+    #[command(after_help = "\
+Exit status 1 when a problem is found.
+
+Example:
+  idem check")]
+    Check,
+    /// Shrink the file by reclaiming free pages.
+    #[command(after_help = "\
+Example:
+  idem compact")]
+    Compact,
+    /// Write every record as JSON lines, to --out FILE or stdout.
+    #[command(after_help = "\
+Example:
+  idem export --out backup.jsonl")]
+    Export {
+        /// Where to write [default: stdout].
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Read records written by export into the store.
+    #[command(after_help = "\
+Example:
+  idem --db restored.redb import backup.jsonl")]
+    Import {
+        /// The export file, or - for stdin.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Play the end-to-end story on a fresh file in a temporary directory.
+    #[command(after_help = "\
+Touches neither --db nor any other file outside its temporary directory. Prints text
+only; it ends with the counts of intents, effects and duplicates.
+
+Example:
+  idem demo")]
+    Demo,
+    /// Measure throughput and latency on this machine, on a temporary file.
+    #[command(after_help = "\
+Example:
+  idem bench --ops 1000")]
+    Bench {
+        /// Calls per measurement (the pure core gets 100 times as many).
+        #[arg(long, value_name = "N", default_value_t = 300)]
+        ops: u32,
+    },
+}
+
+/// `T O K`: the record's address.
+#[derive(Debug, Args)]
+pub(crate) struct IdArgs {
+    /// Tenant: 1-255 bytes of UTF-8, no control characters.
+    #[arg(value_name = "TENANT")]
+    pub(crate) tenant: String,
+    /// Operation: 1-255 bytes of UTF-8, no control characters.
+    #[arg(value_name = "OPERATION")]
+    pub(crate) operation: String,
+    /// Idempotency key: 1-255 bytes of printable ASCII.
+    #[arg(value_name = "KEY", allow_hyphen_values = true)]
+    pub(crate) key: String,
+}
+
+/// `--generation N`, the fencing token a claim returned.
+#[derive(Debug, Args)]
+pub(crate) struct GenerationArg {
+    /// The generation that `begin` returned for this claim.
+    #[arg(long, value_name = "N", required = true)]
+    pub(crate) generation: u64,
+}
+
+/// What identifies the request: its payload's bytes or a fingerprint given as is.
+#[derive(Debug, Args)]
+pub(crate) struct RequestArgs {
+    /// The request payload, from a file or - for stdin; its raw bytes are fingerprinted
+    /// [default: empty].
+    #[arg(long, value_name = "FILE|-")]
+    pub(crate) payload: Option<PathBuf>,
+    /// A SHA-256 fingerprint in 64 hex digits, for callers that hash their own
+    /// canonical form.
+    #[arg(long, value_name = "HEX", conflicts_with = "payload")]
+    pub(crate) fingerprint: Option<String>,
+}
+
+fn parse_state(text: &str) -> Result<State, String> {
+    State::from_name(text)
+        .ok_or_else(|| "expected one of pending, succeeded, failed, unknown".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn the_command_tree_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,111 @@
+//! Exit statuses of the CLI contract and the one-line failure that goes with them.
+
+use std::fmt;
+
+/// An exit status of the CLI contract (DESIGN §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// Done: claimed, replay, settled, found.
+    Done = 0,
+    /// Runtime error: I/O, corrupt file.
+    Runtime = 1,
+    /// Usage or invalid input.
+    Usage = 2,
+    /// The key is live with another fingerprint.
+    Conflict = 3,
+    /// Another executor holds the key.
+    InProgress = 4,
+    /// The outcome is unknown and needs reconciliation.
+    Unknown = 5,
+    /// Stale generation, or the record's state does not fit the command.
+    Stale = 6,
+    /// No record under the key.
+    NotFound = 7,
+}
+
+impl Exit {
+    /// The process exit code.
+    pub(crate) fn code(self) -> i32 {
+        self as i32
+    }
+}
+
+/// A command that could not do its work: printed as `idem: <message>` on stderr, one
+/// line, and the process exits with `exit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failure {
+    /// The status to exit with.
+    pub(crate) exit: Exit,
+    /// What went wrong, naming the field or file and the rule.
+    pub(crate) message: String,
+}
+
+impl Failure {
+    /// A failure with `exit` and `message`.
+    pub(crate) fn new(exit: Exit, message: impl Into<String>) -> Failure {
+        Failure {
+            exit,
+            message: message.into(),
+        }
+    }
+
+    /// Bad input from the command line (exit 2).
+    pub(crate) fn usage(message: impl Into<String>) -> Failure {
+        Failure::new(Exit::Usage, message)
+    }
+
+    /// An I/O or storage problem (exit 1).
+    pub(crate) fn runtime(message: impl Into<String>) -> Failure {
+        Failure::new(Exit::Runtime, message)
+    }
+
+    /// The message as one line: any line breaks from nested errors become "; ".
+    pub(crate) fn one_line(&self) -> String {
+        let parts: Vec<&str> = self
+            .message
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        parts.join("; ")
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.one_line())
+    }
+}
+
+/// What a command returns: the exit code to end with (a contract status, or a program's
+/// status for `exec`), or a failure to report.
+pub(crate) type Ending = Result<i32, Failure>;
+
+/// The one line of a clap error: its first paragraph, without the `error: ` prefix.
+pub(crate) fn clap_line(err: &clap::Error) -> String {
+    let text = err.render().to_string();
+    let paragraph: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let line = paragraph.join(" ");
+    let line = line.strip_prefix("error: ").unwrap_or(&line).to_string();
+    if line.is_empty() {
+        "invalid command line; see 'idem --help'".into()
+    } else {
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_print_on_one_line() {
+        let f = Failure::usage("first\n  second\n\nthird");
+        assert_eq!(f.to_string(), "first; second; third");
+        assert_eq!(Exit::NotFound.code(), 7);
+    }
+}

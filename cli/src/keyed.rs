@@ -1,0 +1,227 @@
+//! The commands about one key: begin, complete, release, heartbeat, mark-unknown,
+//! resolve and get. Each checks all of its input before it opens the store.
+
+use idem_core::protocol::{Decision, Resolution};
+use idem_core::{Config, Generation, Outcome, Record, RecordId, Verdict};
+
+use crate::args::{GenerationArg, IdArgs, RequestArgs};
+use crate::exit::{Ending, Exit};
+use crate::input;
+use crate::output::verdict_state;
+use crate::session::{Create, Session, key_failure, not_found};
+use crate::time::format_instant;
+
+/// The protocol settings of one call: `--lease` and `--retention` replace the defaults.
+pub(crate) fn config(lease_ms: Option<u64>, retention_ms: Option<u64>) -> Config {
+    let defaults = Config::default();
+    Config {
+        lease_ms: lease_ms.unwrap_or(defaults.lease_ms),
+        success_retention_ms: retention_ms.unwrap_or(defaults.success_retention_ms),
+        failure_retention_ms: retention_ms.unwrap_or(defaults.failure_retention_ms),
+        ..defaults
+    }
+}
+
+/// The exit status that goes with a `begin` decision.
+pub(crate) fn decision_exit(decision: &Decision) -> Exit {
+    match decision {
+        Decision::Claimed { .. } | Decision::Replay { .. } => Exit::Done,
+        Decision::Conflict { .. } => Exit::Conflict,
+        Decision::InProgress { .. } => Exit::InProgress,
+        Decision::NeedsReconciliation { .. } => Exit::Unknown,
+    }
+}
+
+/// `idem begin T O K [--payload FILE|-] [--fingerprint HEX] [--lease DUR]`
+pub(crate) fn begin(
+    session: &Session,
+    id: &IdArgs,
+    request: &RequestArgs,
+    lease: Option<u64>,
+) -> Ending {
+    let id = input::record_id(id)?;
+    let fingerprint = input::fingerprint(request)?;
+    let store = session.open(config(lease, None), Create::Yes)?;
+    let decision = store
+        .begin(&id, fingerprint, session.now())
+        .map_err(|e| key_failure(&id, e))?;
+    session.printer().decision(&decision)?;
+    Ok(decision_exit(&decision).code())
+}
+
+/// `idem complete T O K --generation N [--failed] [--code INT] [--outcome FILE|-] [--retention DUR]`
+pub(crate) fn complete(
+    session: &Session,
+    id: &IdArgs,
+    generation: &GenerationArg,
+    failed: bool,
+    outcome: (Option<i32>, Option<&std::path::Path>),
+    retention: Option<u64>,
+) -> Ending {
+    let id = input::record_id(id)?;
+    let outcome = input::outcome(outcome.0, outcome.1, failed)?;
+    let verdict = if failed {
+        Verdict::Failed
+    } else {
+        Verdict::Succeeded
+    };
+    let store = session.open_for_key(config(None, retention), &id)?;
+    let record = store
+        .complete(
+            &id,
+            Generation(generation.generation),
+            verdict,
+            outcome,
+            session.now(),
+        )
+        .map_err(|e| key_failure(&id, e))?;
+    print_settled(session, &id, &record, "settled")
+}
+
+/// `idem release T O K --generation N`
+pub(crate) fn release(session: &Session, id: &IdArgs, generation: &GenerationArg) -> Ending {
+    let id = input::record_id(id)?;
+    let store = session.open_for_key(Config::default(), &id)?;
+    let generation = Generation(generation.generation);
+    store
+        .release(&id, generation, session.now())
+        .map_err(|e| key_failure(&id, e))?;
+    let printer = session.printer();
+    printer.either(
+        &serde_json::json!({ "released": true, "generation": generation.0 }),
+        || format!("released: generation {generation} deleted, a retry may claim {id}"),
+    )?;
+    Ok(Exit::Done.code())
+}
+
+/// `idem heartbeat T O K --generation N [--lease DUR]`
+pub(crate) fn heartbeat(
+    session: &Session,
+    id: &IdArgs,
+    generation: &GenerationArg,
+    lease: Option<u64>,
+) -> Ending {
+    let id = input::record_id(id)?;
+    let store = session.open_for_key(config(lease, None), &id)?;
+    let record = store
+        .heartbeat(&id, Generation(generation.generation), session.now())
+        .map_err(|e| key_failure(&id, e))?;
+    let printer = session.printer();
+    if printer.json {
+        printer.record(&id, &record)?;
+    } else {
+        let until = record
+            .lease_until()
+            .map_or_else(String::new, |t| printer.instant_from_now(t));
+        printer.line(&format!(
+            "lease renewed: generation {}, lease until {until}",
+            record.generation
+        ))?;
+    }
+    Ok(Exit::Done.code())
+}
+
+/// `idem mark-unknown T O K --generation N`
+pub(crate) fn mark_unknown(session: &Session, id: &IdArgs, generation: &GenerationArg) -> Ending {
+    let id = input::record_id(id)?;
+    let store = session.open_for_key(Config::default(), &id)?;
+    let record = store
+        .mark_unknown(&id, Generation(generation.generation), session.now())
+        .map_err(|e| key_failure(&id, e))?;
+    let printer = session.printer();
+    if printer.json {
+        printer.record(&id, &record)?;
+    } else {
+        printer.line(&format!(
+            "unknown: generation {} of {id} needs reconciliation (idem resolve)",
+            record.generation
+        ))?;
+    }
+    Ok(Exit::Done.code())
+}
+
+/// How `resolve` was asked to settle the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reconciled {
+    /// `--succeeded`.
+    Succeeded,
+    /// `--failed`.
+    Failed,
+    /// `--not-executed`.
+    NotExecuted,
+}
+
+/// `idem resolve T O K (--succeeded|--failed|--not-executed) [--code INT] [--outcome FILE|-]`
+pub(crate) fn resolve(
+    session: &Session,
+    id: &IdArgs,
+    how: Reconciled,
+    outcome: (Option<i32>, Option<&std::path::Path>),
+) -> Ending {
+    let id = input::record_id(id)?;
+    let resolution = match how {
+        Reconciled::Succeeded => {
+            Resolution::Succeeded(input::outcome(outcome.0, outcome.1, false)?)
+        }
+        Reconciled::Failed => Resolution::Failed(input::outcome(outcome.0, outcome.1, true)?),
+        Reconciled::NotExecuted => Resolution::NotExecuted,
+    };
+    let store = session.open_for_key(Config::default(), &id)?;
+    let settled = store
+        .resolve(&id, resolution, session.now())
+        .map_err(|e| key_failure(&id, e))?;
+    match settled {
+        Some(record) => print_settled(session, &id, &record, "resolved"),
+        None => {
+            session.printer().either(
+                &serde_json::json!({ "resolved": "not_executed" }),
+                || format!("resolved: not executed; the record is deleted, the next retry of {id} claims it afresh"),
+            )?;
+            Ok(Exit::Done.code())
+        }
+    }
+}
+
+/// `idem get T O K`
+pub(crate) fn get(session: &Session, id: &IdArgs) -> Ending {
+    let id = input::record_id(id)?;
+    let store = session.open_for_key(Config::default(), &id)?;
+    let record = store
+        .get(&id)
+        .map_err(|e| key_failure(&id, e))?
+        .ok_or_else(|| not_found(&id))?;
+    session.printer().record(&id, &record)?;
+    Ok(Exit::Done.code())
+}
+
+fn print_settled(session: &Session, id: &RecordId, record: &Record, verb: &str) -> Ending {
+    let printer = session.printer();
+    if printer.json {
+        printer.record(id, record)?;
+    } else if let idem_core::Status::Settled {
+        verdict,
+        outcome,
+        expires_at,
+        ..
+    } = &record.status
+    {
+        printer.line(&settled_line(
+            verb,
+            *verdict,
+            outcome,
+            format_instant(*expires_at),
+        ))?;
+    } else {
+        printer.line(&format!("{verb}: {}", printer.state_detail(record)))?;
+    }
+    Ok(Exit::Done.code())
+}
+
+fn settled_line(verb: &str, verdict: Verdict, outcome: &Outcome, until: String) -> String {
+    format!(
+        "{verb}: {} with code {}, {} bytes of outcome, replayed until {until}",
+        verdict_state(verdict),
+        outcome.code,
+        outcome.body.len()
+    )
+}

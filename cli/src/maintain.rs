@@ -1,0 +1,310 @@
+//! The commands over the whole store: list, stats, sweep, check, compact, export, import.
+
+use std::fs::{self, File};
+use std::io::{self, BufReader, BufWriter, Write};
+use std::ops::ControlFlow;
+use std::path::Path;
+
+use idem_core::Config;
+use idem_store::{ListFilter, RecordView, Stats, SweepReport};
+
+use crate::exit::{Ending, Exit, Failure};
+use crate::progress::{self, CountingReader, Unit};
+use crate::session::{Create, Session, store_failure};
+use crate::time::format_span;
+
+/// Records swept per call while a progress bar is shown.
+const SWEEP_STEP: usize = 1_024;
+
+/// `idem list [--state S] [--tenant T] [--operation O] [--limit N]`
+pub(crate) fn list(session: &Session, filter: ListFilter) -> Ending {
+    // Check the filter before the file: a bad tenant is bad input even without a store.
+    let probe = (
+        filter.tenant.as_deref().unwrap_or("t"),
+        filter.operation.as_deref().unwrap_or("o"),
+    );
+    idem_core::RecordId::new(probe.0, probe.1, "k")
+        .map_err(|e| Failure::usage(format!("--{e}")))?;
+    let store = session.open(Config::default(), Create::No)?;
+    let printer = session.printer();
+    let mut rows = Vec::new();
+    let mut printed = Ok(());
+    store
+        .list(&filter, |id, record| {
+            if !printer.json {
+                rows.push((id, record));
+                return ControlFlow::Continue(());
+            }
+            printed = printer.json_line(&RecordView::new(&id, &record));
+            if printed.is_err() {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .map_err(store_failure)?;
+    printed?;
+    if !printer.json {
+        printer.records(&rows)?;
+    }
+    Ok(Exit::Done.code())
+}
+
+/// `idem stats`
+pub(crate) fn stats(session: &Session) -> Ending {
+    let store = session.open(Config::default(), Create::No)?;
+    let stats = store.stats(session.now()).map_err(store_failure)?;
+    session.printer().either(&stats, || stats_text(&stats))?;
+    Ok(Exit::Done.code())
+}
+
+fn stats_text(stats: &Stats) -> String {
+    let age =
+        |ms: Option<u64>| ms.map_or_else(String::new, |ms| format!("oldest {}", format_span(ms)));
+    let pending_note = match (
+        stats.pending_lease_expired,
+        age(stats.oldest_pending_age_ms),
+    ) {
+        (0, oldest) => oldest,
+        (n, oldest) => format!("{n} with an expired lease, {oldest}"),
+    };
+    let rows = [
+        ("pending", stats.pending.to_string(), pending_note),
+        ("succeeded", stats.succeeded.to_string(), String::new()),
+        ("failed", stats.failed.to_string(), String::new()),
+        (
+            "unknown",
+            stats.unknown.to_string(),
+            age(stats.oldest_unknown_age_ms),
+        ),
+        (
+            "expired",
+            stats.expired.to_string(),
+            "settled, retention ended, awaiting sweep".into(),
+        ),
+        ("records", stats.records().to_string(), String::new()),
+        (
+            "generation",
+            stats.generation.to_string(),
+            "last handed out".into(),
+        ),
+        ("file", stats.file_bytes.to_string(), "bytes".into()),
+    ];
+    let count_width = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|(name, count, note)| {
+            format!("{name:<10}  {count:>count_width$}  {note}")
+                .trim_end()
+                .to_string()
+        })
+        .collect();
+    lines.join("\n")
+}
+
+/// `idem sweep [--limit N] [--dry-run]`
+pub(crate) fn sweep(session: &Session, limit: Option<usize>, dry_run: bool) -> Ending {
+    let store = session.open(Config::default(), Create::No)?;
+    let now = session.now();
+    let limit = limit.unwrap_or(usize::MAX);
+    let report = if dry_run {
+        store.sweep(now, limit, true).map_err(store_failure)?
+    } else {
+        let expired = store.stats(now).map_err(store_failure)?.expired;
+        let total = expired.min(u64::try_from(limit).unwrap_or(u64::MAX));
+        let bar = if total == 0 {
+            indicatif::ProgressBar::hidden()
+        } else {
+            progress::bar(Some(total), "sweeping", Unit::Items)
+        };
+        let mut report = SweepReport::default();
+        loop {
+            let left = limit.saturating_sub(usize::try_from(report.removed).unwrap_or(usize::MAX));
+            let step = store
+                .sweep(now, left.min(SWEEP_STEP), false)
+                .map_err(store_failure)?;
+            report.removed += step.removed;
+            bar.inc(step.removed);
+            report.remaining_expired = step.remaining_expired;
+            if !step.remaining_expired || step.removed == 0 || left <= SWEEP_STEP {
+                break;
+            }
+        }
+        bar.finish_and_clear();
+        report
+    };
+    let printer = session.printer();
+    let value = serde_json::json!({
+        "removed": report.removed,
+        "remaining_expired": report.remaining_expired,
+        "dry_run": dry_run,
+    });
+    printer.either(&value, || {
+        let verb = if dry_run { "would sweep" } else { "swept" };
+        let more = if report.remaining_expired {
+            "; more expired records remain past --limit"
+        } else {
+            ""
+        };
+        format!("{verb} {} expired records{more}", report.removed)
+    })?;
+    Ok(Exit::Done.code())
+}
+
+/// `idem check`: exit 1 when a problem is found.
+pub(crate) fn check(session: &Session) -> Ending {
+    let store = session.open(Config::default(), Create::No)?;
+    let report = store.check().map_err(store_failure)?;
+    let printer = session.printer();
+    if printer.json {
+        printer.json_line(&report)?;
+    } else {
+        let repaired = if report.redb_repaired {
+            "; redb found damage and repaired it"
+        } else {
+            ""
+        };
+        printer.line(&format!(
+            "{} records checked, {} problems{repaired}",
+            report.records,
+            report.problems.len()
+        ))?;
+        for problem in &report.problems {
+            printer.line(&format!("  {problem}"))?;
+        }
+    }
+    if report.is_ok() {
+        Ok(Exit::Done.code())
+    } else {
+        Err(Failure::runtime(format!(
+            "{}: check found {} problems",
+            session.db.display(),
+            report.problems.len()
+        )))
+    }
+}
+
+/// `idem compact`
+pub(crate) fn compact(session: &Session) -> Ending {
+    let mut store = session.open(Config::default(), Create::No)?;
+    let before = file_size(&session.db)?;
+    let moved = store.compact().map_err(store_failure)?;
+    drop(store);
+    let after = file_size(&session.db)?;
+    let value = serde_json::json!({ "compacted": moved, "file_bytes_before": before, "file_bytes_after": after });
+    session.printer().either(&value, || {
+        if moved {
+            format!("compacted: {before} bytes before, {after} after")
+        } else {
+            format!("already compact: {after} bytes")
+        }
+    })?;
+    Ok(Exit::Done.code())
+}
+
+/// `idem export [--out FILE]`: JSON lines to the file or stdout; the count is reported on
+/// stdout with `--out`, on stderr without (stdout then carries the records).
+pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
+    let store = session.open(Config::default(), Create::No)?;
+    let records = store.stats(session.now()).map_err(store_failure)?.records();
+    let bar = progress::bar(Some(records), "exporting", Unit::Items);
+    let count = match out {
+        Some(path) => {
+            let file = File::create(path).map_err(|e| {
+                Failure::runtime(format!("--out: cannot create {}: {e}", path.display()))
+            })?;
+            let mut writer = BufWriter::new(CountingLines::new(file, bar.clone()));
+            let count = store.export(&mut writer).map_err(store_failure)?;
+            writer
+                .flush()
+                .map_err(|e| Failure::runtime(format!("--out: writing {}: {e}", path.display())))?;
+            count
+        }
+        None => {
+            let mut writer = BufWriter::new(CountingLines::new(io::stdout().lock(), bar.clone()));
+            let count = store.export(&mut writer).map_err(store_failure)?;
+            writer
+                .flush()
+                .map_err(|e| Failure::runtime(format!("stdout: {e}")))?;
+            count
+        }
+    };
+    bar.finish_and_clear();
+    let value = serde_json::json!({ "exported": count });
+    let text = || format!("exported {count} records");
+    if out.is_some() {
+        session.printer().either(&value, text)?;
+    } else if session.json {
+        eprintln!("{value}");
+    } else {
+        eprintln!("{}", text());
+    }
+    Ok(Exit::Done.code())
+}
+
+/// `idem import FILE`
+pub(crate) fn import(session: &Session, file: &Path) -> Ending {
+    // Open the input before the store: a missing file must not create an empty store.
+    let count = if file == Path::new("-") {
+        let store = session.open(Config::default(), Create::Yes)?;
+        store.import(io::stdin().lock()).map_err(store_failure)?
+    } else {
+        let input = File::open(file)
+            .map_err(|e| Failure::usage(format!("FILE: cannot read {}: {e}", file.display())))?;
+        let size = input.metadata().map(|m| m.len()).ok();
+        let bar = progress::bar(size, "importing", Unit::Bytes);
+        let store = session.open(Config::default(), Create::Yes)?;
+        let count = store
+            .import(BufReader::new(CountingReader::new(input, bar.clone())))
+            .map_err(store_failure)?;
+        bar.finish_and_clear();
+        count
+    };
+    session
+        .printer()
+        .either(&serde_json::json!({ "imported": count }), || {
+            format!("imported {count} records")
+        })?;
+    Ok(Exit::Done.code())
+}
+
+fn file_size(path: &Path) -> Result<u64, Failure> {
+    fs::metadata(path)
+        .map(|m| m.len())
+        .map_err(|e| Failure::runtime(format!("{}: {e}", path.display())))
+}
+
+/// A writer that advances a bar by the records written through it: every line after the
+/// export's header line.
+struct CountingLines<W> {
+    inner: W,
+    bar: indicatif::ProgressBar,
+    header_done: bool,
+}
+
+impl<W> CountingLines<W> {
+    fn new(inner: W, bar: indicatif::ProgressBar) -> CountingLines<W> {
+        CountingLines {
+            inner,
+            bar,
+            header_done: false,
+        }
+    }
+}
+
+impl<W: Write> Write for CountingLines<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        let mut lines = buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
+        if !self.header_done && lines > 0 {
+            self.header_done = true;
+            lines -= 1;
+        }
+        self.bar.inc(lines);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}

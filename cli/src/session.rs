@@ -1,0 +1,125 @@
+//! One run of `idem`: where the store is, what time it is, how to print, and how store
+//! errors become exit statuses.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use idem_core::{Config, RecordId, Refusal, Timestamp};
+use idem_store::{Error, OpenError, Store};
+
+use crate::exit::{Exit, Failure};
+use crate::output::Printer;
+use crate::time::Clock;
+
+/// How long the CLI waits for another process that holds the store's lock. Generous:
+/// the CLI runs next to a live application and a few dozen scripts may start at once.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Whether a command may create the store file when it does not exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Create {
+    /// `begin`, `exec`, `import`: the first use of a store makes it.
+    Yes,
+    /// Every other command: a missing file is reported, not made.
+    No,
+}
+
+/// The settings every command shares.
+#[derive(Debug, Clone)]
+pub(crate) struct Session {
+    /// The store file.
+    pub(crate) db: PathBuf,
+    /// The clock, or `--now`.
+    pub(crate) clock: Clock,
+    /// `--json`.
+    pub(crate) json: bool,
+}
+
+impl Session {
+    /// The current time.
+    pub(crate) fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// A printer measuring ages from now.
+    pub(crate) fn printer(&self) -> Printer {
+        Printer {
+            json: self.json,
+            now: self.now(),
+        }
+    }
+
+    /// Opens the store with `config`. Call only after every argument has been checked:
+    /// opening may create the file.
+    pub(crate) fn open(&self, config: Config, create: Create) -> Result<Store, Failure> {
+        if create == Create::No && !self.db.exists() {
+            return Err(Failure::runtime(format!(
+                "{}: no store file here (begin, exec and import create one; --db or $IDEM_DB choose another)",
+                self.db.display()
+            )));
+        }
+        open_store(&self.db, config)
+    }
+
+    /// Opens the store for a command about one key. A missing file means the key has no
+    /// record: exit 7.
+    pub(crate) fn open_for_key(&self, config: Config, id: &RecordId) -> Result<Store, Failure> {
+        if !self.db.exists() {
+            return Err(not_found(id).with_note(&format!("no store file at {}", self.db.display())));
+        }
+        open_store(&self.db, config)
+    }
+}
+
+/// Opens `path` with `config` and the CLI's lock timeout.
+pub(crate) fn open_store(path: &Path, config: Config) -> Result<Store, Failure> {
+    Store::builder()
+        .config(config)
+        .lock_timeout(LOCK_TIMEOUT)
+        .open(path)
+        .map_err(open_failure)
+}
+
+/// An open error as a failure: a bad config is input (2), everything else is the file
+/// or the system (1).
+pub(crate) fn open_failure(e: OpenError) -> Failure {
+    match e {
+        OpenError::Config(_) | OpenError::Options(_) => Failure::usage(e.to_string()),
+        other => Failure::runtime(other.to_string()),
+    }
+}
+
+/// A store error as a failure with the exit status of the contract.
+pub(crate) fn store_failure(e: Error) -> Failure {
+    let exit = match &e {
+        Error::Id(_) | Error::Import { .. } => Exit::Usage,
+        Error::Refused(Refusal::NotFound) => Exit::NotFound,
+        Error::Refused(Refusal::Stale { .. } | Refusal::WrongState { .. }) => Exit::Stale,
+        Error::Refused(_) => Exit::Usage,
+        _ => Exit::Runtime,
+    };
+    Failure::new(exit, e.to_string())
+}
+
+/// A store error about `id`: the refusal's message gets the key in front.
+pub(crate) fn key_failure(id: &RecordId, e: Error) -> Failure {
+    let failure = store_failure(e);
+    match failure.exit {
+        Exit::NotFound | Exit::Stale => {
+            Failure::new(failure.exit, format!("{id}: {}", failure.message))
+        }
+        _ => failure,
+    }
+}
+
+/// No record under `id` (exit 7).
+pub(crate) fn not_found(id: &RecordId) -> Failure {
+    Failure::new(Exit::NotFound, format!("{id}: no record under this key"))
+}
+
+impl Failure {
+    /// The failure with `note` appended after a comma.
+    pub(crate) fn with_note(self, note: &str) -> Failure {
+        Failure::new(self.exit, format!("{}, {note}", self.message))
+    }
+}

@@ -1,0 +1,216 @@
+//! Bad input: every case exits 2 (usage, invalid input) or 1 (the file or the system),
+//! prints exactly one line `idem: …` naming the problem, and leaves the store file byte
+//! for byte as it was.
+
+mod common;
+
+use std::fs;
+
+use common::{Idem, T0, claim};
+
+/// A store holding one pending record, and its bytes.
+fn store_with_a_record() -> (Idem, Vec<u8>) {
+    let idem = Idem::new();
+    claim(&idem, T0, "k");
+    let bytes = idem.db_bytes();
+    (idem, bytes)
+}
+
+#[test]
+fn bad_arguments_exit_2_name_the_problem_and_leave_the_file_alone() {
+    let (idem, before) = store_with_a_record();
+    let long_key = "k".repeat(300);
+    let big = idem.file("big", &vec![b'x'; (1 << 20) + 1]);
+    let missing = idem.path("no-such-payload").to_string_lossy().into_owned();
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (
+            vec!["begin", "t", "o", "tab\there"],
+            vec!["key", "0x09", "printable ASCII"],
+        ),
+        (
+            vec!["begin", "t", "o", &long_key],
+            vec!["key: 300 bytes, at most 255"],
+        ),
+        (vec!["begin", "", "o", "k"], vec!["tenant", "empty"]),
+        (vec!["complete", "t", "o", "k"], vec!["--generation"]),
+        (
+            vec!["complete", "t", "o", "k", "--generation", "one"],
+            vec!["--generation", "one"],
+        ),
+        (
+            vec!["begin", "t", "o", "k", "--lease", "5x"],
+            vec!["--lease", "5x", "30s"],
+        ),
+        (
+            vec!["begin", "t", "o", "k", "--lease", "0s"],
+            vec!["--lease", "at least 1ms"],
+        ),
+        (
+            vec![
+                "complete",
+                "t",
+                "o",
+                "k",
+                "--generation",
+                "1",
+                "--retention",
+                "1y",
+            ],
+            vec!["--retention"],
+        ),
+        (
+            vec!["begin", "t", "o", "k", "--payload", &missing],
+            vec!["--payload", "no-such-payload"],
+        ),
+        (
+            vec![
+                "begin",
+                "t",
+                "o",
+                "k",
+                "--payload",
+                "x",
+                "--fingerprint",
+                "ab",
+            ],
+            vec!["--fingerprint", "--payload"],
+        ),
+        (
+            vec!["begin", "t", "o", "k", "--fingerprint", "abc"],
+            vec!["fingerprint", "64 hex digits"],
+        ),
+        (
+            vec!["--now", "yesterday", "begin", "t", "o", "k"],
+            vec!["--now", "RFC 3339"],
+        ),
+        (
+            vec!["--now", "2025-02-30T00:00:00Z", "get", "t", "o", "k"],
+            vec!["--now", "does not exist"],
+        ),
+        (vec!["frobnicate"], vec!["frobnicate"]),
+        (
+            vec![
+                "complete",
+                "t",
+                "o",
+                "k",
+                "--generation",
+                "1",
+                "--outcome",
+                &big,
+            ],
+            vec!["outcome", "1048577 bytes"],
+        ),
+        (
+            vec!["resolve", "t", "o", "k", "--succeeded", "--failed"],
+            vec!["--failed"],
+        ),
+        (vec!["resolve", "t", "o", "k"], vec!["--succeeded"]),
+        (
+            vec!["resolve", "t", "o", "k", "--not-executed", "--code", "3"],
+            vec!["--code"],
+        ),
+        (
+            vec!["list", "--tenant", "bad\u{7}tenant"],
+            vec!["tenant", "control character"],
+        ),
+        (vec!["exec", "t", "o", "k"], vec!["PROGRAM"]),
+        (vec!["import", &missing], vec!["no-such-payload"]),
+    ];
+    for (args, words) in cases {
+        let run = idem.run(&args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        run.one_error_line(&words);
+        assert!(run.stdout.is_empty(), "{args:?} printed {}", run.stdout);
+        assert!(idem.db_bytes() == before, "{args:?} changed the store file");
+    }
+}
+
+#[test]
+fn a_directory_as_the_store_exits_1() {
+    let idem = Idem::new();
+    fs::create_dir(&idem.db).expect("mkdir");
+    for args in [
+        vec!["begin", "t", "o", "k"],
+        vec!["list"],
+        vec!["get", "t", "o", "k"],
+    ] {
+        let run = idem.run(&args);
+        run.code(1).one_error_line(&["idem.redb", "directory"]);
+    }
+    assert!(
+        fs::read_dir(&idem.db)
+            .expect("still a directory")
+            .next()
+            .is_none()
+    );
+}
+
+#[test]
+fn a_corrupt_store_exits_1_and_is_not_touched() {
+    let idem = Idem::new();
+    let garbage: Vec<u8> = (0..65_536u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    fs::write(&idem.db, &garbage).expect("write");
+    for args in [
+        vec!["begin", "t", "o", "k"],
+        vec!["list"],
+        vec!["get", "t", "o", "k"],
+        vec!["check"],
+        vec!["sweep"],
+    ] {
+        let run = idem.run(&args);
+        run.code(1).one_error_line(&["idem.redb", "corrupt"]);
+        assert!(
+            idem.db_bytes() == garbage,
+            "{args:?} changed the corrupt file"
+        );
+    }
+}
+
+#[test]
+fn a_damaged_store_exits_1_and_is_not_touched() {
+    let (idem, mut bytes) = store_with_a_record();
+    // Flip bytes in the middle of the file, past redb's header.
+    let middle = bytes.len() / 2;
+    for b in &mut bytes[middle..middle + 64] {
+        *b ^= 0xa5;
+    }
+    fs::write(&idem.db, &bytes).expect("write");
+    let run = idem.run(&["begin", "t", "o", "k"]);
+    assert_eq!(run.code, 1, "stdout {} stderr {}", run.stdout, run.stderr);
+    run.one_error_line(&["idem.redb"]);
+    assert!(idem.db_bytes() == bytes, "a damaged file was changed");
+}
+
+#[test]
+fn a_bad_import_changes_nothing() {
+    let (idem, _) = store_with_a_record();
+    let before = idem.run(&["export"]).stdout;
+    let bad = idem.file(
+        "bad.jsonl",
+        b"{\"tenant\":\"t\",\"operation\":\"o\",\"key\":\"z\"}\n",
+    );
+    let run = idem.run(&["import", &bad]);
+    run.code(2).one_error_line(&["line 1"]);
+    assert_eq!(idem.run(&["export"]).stdout, before);
+}
+
+#[test]
+fn reading_commands_do_not_create_a_store() {
+    let idem = Idem::new();
+    for args in [
+        vec!["list"],
+        vec!["stats"],
+        vec!["check"],
+        vec!["compact"],
+        vec!["sweep"],
+        vec!["export"],
+    ] {
+        idem.run(&args)
+            .code(1)
+            .one_error_line(&["idem.redb", "no store file"]);
+    }
+    assert!(!idem.db.exists());
+}

@@ -1,0 +1,173 @@
+//! `idem exec`: a program runs at most once per key; its stdout and exit status are
+//! stored and replayed; a concurrent exec exits 4 or waits; a killed program is unknown.
+
+mod common;
+
+use std::fs;
+use std::process::Stdio;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{Idem, Run};
+
+/// A shell script that appends a line to `ran` in the temporary directory each time it
+/// runs, then does `rest`.
+fn counted(rest: &str) -> String {
+    format!("echo run >> ran; {rest}")
+}
+
+fn runs(idem: &Idem) -> usize {
+    fs::read_to_string(idem.path("ran")).map_or(0, |s| s.lines().count())
+}
+
+#[test]
+fn runs_once_and_replays_stdout_and_status() {
+    let idem = Idem::new();
+    let script = counted("echo hello; echo to-stderr >&2");
+    let first = idem.run(&["exec", "t", "o", "k", "--", "sh", "-c", &script]);
+    first.code(0);
+    assert_eq!(first.stdout, "hello\n");
+    assert_eq!(first.stderr, "to-stderr\n", "stderr passes through");
+    let again = idem.run(&["exec", "t", "o", "k", "--", "sh", "-c", &script]);
+    again.code(0);
+    assert_eq!(again.stdout, "hello\n");
+    assert_eq!(again.stderr, "", "a replay does not run the program");
+    assert_eq!(runs(&idem), 1);
+    let record = idem.run(&["--json", "get", "t", "o", "k"]).json();
+    assert_eq!(
+        (record["state"].as_str(), record["code"].as_i64()),
+        (Some("succeeded"), Some(0))
+    );
+    assert_eq!(record["outcome_b64"], "aGVsbG8K");
+}
+
+#[test]
+fn a_failing_program_is_settled_as_failed_with_its_status() {
+    let idem = Idem::new();
+    let script = counted("echo partial; exit 3");
+    let first = idem.run(&["exec", "t", "o", "k", "--", "sh", "-c", &script]);
+    first.code(3);
+    assert_eq!(first.stdout, "partial\n");
+    let again = idem.run(&["exec", "t", "o", "k", "--", "sh", "-c", &script]);
+    again.code(3);
+    assert_eq!(again.stdout, "partial\n");
+    assert_eq!(runs(&idem), 1);
+    let record = idem.run(&["--json", "get", "t", "o", "k"]).json();
+    assert_eq!(
+        (record["state"].as_str(), record["code"].as_i64()),
+        (Some("failed"), Some(3))
+    );
+}
+
+#[test]
+fn a_program_killed_by_a_signal_leaves_the_key_unknown() {
+    let idem = Idem::new();
+    let script = counted("kill -KILL $$");
+    let run = idem.run(&["exec", "t", "o", "k", "--", "sh", "-c", &script]);
+    run.code(5).one_error_line(&["signal 9", "unknown"]);
+    assert_eq!(
+        idem.run(&["--json", "get", "t", "o", "k"]).json()["state"],
+        "unknown"
+    );
+    idem.run(&["exec", "t", "o", "k", "--", "sh", "-c", &script])
+        .code(5);
+    assert_eq!(runs(&idem), 1, "an unknown key is not run again");
+    idem.run(&["resolve", "t", "o", "k", "--not-executed"])
+        .code(0);
+    idem.run(&["exec", "t", "o", "k", "--", "sh", "-c", "echo fine"])
+        .code(0);
+}
+
+#[test]
+fn a_payload_is_the_request_and_another_payload_conflicts() {
+    let idem = Idem::new();
+    let a = idem.file("a", b"amount=5");
+    let b = idem.file("b", b"amount=6");
+    idem.run(&["exec", "t", "o", "k", "--payload", &a, "--", "true"])
+        .code(0);
+    idem.run(&["exec", "t", "o", "k", "--payload", &a, "--", "false"])
+        .code(0);
+    idem.run(&["exec", "t", "o", "k", "--payload", &b, "--", "true"])
+        .code(3)
+        .one_error_line(&["conflict"]);
+}
+
+#[test]
+fn a_program_that_cannot_start_releases_its_claim() {
+    let idem = Idem::new();
+    let run = idem.run(&["exec", "t", "o", "k", "--", "/nonexistent/program"]);
+    run.code(2)
+        .one_error_line(&["/nonexistent/program", "released"]);
+    idem.run(&["--json", "get", "t", "o", "k"]).code(7);
+    idem.run(&["exec", "t", "o", "k", "--", "true"]).code(0);
+}
+
+fn wait_for_pending(idem: &Idem) {
+    let start = Instant::now();
+    while idem.run(&["--json", "get", "t", "o", "k"]).code != 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the first exec never claimed"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_concurrent_exec_exits_4_or_waits_for_the_outcome() {
+    let idem = Idem::new();
+    let script = counted("sleep 1.5; echo done");
+    let mut first = idem.command(&["exec", "t", "o", "k", "--", "sh", "-c", &script]);
+    let first = first
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_for_pending(&idem);
+    let busy = idem.run(&["exec", "t", "o", "k", "--", "sh", "-c", &script]);
+    busy.code(4)
+        .one_error_line(&["in progress", "generation 1"]);
+    let waited = idem.run(&[
+        "exec", "t", "o", "k", "--wait", "30s", "--", "sh", "-c", &script,
+    ]);
+    waited.code(0);
+    assert_eq!(waited.stdout, "done\n");
+    let first = Run::of(first.wait_with_output().expect("first exec"));
+    first.code(0);
+    assert_eq!(first.stdout, "done\n");
+    assert_eq!(runs(&idem), 1);
+}
+
+#[test]
+fn heartbeats_keep_a_long_program_leased() {
+    let idem = Idem::new();
+    let mut long = idem.command(&[
+        "exec",
+        "t",
+        "o",
+        "k",
+        "--lease",
+        "300ms",
+        "--",
+        "sh",
+        "-c",
+        "sleep 1.5; echo late",
+    ]);
+    let long = long
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_for_pending(&idem);
+    thread::sleep(Duration::from_millis(900));
+    // Three leases later, a retry still sees the key in progress, not abandoned.
+    let retry = idem.run(&["--json", "begin", "t", "o", "k"]);
+    retry.code(4);
+    let long = Run::of(long.wait_with_output().expect("long exec"));
+    long.code(0);
+    assert_eq!(long.stdout, "late\n");
+    assert_eq!(
+        idem.run(&["--json", "begin", "t", "o", "k"]).json()["decision"],
+        "replay"
+    );
+}

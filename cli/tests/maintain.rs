@@ -1,0 +1,325 @@
+//! The commands over the whole store (list, stats, sweep, check, compact, export,
+//! import), the help texts, `demo` and `bench`.
+
+mod common;
+
+use std::fs;
+
+use common::{Idem, T0, claim};
+use serde_json::{Value, json};
+
+const HOUR: u64 = 3_600_000;
+
+/// Records in every state: a/pending, b/succeeded (retention 1h), c/failed (retention 2h),
+/// d/unknown, and e/succeeded under tenant u.
+fn populated() -> Idem {
+    let idem = Idem::new();
+    claim(&idem, T0, "a");
+    let b = claim(&idem, T0 + 1, "b").to_string();
+    idem.at(
+        T0 + 2,
+        &[
+            "complete",
+            "t",
+            "o",
+            "b",
+            "--generation",
+            &b,
+            "--retention",
+            "1h",
+        ],
+    )
+    .code(0);
+    let c = claim(&idem, T0 + 3, "c").to_string();
+    idem.at(
+        T0 + 4,
+        &[
+            "complete",
+            "t",
+            "o",
+            "c",
+            "--generation",
+            &c,
+            "--failed",
+            "--code",
+            "4",
+            "--retention",
+            "2h",
+        ],
+    )
+    .code(0);
+    let d = claim(&idem, T0 + 5, "d").to_string();
+    idem.at(T0 + 6, &["mark-unknown", "t", "o", "d", "--generation", &d])
+        .code(0);
+    idem.at(T0 + 7, &["begin", "u", "o", "e"]).code(0);
+    idem.at(T0 + 8, &["complete", "u", "o", "e", "--generation", "5"])
+        .code(0);
+    idem
+}
+
+fn keys(lines: &[Value]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r["tenant"].as_str().unwrap_or(""),
+                r["key"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn list_filters_by_state_tenant_and_limit() {
+    let idem = populated();
+    let all = idem.at(T0 + 10, &["list"]).json_lines();
+    assert_eq!(keys(&all), ["t/a", "t/b", "t/c", "t/d", "u/e"]);
+    assert_eq!(all[0]["lease_until"], T0 + 30_000);
+    let states: Vec<&str> = all
+        .iter()
+        .map(|r| r["state"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        states,
+        ["pending", "succeeded", "failed", "unknown", "succeeded"]
+    );
+    assert_eq!(
+        keys(&idem.at(T0, &["list", "--state", "succeeded"]).json_lines()),
+        ["t/b", "u/e"]
+    );
+    assert_eq!(
+        keys(&idem.at(T0, &["list", "--tenant", "u"]).json_lines()),
+        ["u/e"]
+    );
+    assert_eq!(
+        keys(
+            &idem
+                .at(T0, &["list", "--operation", "o", "--limit", "2"])
+                .json_lines()
+        ),
+        ["t/a", "t/b"]
+    );
+    assert!(
+        idem.at(T0, &["list", "--tenant", "nobody"])
+            .stdout
+            .is_empty()
+    );
+    idem.at(T0, &["list", "--state", "done"])
+        .code(2)
+        .one_error_line(&["--state", "pending, succeeded"]);
+}
+
+#[test]
+fn list_prints_an_aligned_table_with_ages() {
+    let idem = populated();
+    let run = idem.run(&["--now", &(T0 + 3 * 60_000).to_string(), "list"]);
+    run.code(0);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 6, "{}", run.stdout);
+    assert!(
+        lines[0].starts_with("TENANT  OPERATION  KEY  GEN  STATE"),
+        "{}",
+        lines[0]
+    );
+    let column = lines[0].find("STATE").unwrap_or(0);
+    for line in &lines[1..] {
+        assert!(
+            line.is_char_boundary(column) && !line[column..].starts_with(' '),
+            "misaligned: {line:?}"
+        );
+    }
+    assert!(
+        lines[1].ends_with("pending 3m, lease expired"),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].ends_with("succeeded 2m 59s ago, code 0, expires in 57m"),
+        "{}",
+        lines[2]
+    );
+    assert!(lines[4].ends_with("unknown 2m 59s"), "{}", lines[4]);
+}
+
+#[test]
+fn stats_count_by_state() {
+    let idem = populated();
+    let stats = idem.at(T0 + HOUR + 2, &["stats"]).json();
+    let file_bytes = stats["file_bytes"].as_u64().unwrap_or(0);
+    assert!(file_bytes > 0);
+    assert_eq!(
+        stats,
+        json!({"pending": 1, "succeeded": 2, "failed": 1, "unknown": 1, "pending_lease_expired": 1,
+               "expired": 1, "oldest_pending_age_ms": HOUR + 2, "oldest_unknown_age_ms": HOUR - 3,
+               "file_bytes": file_bytes, "generation": 5})
+    );
+    let text = idem.run(&["--now", &(T0 + HOUR + 2).to_string(), "stats"]);
+    let pending = text.stdout.lines().next().unwrap_or_default();
+    let words: Vec<&str> = pending.split_whitespace().collect();
+    assert_eq!(words[..2], ["pending", "1"], "{}", text.stdout);
+    assert!(
+        pending.ends_with("  1 with an expired lease, oldest 1h"),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
+fn sweep_follows_now_and_never_removes_pending_or_unknown() {
+    let idem = populated();
+    let run = idem.at(T0 + HOUR + 1, &["sweep"]);
+    assert_eq!(
+        run.json(),
+        json!({"removed": 0, "remaining_expired": false, "dry_run": false})
+    );
+    let run = idem.at(T0 + 2 * HOUR + 4, &["sweep", "--dry-run"]);
+    assert_eq!(
+        run.json(),
+        json!({"removed": 2, "remaining_expired": false, "dry_run": true})
+    );
+    idem.at(T0, &["get", "t", "o", "b"]).code(0);
+    let run = idem.at(T0 + 2 * HOUR + 4, &["sweep", "--limit", "1"]);
+    assert_eq!(
+        run.json(),
+        json!({"removed": 1, "remaining_expired": true, "dry_run": false})
+    );
+    idem.at(T0, &["get", "t", "o", "b"]).code(7);
+    let far = T0 + 1_000 * 24 * HOUR;
+    assert_eq!(idem.at(far, &["sweep"]).json()["removed"], 2);
+    assert_eq!(keys(&idem.at(far, &["list"]).json_lines()), ["t/a", "t/d"]);
+    // The key is free again after its retention ended and sweep removed it.
+    assert_eq!(claim(&idem, far, "b"), 6);
+}
+
+#[test]
+fn check_compact_export_and_import_round_trip() {
+    let idem = populated();
+    let check = idem.run(&["--json", "check"]);
+    check.code(0);
+    assert_eq!(check.json()["problems"], json!([]));
+    idem.run(&["check"]).code(0);
+    let compact = idem.run(&["--json", "compact"]);
+    compact.code(0);
+    assert!(compact.json()["compacted"].is_boolean());
+
+    let backup = idem.path("backup.jsonl");
+    let run = idem.run(&["--json", "export", "--out", &backup.to_string_lossy()]);
+    assert_eq!(run.json(), json!({"exported": 5}));
+    let exported = fs::read_to_string(&backup).expect("backup");
+    let to_stdout = idem.run(&["export"]);
+    to_stdout.code(0);
+    assert_eq!(
+        to_stdout.stdout, exported,
+        "stdout carries the same records"
+    );
+    assert_eq!(to_stdout.stderr, "exported 5 records\n");
+
+    let restored = Idem::new();
+    let run = restored.run(&["--json", "import", &backup.to_string_lossy()]);
+    assert_eq!(run.json(), json!({"imported": 5}));
+    assert_eq!(restored.run(&["export"]).stdout, exported);
+    // Generations keep increasing after a restore.
+    assert_eq!(claim(&restored, T0, "new"), 6);
+    let via_stdin = Idem::new();
+    via_stdin
+        .run_stdin(&["import", "-"], exported.as_bytes())
+        .code(0);
+    assert_eq!(via_stdin.run(&["export"]).stdout, exported);
+}
+
+#[test]
+fn every_command_has_help_with_an_example() {
+    let idem = Idem::new();
+    let commands = [
+        "begin",
+        "complete",
+        "release",
+        "heartbeat",
+        "mark-unknown",
+        "resolve",
+        "exec",
+        "get",
+        "list",
+        "stats",
+        "sweep",
+        "check",
+        "compact",
+        "export",
+        "import",
+        "demo",
+        "bench",
+    ];
+    for command in commands {
+        let run = idem.run(&[command, "--help"]);
+        run.code(0);
+        assert!(
+            run.stdout.contains("Example"),
+            "{command} --help has no example"
+        );
+        assert!(
+            run.stdout.contains(&format!("idem {command}")) || run.stdout.contains("idem --db"),
+            "{command}"
+        );
+    }
+    let top = idem.run(&["--help"]);
+    for command in commands {
+        assert!(
+            top.stdout.contains(command),
+            "idem --help does not list {command}"
+        );
+    }
+    assert!(top.stdout.contains("7 not found"));
+    assert!(!idem.db.exists(), "help touched the store");
+}
+
+#[test]
+fn demo_counts_intents_and_effects_from_its_tables() {
+    let idem = Idem::new();
+    let run = idem.run(&["demo"]);
+    run.code(0);
+    let result = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("Result:"))
+        .unwrap_or_default()
+        .to_string();
+    let numbers: Vec<u64> = result
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    assert_eq!(numbers.len(), 4, "{result}");
+    let (intents, requests, effects, duplicates) = (numbers[0], numbers[1], numbers[2], numbers[3]);
+    assert_eq!(intents, effects, "{result}");
+    assert!(requests > intents, "{result}");
+    assert_eq!(duplicates, 0, "{result}");
+    for story in ["restart", "twice", "dies", "unknown", "resolve", "sweep"] {
+        assert!(
+            run.stdout.contains(story),
+            "the demo does not tell about {story}"
+        );
+    }
+    assert!(!idem.db.exists(), "the demo touched --db");
+}
+
+#[test]
+fn bench_prints_a_table_of_measurements() {
+    let idem = Idem::new();
+    let run = idem.run(&["bench", "--ops", "5"]);
+    run.code(0);
+    assert!(run.stdout.contains("MEASUREMENT"), "{}", run.stdout);
+    let json = idem.run(&["--json", "bench", "--ops", "3"]);
+    let rows = json.json_lines();
+    assert_eq!(rows.len(), 5);
+    for row in &rows {
+        assert!(row["per_second"].as_u64().unwrap_or(0) > 0, "{row}");
+    }
+    assert_eq!(rows[0]["ops"], 3);
+    assert_eq!(
+        rows[4]["ops"], 300,
+        "the pure core gets 100 times the calls"
+    );
+    idem.run(&["bench", "--ops", "0"])
+        .code(2)
+        .one_error_line(&["--ops"]);
+}

@@ -1,0 +1,251 @@
+//! What can go wrong: [`OpenError`] when opening a file, [`Error`] for every operation
+//! on an open store, [`ExecuteError`] for [`crate::Store::execute`].
+//!
+//! Each variant is one cause, and its message names it: the path, the field, the rule.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use idem_core::{ConfigError, DecodeError, IdError, Refusal};
+
+/// Opening a store file failed; the file was left as it was.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The path names a directory.
+    #[error("{}: is a directory, expected a store file", path.display())]
+    IsDirectory {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The file (or its file system) is read-only; the store needs to write to it.
+    #[error(
+        "{}: the file is read-only, and a store writes to its file (check the permissions and the mount)",
+        path.display()
+    )]
+    ReadOnly {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// Another process kept the file locked for longer than the lock timeout.
+    #[error(
+        "{}: another process holds the file locked exclusively; gave up after {} ms (lock timeout)",
+        path.display(),
+        waited.as_millis()
+    )]
+    Locked {
+        /// The path given.
+        path: PathBuf,
+        /// How long the open waited.
+        waited: Duration,
+    },
+    /// Another process has the file open with a redb version whose locking protocol
+    /// differs from this build's.
+    #[error(
+        "{}: another process has the file open with an incompatible redb version (different locking protocol)",
+        path.display()
+    )]
+    IncompatibleProcess {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The file was written by a newer idem with a schema this build does not read.
+    #[error(
+        "{}: schema version {found} is newer than this build reads (at most {supported}); use a newer idem",
+        path.display()
+    )]
+    NewerFormat {
+        /// The path given.
+        path: PathBuf,
+        /// The schema version in the file.
+        found: u64,
+        /// The newest schema version this build reads.
+        supported: u64,
+    },
+    /// The file is not a redb database, is damaged, or is a redb database whose idem
+    /// tables are inconsistent.
+    #[error("{}: corrupt store file: {detail}", path.display())]
+    Corrupt {
+        /// The path given.
+        path: PathBuf,
+        /// What was found.
+        detail: String,
+    },
+    /// The protocol settings cannot work.
+    #[error("config: {0}")]
+    Config(#[from] ConfigError),
+    /// The builder's options contradict each other.
+    #[error("options: {0}")]
+    Options(&'static str),
+    /// The operating system refused an operation on the file.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path given.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// redb failed for another reason.
+    #[error("{}: storage: {source}", path.display())]
+    Storage {
+        /// The path given.
+        path: PathBuf,
+        /// redb's error.
+        source: redb::Error,
+    },
+}
+
+/// An operation on an open store failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A tenant, operation or key breaks its rule.
+    #[error("{0}")]
+    Id(#[from] IdError),
+    /// The protocol refused the input (stale generation, wrong state, not found, outcome
+    /// too large); nothing was written.
+    #[error("{0}")]
+    Refused(#[from] Refusal),
+    /// Another process held the write lock for longer than the lock timeout.
+    #[error(
+        "another process held the store's write lock for {} ms, longer than the lock timeout; retry later",
+        waited.as_millis()
+    )]
+    Busy {
+        /// How long this call waited.
+        waited: Duration,
+    },
+    /// A commit failed. Its changes may or may not be durable; the store refuses further
+    /// writes until it is reopened (redb's rule after a failed commit).
+    #[error("commit failed, the outcome of this call is unknown; reopen the store: {0}")]
+    CommitFailed(#[source] redb::CommitError),
+    /// An earlier commit or I/O failed; reopen the store before writing again.
+    #[error("an earlier commit or I/O error failed this store; drop it and open the file again")]
+    NeedsReopen,
+    /// Bytes in the file do not decode.
+    #[error("{what}: {source}")]
+    Decode {
+        /// What was being decoded, with its key.
+        what: String,
+        /// Why it does not decode.
+        source: DecodeError,
+    },
+    /// The file's tables contradict each other or redb found damage.
+    #[error("store file is corrupt: {detail}")]
+    Corrupt {
+        /// What was found.
+        detail: String,
+    },
+    /// The generation counter reached `u64::MAX`; no new claim can be fenced.
+    #[error("generation counter exhausted: no generation after 18446744073709551615")]
+    GenerationsExhausted,
+    /// A line of an import is invalid; nothing was imported.
+    #[error("import line {line}: {message}")]
+    Import {
+        /// 1-based line number.
+        line: u64,
+        /// The field and the rule it broke.
+        message: String,
+    },
+    /// Compaction needs every transaction, in this and every other process, to be finished.
+    #[error(
+        "compaction refused: a transaction is in progress in this or another process; retry when the store is idle"
+    )]
+    CompactionBusy,
+    /// Reading an import or writing an export failed.
+    #[error("I/O: {0}")]
+    Io(#[from] io::Error),
+    /// redb failed for another reason.
+    #[error("storage: {0}")]
+    Storage(#[source] redb::Error),
+}
+
+impl From<redb::Error> for Error {
+    fn from(e: redb::Error) -> Error {
+        match e {
+            redb::Error::Corrupted(detail) => Error::Corrupt { detail },
+            redb::Error::PreviousIo => Error::NeedsReopen,
+            other => Error::Storage(other),
+        }
+    }
+}
+
+macro_rules! via_redb_error {
+    ($($ty:ty),*) => {$(
+        impl From<$ty> for Error {
+            fn from(e: $ty) -> Error {
+                Error::from(redb::Error::from(e))
+            }
+        }
+    )*};
+}
+
+via_redb_error!(
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::SetDurabilityError,
+    redb::DatabaseError
+);
+
+impl From<redb::CompactionError> for Error {
+    fn from(e: redb::CompactionError) -> Error {
+        match e {
+            redb::CompactionError::TransactionInProgress => Error::CompactionBusy,
+            other => Error::from(redb::Error::from(other)),
+        }
+    }
+}
+
+/// [`crate::Store::execute`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecuteError<E> {
+    /// The caller's work returned an error. Everything it wrote was rolled back with the
+    /// claim: nothing was committed and the key is claimable again.
+    #[error("the work failed and was rolled back, the key stays claimable: {0}")]
+    Work(E),
+    /// The store failed; nothing was committed (or, for [`Error::CommitFailed`], the
+    /// outcome is unknown until the store is reopened and the key read).
+    #[error(transparent)]
+    Store(#[from] Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn errors_cross_threads() {
+        assert_send_sync::<Error>();
+        assert_send_sync::<OpenError>();
+        assert_send_sync::<ExecuteError<io::Error>>();
+    }
+
+    #[test]
+    fn messages_name_the_cause() {
+        let locked = OpenError::Locked {
+            path: "/tmp/x.redb".into(),
+            waited: Duration::from_millis(250),
+        };
+        assert_eq!(
+            locked.to_string(),
+            "/tmp/x.redb: another process holds the file locked exclusively; gave up after 250 ms (lock timeout)"
+        );
+        let import = Error::Import {
+            line: 3,
+            message: "fingerprint: 10 characters, expected 64 hex digits (0-9, a-f)".into(),
+        };
+        assert_eq!(
+            import.to_string(),
+            "import line 3: fingerprint: 10 characters, expected 64 hex digits (0-9, a-f)"
+        );
+        let work: ExecuteError<&str> = ExecuteError::Work("card declined");
+        assert_eq!(
+            work.to_string(),
+            "the work failed and was rolled back, the key stays claimable: card declined"
+        );
+    }
+}

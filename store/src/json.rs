@@ -1,0 +1,608 @@
+//! Records as JSON: [`RecordView`] (what `export`, `idem get --json` and `idem list
+//! --json` print) and the JSON-lines export and import of a whole store.
+//!
+//! An export is a header line, then one record per line:
+//!
+//! ```text
+//! {"idem_export":1,"generation":42,"records":2}
+//! {"tenant":"shop","operation":"credit","key":"k-1","state":"succeeded","generation":41,"fingerprint":"9f…","created_at":1700000000000,"updated_at":1700000000100,"expires_at":1700086400100,"completed_at":1700000000100,"code":200,"outcome_b64":"b2s="}
+//! {"tenant":"shop","operation":"credit","key":"k-2","state":"pending","generation":42,"fingerprint":"9f…","created_at":1700000000200,"updated_at":1700000000200,"lease_until":1700000030200}
+//! ```
+//!
+//! Times are integer milliseconds since the epoch, bytes are standard base64, the
+//! fingerprint is 64 lower-case hex digits. Import reads exactly this back: every record
+//! byte for byte, and the generation counter raised to at least the header's and every
+//! record's generation, so generations keep increasing after a restore.
+
+use std::io::{BufRead, Write as _};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use idem_core::{
+    Fingerprint, Generation, Outcome, Record, RecordId, State, Status, Timestamp, Verdict,
+};
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::tables::{self, GENERATION_KEY, META, RECORDS, Tables};
+use crate::{Error, Store};
+
+/// The version of the export format, in the header's `idem_export` field.
+pub const EXPORT_VERSION: u64 = 1;
+
+/// One record as JSON fields. Optional fields are present exactly when the state has
+/// them: `lease_until` for Pending; `expires_at`, `completed_at`, `code` and
+/// `outcome_b64` for Succeeded and Failed; none for Unknown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecordView {
+    /// The tenant.
+    pub tenant: String,
+    /// The operation.
+    pub operation: String,
+    /// The idempotency key.
+    pub key: String,
+    /// `pending`, `succeeded`, `failed` or `unknown`.
+    pub state: String,
+    /// The fencing token of the claim that made the record.
+    pub generation: u64,
+    /// 64 lower-case hex digits.
+    pub fingerprint: String,
+    /// When the claim was made, ms since the epoch.
+    pub created_at: u64,
+    /// When the record last changed, ms since the epoch.
+    pub updated_at: u64,
+    /// Pending only: when the lease ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_until: Option<u64>,
+    /// Settled only: when the record may be swept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
+    /// Settled only: when it settled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<u64>,
+    /// Settled only: the outcome's code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    /// Settled only: the outcome's body, standard base64.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome_b64: Option<String>,
+}
+
+/// A JSON record that breaks a rule; names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ViewError {
+    /// The field at fault.
+    pub field: &'static str,
+    /// What is wrong with it and the rule.
+    pub message: String,
+}
+
+fn view_error(field: &'static str, message: impl Into<String>) -> ViewError {
+    ViewError {
+        field,
+        message: message.into(),
+    }
+}
+
+/// The JSON object of a record: [`RecordView`] as a [`serde_json::Value`].
+///
+/// A `Value`'s object sorts its keys (unless serde_json's `preserve_order` feature is
+/// on); serialize a [`RecordView`] directly to print the fields in the documented order.
+#[must_use]
+pub fn record_json(id: &RecordId, record: &Record) -> Value {
+    // A struct of strings, integers and options always serializes.
+    serde_json::to_value(RecordView::new(id, record)).unwrap_or(Value::Null)
+}
+
+impl RecordView {
+    /// The view of `record` stored under `id`.
+    #[must_use]
+    pub fn new(id: &RecordId, record: &Record) -> RecordView {
+        let mut view = RecordView {
+            tenant: id.tenant().into(),
+            operation: id.operation().into(),
+            key: id.key().into(),
+            state: record.state().name().into(),
+            generation: record.generation.0,
+            fingerprint: record.fingerprint.to_hex(),
+            created_at: record.created_at.as_millis(),
+            updated_at: record.updated_at.as_millis(),
+            lease_until: None,
+            expires_at: None,
+            completed_at: None,
+            code: None,
+            outcome_b64: None,
+        };
+        match &record.status {
+            Status::Pending { lease_until } => view.lease_until = Some(lease_until.as_millis()),
+            Status::Settled {
+                outcome,
+                completed_at,
+                expires_at,
+                ..
+            } => {
+                view.expires_at = Some(expires_at.as_millis());
+                view.completed_at = Some(completed_at.as_millis());
+                view.code = Some(outcome.code);
+                view.outcome_b64 = Some(BASE64.encode(&outcome.body));
+            }
+            Status::Unknown => {}
+        }
+        view
+    }
+
+    /// Reads a JSON object, refusing missing, mistyped and unknown fields by name.
+    ///
+    /// # Errors
+    ///
+    /// [`ViewError`] naming the field.
+    pub fn from_json(object: &Map<String, Value>) -> Result<RecordView, ViewError> {
+        const FIELDS: [&str; 13] = [
+            "tenant",
+            "operation",
+            "key",
+            "state",
+            "generation",
+            "fingerprint",
+            "created_at",
+            "updated_at",
+            "lease_until",
+            "expires_at",
+            "completed_at",
+            "code",
+            "outcome_b64",
+        ];
+        if let Some(unknown) = object.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(ViewError {
+                field: "record",
+                message: format!("unknown field {unknown:?}"),
+            });
+        }
+        Ok(RecordView {
+            tenant: text(object, "tenant")?,
+            operation: text(object, "operation")?,
+            key: text(object, "key")?,
+            state: text(object, "state")?,
+            generation: millis(object, "generation")?,
+            fingerprint: text(object, "fingerprint")?,
+            created_at: millis(object, "created_at")?,
+            updated_at: millis(object, "updated_at")?,
+            lease_until: optional(object, "lease_until", millis)?,
+            expires_at: optional(object, "expires_at", millis)?,
+            completed_at: optional(object, "completed_at", millis)?,
+            code: optional(object, "code", code)?,
+            outcome_b64: optional(object, "outcome_b64", text)?,
+        })
+    }
+
+    /// The id and record this view describes, checking every rule.
+    ///
+    /// # Errors
+    ///
+    /// [`ViewError`] naming the field: an id part that breaks its rule, an unknown state,
+    /// generation 0, a fingerprint that is not 64 hex digits, bad base64, or a field the
+    /// state must (or must not) have.
+    pub fn to_record(&self) -> Result<(RecordId, Record), ViewError> {
+        let id = RecordId::new(&self.tenant, &self.operation, &self.key).map_err(|e| {
+            let field = match &e {
+                idem_core::IdError::Empty { field }
+                | idem_core::IdError::TooLong { field, .. }
+                | idem_core::IdError::ControlCharacter { field, .. } => field.name(),
+                _ => "key",
+            };
+            let text = e.to_string();
+            let message = text
+                .strip_prefix(&format!("{field}: "))
+                .unwrap_or(&text)
+                .to_string();
+            view_error(field, message)
+        })?;
+        let state = State::from_name(&self.state).ok_or_else(|| {
+            view_error(
+                "state",
+                format!(
+                    "{:?} is not one of pending, succeeded, failed, unknown",
+                    self.state
+                ),
+            )
+        })?;
+        if self.generation == 0 {
+            return Err(view_error("generation", "0, must be at least 1"));
+        }
+        let fingerprint = Fingerprint::from_hex(&self.fingerprint).map_err(|_| {
+            view_error(
+                "fingerprint",
+                format!(
+                    "{} characters, expected 64 hex digits (0-9, a-f)",
+                    self.fingerprint.chars().count()
+                ),
+            )
+        })?;
+        let status = match state {
+            State::Pending => {
+                self.absent(
+                    &["expires_at", "completed_at", "code", "outcome_b64"],
+                    state,
+                )?;
+                Status::Pending {
+                    lease_until: Timestamp(required(self.lease_until, "lease_until", state)?),
+                }
+            }
+            State::Succeeded | State::Failed => {
+                self.absent(&["lease_until"], state)?;
+                let body_b64 = required(self.outcome_b64.as_deref(), "outcome_b64", state)?;
+                let body = BASE64
+                    .decode(body_b64)
+                    .map_err(|e| view_error("outcome_b64", format!("not standard base64: {e}")))?;
+                Status::Settled {
+                    verdict: if state == State::Succeeded {
+                        Verdict::Succeeded
+                    } else {
+                        Verdict::Failed
+                    },
+                    outcome: Outcome::new(required(self.code, "code", state)?, body),
+                    completed_at: Timestamp(required(self.completed_at, "completed_at", state)?),
+                    expires_at: Timestamp(required(self.expires_at, "expires_at", state)?),
+                }
+            }
+            State::Unknown => {
+                self.absent(
+                    &[
+                        "lease_until",
+                        "expires_at",
+                        "completed_at",
+                        "code",
+                        "outcome_b64",
+                    ],
+                    state,
+                )?;
+                Status::Unknown
+            }
+        };
+        Ok((
+            id,
+            Record {
+                fingerprint,
+                generation: Generation(self.generation),
+                created_at: Timestamp(self.created_at),
+                updated_at: Timestamp(self.updated_at),
+                status,
+            },
+        ))
+    }
+
+    fn absent(&self, fields: &[&'static str], state: State) -> Result<(), ViewError> {
+        for &field in fields {
+            let present = match field {
+                "lease_until" => self.lease_until.is_some(),
+                "expires_at" => self.expires_at.is_some(),
+                "completed_at" => self.completed_at.is_some(),
+                "code" => self.code.is_some(),
+                _ => self.outcome_b64.is_some(),
+            };
+            if present {
+                return Err(view_error(
+                    field,
+                    format!("present, but a {state} record has none"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn required<T>(value: Option<T>, field: &'static str, state: State) -> Result<T, ViewError> {
+    value.ok_or_else(|| view_error(field, format!("missing, a {state} record needs it")))
+}
+
+fn field<'a>(object: &'a Map<String, Value>, name: &'static str) -> Result<&'a Value, ViewError> {
+    object.get(name).ok_or_else(|| view_error(name, "missing"))
+}
+
+fn text(object: &Map<String, Value>, name: &'static str) -> Result<String, ViewError> {
+    match field(object, name)? {
+        Value::String(s) => Ok(s.clone()),
+        other => Err(view_error(
+            name,
+            format!("expected a string, found {other}"),
+        )),
+    }
+}
+
+fn millis(object: &Map<String, Value>, name: &'static str) -> Result<u64, ViewError> {
+    let value = field(object, name)?;
+    value.as_u64().ok_or_else(|| {
+        view_error(
+            name,
+            format!("expected an integer from 0 to 2^64-1, found {value}"),
+        )
+    })
+}
+
+fn code(object: &Map<String, Value>, name: &'static str) -> Result<i32, ViewError> {
+    let value = field(object, name)?;
+    value
+        .as_i64()
+        .and_then(|n| i32::try_from(n).ok())
+        .ok_or_else(|| view_error(name, format!("expected a 32-bit integer, found {value}")))
+}
+
+fn optional<T>(
+    object: &Map<String, Value>,
+    name: &'static str,
+    read: impl FnOnce(&Map<String, Value>, &'static str) -> Result<T, ViewError>,
+) -> Result<Option<T>, ViewError> {
+    match object.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => read(object, name).map(Some),
+    }
+}
+
+/// The first line of an export.
+#[derive(Debug, Serialize)]
+struct Header {
+    idem_export: u64,
+    generation: u64,
+    records: u64,
+}
+
+impl Store {
+    /// Writes every record as JSON lines, after a header line with the generation
+    /// counter and the record count, from one snapshot. Returns the number of records.
+    ///
+    /// # Errors
+    ///
+    /// Storage or decode errors; [`Error::Io`] writing `out`.
+    pub fn export(&self, out: impl std::io::Write) -> Result<u64, Error> {
+        let mut out = std::io::BufWriter::new(out);
+        let db = self.database();
+        let txn = db.begin_read()?;
+        let records = txn.open_table(RECORDS)?;
+        let meta = txn.open_table(META)?;
+        let header = Header {
+            idem_export: EXPORT_VERSION,
+            generation: tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0),
+            records: records.len()?,
+        };
+        serde_json::to_writer(&mut out, &header).map_err(std::io::Error::from)?;
+        out.write_all(b"\n")?;
+        let mut count = 0;
+        for entry in records.iter()? {
+            let (key, bytes) = entry?;
+            let id = tables::decode_id(key.value())?;
+            let record = tables::decode_record(key.value(), bytes.value())?;
+            serde_json::to_writer(&mut out, &RecordView::new(&id, &record))
+                .map_err(std::io::Error::from)?;
+            out.write_all(b"\n")?;
+            count += 1;
+        }
+        out.flush()?;
+        Ok(count)
+    }
+
+    /// Reads what [`Store::export`] wrote, in one transaction: every line is validated,
+    /// and on the first bad one nothing is imported. A record already in the store
+    /// byte for byte is accepted as is; a different record under the same id is refused.
+    /// Raises the generation counter to at least the header's and every record's
+    /// generation. The header line is optional (JSON lines of records alone import too).
+    /// Returns the number of records read.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Import`] naming the line and the field; storage errors.
+    pub fn import(&self, input: impl BufRead) -> Result<u64, Error> {
+        let writing = self.writing()?;
+        let mut count = 0u64;
+        let mut announced = None;
+        let mut last_line = 0u64;
+        {
+            let mut tables = Tables::open(&writing.txn)?;
+            for (index, line) in input.lines().enumerate() {
+                let number = index as u64 + 1;
+                last_line = number;
+                let bad = |message: String| Error::Import {
+                    line: number,
+                    message,
+                };
+                let line = line.map_err(|e| bad(format!("cannot be read: {e}")))?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let object = match serde_json::from_str::<Value>(&line) {
+                    Ok(Value::Object(object)) => object,
+                    Ok(_) => return Err(bad("expected a JSON object".into())),
+                    Err(e) => return Err(bad(format!("not JSON: {e}"))),
+                };
+                if object.contains_key("idem_export") {
+                    if count > 0 || announced.is_some() {
+                        return Err(bad("a header line may only come first".into()));
+                    }
+                    let (generation, records) =
+                        read_header(&object).map_err(|e| bad(e.to_string()))?;
+                    tables.raise_generation(Generation(generation))?;
+                    announced = Some(records);
+                    continue;
+                }
+                let (id, record) = RecordView::from_json(&object)
+                    .and_then(|view| view.to_record())
+                    .map_err(|e| bad(e.to_string()))?;
+                let id_key = id.to_key_bytes();
+                match tables.get(&id_key)? {
+                    Some(existing) if existing == record => {}
+                    Some(_) => {
+                        return Err(bad(format!(
+                            "{id}: the store already holds a different record under this id"
+                        )));
+                    }
+                    None => tables.put(&id_key, None, &record)?,
+                }
+                tables.raise_generation(record.generation)?;
+                count += 1;
+            }
+        }
+        if let Some(records) = announced.filter(|&n| n != count) {
+            return Err(Error::Import {
+                line: last_line,
+                message: format!(
+                    "the header announces {records} records, the input holds {count} (truncated?)"
+                ),
+            });
+        }
+        self.commit(writing)?;
+        Ok(count)
+    }
+}
+
+fn read_header(object: &Map<String, Value>) -> Result<(u64, u64), ViewError> {
+    if let Some(unknown) = object
+        .keys()
+        .find(|k| !["idem_export", "generation", "records"].contains(&k.as_str()))
+    {
+        return Err(view_error("header", format!("unknown field {unknown:?}")));
+    }
+    let version = millis(object, "idem_export")?;
+    if version != EXPORT_VERSION {
+        return Err(view_error(
+            "idem_export",
+            format!("export version {version}, this build reads version {EXPORT_VERSION}"),
+        ));
+    }
+    Ok((millis(object, "generation")?, millis(object, "records")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id() -> RecordId {
+        RecordId::new("shop", "credit", "k-1").unwrap()
+    }
+
+    fn settled() -> Record {
+        Record {
+            fingerprint: Fingerprint([0xab; 32]),
+            generation: Generation(7),
+            created_at: Timestamp(1_000),
+            updated_at: Timestamp(1_100),
+            status: Status::Settled {
+                verdict: Verdict::Failed,
+                outcome: Outcome::new(-3, vec![0, 255, 10]),
+                completed_at: Timestamp(1_100),
+                expires_at: Timestamp(9_000),
+            },
+        }
+    }
+
+    fn object(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            _ => panic!("not an object"),
+        }
+    }
+
+    #[test]
+    fn views_round_trip_every_state() {
+        let base = settled();
+        let records = [
+            base.clone(),
+            Record {
+                status: Status::Pending {
+                    lease_until: Timestamp(31_000),
+                },
+                ..base.clone()
+            },
+            Record {
+                status: Status::Unknown,
+                ..base.clone()
+            },
+        ];
+        for record in records {
+            let json = record_json(&id(), &record);
+            let view = RecordView::from_json(&object(json)).unwrap();
+            assert_eq!(view.to_record().unwrap(), (id(), record));
+        }
+    }
+
+    #[test]
+    fn the_json_names_follow_the_cli_contract() {
+        let text = serde_json::to_string(&RecordView::new(&id(), &settled())).unwrap();
+        let fp = "ab".repeat(32);
+        assert_eq!(
+            text,
+            format!(
+                r#"{{"tenant":"shop","operation":"credit","key":"k-1","state":"failed","generation":7,"fingerprint":"{fp}","created_at":1000,"updated_at":1100,"expires_at":9000,"completed_at":1100,"code":-3,"outcome_b64":"AP8K"}}"#
+            )
+        );
+        assert_eq!(
+            record_json(&id(), &settled()),
+            serde_json::from_str::<Value>(&text).unwrap()
+        );
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let good = object(record_json(&id(), &settled()));
+        let cases: [(&str, Value, &str); 8] = [
+            (
+                "fingerprint",
+                "abc".into(),
+                "fingerprint: 3 characters, expected 64 hex digits (0-9, a-f)",
+            ),
+            (
+                "state",
+                "done".into(),
+                r#"state: "done" is not one of pending, succeeded, failed, unknown"#,
+            ),
+            ("generation", 0.into(), "generation: 0, must be at least 1"),
+            (
+                "created_at",
+                "x".into(),
+                r#"created_at: expected an integer from 0 to 2^64-1, found "x""#,
+            ),
+            (
+                "code",
+                (1u64 << 40).into(),
+                "code: expected a 32-bit integer, found 1099511627776",
+            ),
+            (
+                "outcome_b64",
+                "!!".into(),
+                "outcome_b64: not standard base64: Invalid symbol 33, offset 0.",
+            ),
+            (
+                "key",
+                "a\nb".into(),
+                "key: byte 0x0a at offset 1 is not printable ASCII (0x20-0x7E)",
+            ),
+            (
+                "lease_until",
+                5.into(),
+                "lease_until: present, but a failed record has none",
+            ),
+        ];
+        for (field, value, message) in cases {
+            let mut object = good.clone();
+            object.insert(field.into(), value);
+            let err = RecordView::from_json(&object).and_then(|v| v.to_record());
+            assert_eq!(err.unwrap_err().to_string(), message, "{field}");
+        }
+        let mut missing = good.clone();
+        missing.remove("expires_at");
+        assert_eq!(
+            RecordView::from_json(&missing)
+                .unwrap()
+                .to_record()
+                .unwrap_err()
+                .to_string(),
+            "expires_at: missing, a failed record needs it"
+        );
+        let mut extra = good;
+        extra.insert("extra".into(), 1.into());
+        assert_eq!(
+            RecordView::from_json(&extra).unwrap_err().to_string(),
+            r#"record: unknown field "extra""#
+        );
+    }
+}

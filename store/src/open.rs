@@ -1,0 +1,391 @@
+//! Opening a store file: [`StoreBuilder`], the checks that keep a bad file untouched,
+//! and the bounded wait for another process's lock.
+//!
+//! An existing file is first opened read-only, which changes no byte, to refuse a
+//! directory, a read-only file, a non-redb or damaged file and a newer schema before
+//! anything writes to it. Only then is it opened for writing, and, with
+//! [`StoreBuilder::verify_on_open`] (the default), redb verifies the checksum of every
+//! page before it trusts the file. A redb file without idem's tables (a new file, or one
+//! that so far holds only the application's own tables) gets them; a file whose
+//! `idem.records` table holds records but whose `idem.meta` table is gone is refused as
+//! corrupt.
+
+use std::fs;
+use std::io;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use idem_core::Config;
+use redb::{
+    ConcurrencyMode, Database, DatabaseError, Durability, ReadableDatabase, ReadableTableMetadata,
+    StorageError, TableError,
+};
+
+use crate::store::begin_write;
+use crate::tables::{self, META, RECORDS, SCHEMA_KEY, SCHEMA_VERSION, Tables};
+use crate::{Error, OpenError, Store};
+
+/// The default bound on waiting for another process's lock: 5 s.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Options for [`Store::builder`]: the protocol [`Config`] and the redb settings.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use idem_core::{Config, LeaseExpiry};
+/// use idem_store::Store;
+///
+/// let store = Store::builder()
+///     .config(Config { lease_ms: 10_000, on_lease_expiry: LeaseExpiry::Unknown, ..Config::default() })
+///     .lock_timeout(Duration::from_secs(2))
+///     .open("terminal.redb")?;
+/// # Ok::<(), idem_store::OpenError>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `open` is called"]
+pub struct StoreBuilder {
+    config: Config,
+    durability: Durability,
+    lock_timeout: Duration,
+    concurrency: ConcurrencyMode,
+    cache_size: Option<usize>,
+    verify_on_open: bool,
+}
+
+impl Default for StoreBuilder {
+    fn default() -> StoreBuilder {
+        StoreBuilder {
+            config: Config::default(),
+            durability: Durability::Immediate,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            concurrency: ConcurrencyMode::MultiWriter,
+            cache_size: None,
+            verify_on_open: true,
+        }
+    }
+}
+
+impl StoreBuilder {
+    /// The protocol settings (lease, retentions, outcome limit, lease-expiry policy).
+    /// Default: [`Config::default`].
+    pub fn config(mut self, config: Config) -> StoreBuilder {
+        self.config = config;
+        self
+    }
+
+    /// How commits reach the disk. Default [`Durability::Immediate`]: every answer is
+    /// given after its fsync. [`Durability::None`] needs
+    /// [`ConcurrencyMode::ExclusiveWriter`], since a commit held only in this process's
+    /// memory would be invisible to the others.
+    pub fn durability(mut self, durability: Durability) -> StoreBuilder {
+        self.durability = durability;
+        self
+    }
+
+    /// How long opening, and every write, waits for another process that holds the lock
+    /// before giving up with [`OpenError::Locked`] or [`Error::Busy`]. Default 5 s.
+    pub fn lock_timeout(mut self, timeout: Duration) -> StoreBuilder {
+        self.lock_timeout = timeout;
+        self
+    }
+
+    /// How processes share the file. Default [`ConcurrencyMode::MultiWriter`]: any number
+    /// of processes open it and write, one write transaction at a time. Every process
+    /// opening one file must use the same mode.
+    pub fn concurrency(mut self, mode: ConcurrencyMode) -> StoreBuilder {
+        self.concurrency = mode;
+        self
+    }
+
+    /// The most memory redb uses to cache pages, in bytes. Default: redb's.
+    pub fn cache_size(mut self, bytes: usize) -> StoreBuilder {
+        self.cache_size = Some(bytes);
+        self
+    }
+
+    /// Verify every page's checksum when opening, so a damaged file is refused with
+    /// [`OpenError::Corrupt`] instead of being trusted. It reads the whole file once per
+    /// open. Default true.
+    pub fn verify_on_open(mut self, verify: bool) -> StoreBuilder {
+        self.verify_on_open = verify;
+        self
+    }
+
+    /// Opens the store file at `path`, creating it when it does not exist.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError`]: a directory, a read-only file, a lock held past the lock timeout, a
+    /// newer schema, a corrupt file, an invalid config or contradictory options. In every
+    /// one of these cases the file is left byte for byte as it was.
+    pub fn open(self, path: impl AsRef<Path>) -> Result<Store, OpenError> {
+        self.config.validate()?;
+        if matches!(self.durability, Durability::None)
+            && self.concurrency != ConcurrencyMode::ExclusiveWriter
+        {
+            return Err(OpenError::Options(
+                "durability None needs ConcurrencyMode::ExclusiveWriter: a commit held only in this process's memory is invisible to other processes",
+            ));
+        }
+        let path = path.as_ref().to_path_buf();
+        let deadline = Deadline::new(self.lock_timeout);
+        let existing = match fs::metadata(&path) {
+            Ok(meta) if meta.is_dir() => return Err(OpenError::IsDirectory { path }),
+            Ok(meta) if meta.permissions().readonly() => {
+                return Err(OpenError::ReadOnly { path });
+            }
+            Ok(meta) => meta.len() > 0,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(source) => return Err(OpenError::Io { path, source }),
+        };
+        if existing {
+            self.precheck(&path, &deadline)?;
+        }
+        let db = self.open_for_writing(&path, &deadline)?;
+        self.initialize(&db, &path, &deadline)?;
+        Ok(Store::from_parts(
+            db,
+            path,
+            self.config,
+            self.durability,
+            self.lock_timeout,
+        ))
+    }
+
+    fn redb_builder(&self) -> redb::Builder {
+        let mut builder = Database::builder();
+        builder.set_concurrency_mode(self.concurrency);
+        if let Some(bytes) = self.cache_size {
+            builder.set_cache_size(bytes);
+        }
+        builder
+    }
+
+    /// Reads the schema of an existing file through a read-only open, which writes
+    /// nothing, so a newer or damaged file is refused untouched.
+    fn precheck(&self, path: &Path, deadline: &Deadline) -> Result<(), OpenError> {
+        let builder = self.redb_builder();
+        loop {
+            let opened = guarded(path, || builder.open_read_only(path));
+            match opened? {
+                Ok(db) => {
+                    let schema = guarded(path, || read_schema(&db))?;
+                    return check_schema(path, schema.map_err(|e| storage(path, e))?);
+                }
+                // An unclean shutdown: only a writable open repairs it, and then the
+                // schema is checked inside the writable open.
+                Err(DatabaseError::RepairAborted) => return Ok(()),
+                Err(DatabaseError::DatabaseAlreadyOpen) if deadline.wait() => {}
+                Err(e) => return Err(open_error(path, e, deadline)),
+            }
+        }
+    }
+
+    fn open_for_writing(&self, path: &Path, deadline: &Deadline) -> Result<Database, OpenError> {
+        let mut builder = self.redb_builder();
+        builder.set_check_integrity_on_open(self.verify_on_open);
+        loop {
+            match guarded(path, || builder.create(path))? {
+                Ok(db) => return Ok(db),
+                Err(DatabaseError::DatabaseAlreadyOpen) if deadline.wait() => {}
+                Err(e) => return Err(open_error(path, e, deadline)),
+            }
+        }
+    }
+
+    /// Creates idem's tables and schema version in a file that has none yet.
+    fn initialize(&self, db: &Database, path: &Path, deadline: &Deadline) -> Result<(), OpenError> {
+        let to_open_error = |e: Error| match e {
+            Error::Busy { waited } => OpenError::Locked {
+                path: path.into(),
+                waited,
+            },
+            Error::Corrupt { detail } => OpenError::Corrupt {
+                path: path.into(),
+                detail,
+            },
+            other => OpenError::Corrupt {
+                path: path.into(),
+                detail: other.to_string(),
+            },
+        };
+        // The common case, a file already initialized, needs only a read, which never
+        // waits for another process's write transaction.
+        let schema = guarded(path, || read_schema_of(db))?.map_err(|e| storage(path, e))?;
+        if let Ok(Some(found)) = schema {
+            return check_schema(path, Ok(Some(found)));
+        }
+        let mut txn = begin_write(db, deadline.remaining()).map_err(to_open_error)?;
+        if !matches!(self.durability, Durability::Immediate) {
+            txn.set_durability(self.durability)
+                .map_err(|e| to_open_error(e.into()))?;
+        }
+        let schema = {
+            let tables = Tables::open(&txn).map_err(to_open_error)?;
+            let schema = tables.schema().map_err(to_open_error)?;
+            if schema.is_none() && !tables.is_empty().map_err(to_open_error)? {
+                return Err(OpenError::Corrupt {
+                    path: path.into(),
+                    detail: "idem.records holds records but idem.meta has no schema version".into(),
+                });
+            }
+            schema
+        };
+        match schema {
+            Some(found) => {
+                txn.abort().map_err(|e| storage(path, e.into()))?;
+                check_schema(path, Ok(Some(found)))
+            }
+            None => {
+                {
+                    let mut tables = Tables::open(&txn).map_err(to_open_error)?;
+                    tables.set_schema().map_err(to_open_error)?;
+                }
+                txn.commit().map_err(|e| storage(path, e.into()))
+            }
+        }
+    }
+}
+
+/// The schema version in the file, or `None` when it has no idem tables yet.
+fn read_schema(db: &redb::ReadOnlyDatabase) -> Result<Result<Option<u64>, Error>, redb::Error> {
+    schema_in(&db.begin_read()?)
+}
+
+/// [`read_schema`] through a writable handle.
+fn read_schema_of(db: &Database) -> Result<Result<Option<u64>, Error>, redb::Error> {
+    schema_in(&db.begin_read()?)
+}
+
+fn schema_in(txn: &redb::ReadTransaction) -> Result<Result<Option<u64>, Error>, redb::Error> {
+    let meta = match txn.open_table(META) {
+        Ok(meta) => meta,
+        Err(TableError::TableDoesNotExist(_)) => {
+            return Ok(match txn.open_table(RECORDS) {
+                Ok(records) if !records.is_empty()? => Err(Error::Corrupt {
+                    detail: "idem.records holds records but idem.meta is missing".into(),
+                }),
+                Ok(_) | Err(TableError::TableDoesNotExist(_)) => Ok(None),
+                Err(e) => Err(e.into()),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(tables::read_meta(&meta, SCHEMA_KEY))
+}
+
+fn check_schema(path: &Path, schema: Result<Option<u64>, Error>) -> Result<(), OpenError> {
+    match schema {
+        Ok(None | Some(SCHEMA_VERSION)) => Ok(()),
+        Ok(Some(found)) if found > SCHEMA_VERSION => Err(OpenError::NewerFormat {
+            path: path.into(),
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        Ok(Some(found)) => Err(OpenError::Corrupt {
+            path: path.into(),
+            detail: format!("schema version {found} was never written by idem"),
+        }),
+        Err(e) => Err(OpenError::Corrupt {
+            path: path.into(),
+            detail: e.to_string(),
+        }),
+    }
+}
+
+/// Runs a redb call that may panic on a file damaged outside redb (its documented
+/// behaviour for plain opens), turning the panic into [`OpenError::Corrupt`].
+fn guarded<T>(path: &Path, call: impl FnOnce() -> T) -> Result<T, OpenError> {
+    catch_unwind(AssertUnwindSafe(call)).map_err(|_| OpenError::Corrupt {
+        path: path.into(),
+        detail: "redb could not read the file's structure".into(),
+    })
+}
+
+fn storage(path: &Path, source: redb::Error) -> OpenError {
+    match source {
+        redb::Error::Corrupted(detail) => OpenError::Corrupt {
+            path: path.into(),
+            detail,
+        },
+        // A file shorter than its own layout says, or bytes that are not redb's.
+        redb::Error::Io(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof
+            ) =>
+        {
+            OpenError::Corrupt {
+                path: path.into(),
+                detail: e.to_string(),
+            }
+        }
+        source => OpenError::Storage {
+            path: path.into(),
+            source,
+        },
+    }
+}
+
+fn open_error(path: &Path, e: DatabaseError, deadline: &Deadline) -> OpenError {
+    let owned: PathBuf = path.into();
+    match e {
+        DatabaseError::DatabaseAlreadyOpen => OpenError::Locked {
+            path: owned,
+            waited: deadline.waited(),
+        },
+        DatabaseError::LockProtocolMismatch => OpenError::IncompatibleProcess { path: owned },
+        DatabaseError::Storage(StorageError::Io(source)) => match source.kind() {
+            io::ErrorKind::ReadOnlyFilesystem => OpenError::ReadOnly { path: owned },
+            io::ErrorKind::IsADirectory => OpenError::IsDirectory { path: owned },
+            io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => {
+                storage(path, redb::Error::Io(source))
+            }
+            _ => OpenError::Io {
+                path: owned,
+                source,
+            },
+        },
+        other => storage(path, other.into()),
+    }
+}
+
+/// The end of the bounded wait for another process's lock.
+struct Deadline {
+    start: Instant,
+    timeout: Duration,
+    pause: std::cell::Cell<Duration>,
+}
+
+impl Deadline {
+    fn new(timeout: Duration) -> Deadline {
+        Deadline {
+            start: Instant::now(),
+            timeout,
+            pause: std::cell::Cell::new(Duration::from_millis(1)),
+        }
+    }
+
+    fn waited(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    fn remaining(&self) -> Duration {
+        self.timeout.saturating_sub(self.start.elapsed())
+    }
+
+    /// Sleeps a little (1 ms, doubling up to 50 ms) and returns true, or returns false
+    /// when the timeout has passed.
+    fn wait(&self) -> bool {
+        let remaining = self.remaining();
+        if remaining.is_zero() {
+            return false;
+        }
+        let pause = self.pause.get();
+        thread::sleep(pause.min(remaining));
+        self.pause.set((pause * 2).min(Duration::from_millis(50)));
+        true
+    }
+}

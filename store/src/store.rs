@@ -1,0 +1,595 @@
+//! [`Store`]: the receiver protocol of idem-core driven inside redb write transactions.
+//!
+//! Every input is one write transaction: read the record, run the core, apply its
+//! write, commit, and only then answer. An input that changes nothing (an InProgress or
+//! Replay answer, a refusal) aborts its transaction instead, so it costs no fsync.
+
+use std::fmt;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use idem_core::protocol::{self, Decision, Resolution};
+use idem_core::{
+    Config, Fingerprint, Generation, Outcome, Record, RecordId, State, Timestamp, Transition,
+    Verdict, Write,
+};
+use redb::{
+    CommitError, Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable,
+    TransactionError, WriteTransaction,
+};
+
+use crate::tables::{self, RECORDS, STATES, Tables};
+use crate::{Error, ExecuteError, StoreBuilder};
+
+/// The durable idempotency store: one redb file, shared by every thread of the process
+/// (`&Store` or `Arc<Store>`) and, with the default [`redb::ConcurrencyMode::MultiWriter`],
+/// by other processes that open the same file.
+///
+/// See the [crate documentation](crate) for the two ways to use it.
+pub struct Store {
+    // Check takes it exclusively (redb's integrity check needs `&mut Database`); every
+    // other operation shares it.
+    db: RwLock<Database>,
+    // Serializes this process's write transactions, so that waiting for the redb write
+    // lock only ever waits for another process, with a bound.
+    gate: Mutex<()>,
+    // Set by a failed commit: redb refuses writes until the database is reopened.
+    broken: AtomicBool,
+    path: PathBuf,
+    config: Config,
+    durability: Durability,
+    lock_timeout: Duration,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.path)
+            .field("config", &self.config)
+            .field("durability", &self.durability)
+            .field("lock_timeout", &self.lock_timeout)
+            .field("needs_reopen", &self.broken.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Store::execute`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "the outcome must be answered to the caller"]
+pub enum Executed<T> {
+    /// This call claimed the key and ran the work; its writes and the settled record
+    /// committed together.
+    Ran {
+        /// What the work returned besides the outcome.
+        value: T,
+        /// The settled record, as committed.
+        record: Record,
+    },
+    /// The work did not run: the key was settled ([`Decision::Replay`]), held by a
+    /// two-phase executor ([`Decision::InProgress`]), live with another fingerprint
+    /// ([`Decision::Conflict`]) or needs reconciliation
+    /// ([`Decision::NeedsReconciliation`]). Never [`Decision::Claimed`].
+    NotRun(Decision),
+}
+
+impl<T> Executed<T> {
+    /// The settled verdict and outcome: the one just committed, or the one replayed.
+    /// `None` when the work did not run and nothing is settled.
+    #[must_use]
+    pub fn outcome(&self) -> Option<(Verdict, &Outcome)> {
+        match self {
+            Executed::Ran { record, .. } => match &record.status {
+                idem_core::Status::Settled {
+                    verdict, outcome, ..
+                } => Some((*verdict, outcome)),
+                _ => None,
+            },
+            Executed::NotRun(Decision::Replay {
+                verdict, outcome, ..
+            }) => Some((*verdict, outcome)),
+            Executed::NotRun(_) => None,
+        }
+    }
+}
+
+/// Which records [`Store::list`] visits. Every field narrows; the default visits all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    /// Only records in this state.
+    pub state: Option<State>,
+    /// Only records of this tenant.
+    pub tenant: Option<String>,
+    /// Only records of this operation.
+    pub operation: Option<String>,
+    /// Visit at most this many records.
+    pub limit: Option<usize>,
+}
+
+impl ListFilter {
+    fn matches(&self, id: &RecordId) -> bool {
+        self.tenant.as_deref().is_none_or(|t| t == id.tenant())
+            && self
+                .operation
+                .as_deref()
+                .is_none_or(|o| o == id.operation())
+    }
+
+    /// Refuses a tenant or operation that no record could have, naming the rule.
+    fn validate(&self) -> Result<(), Error> {
+        let tenant = self.tenant.as_deref().unwrap_or("t");
+        let operation = self.operation.as_deref().unwrap_or("o");
+        RecordId::new(tenant, operation, "k")?;
+        Ok(())
+    }
+}
+
+/// A write transaction with the guards that make it this process's only one.
+pub(crate) struct Writing<'s> {
+    // Declared first so it drops before the guards.
+    pub(crate) txn: WriteTransaction,
+    _gate: MutexGuard<'s, ()>,
+    _db: RwLockReadGuard<'s, Database>,
+}
+
+/// Begins a write transaction, waiting at most `timeout` for another process's.
+pub(crate) fn begin_write(db: &Database, timeout: Duration) -> Result<WriteTransaction, Error> {
+    let start = Instant::now();
+    let mut pause = Duration::from_micros(200);
+    loop {
+        match db.try_begin_write() {
+            Ok(txn) => return Ok(txn),
+            Err(TransactionError::WouldBlock) => {
+                let remaining = timeout.saturating_sub(start.elapsed());
+                if remaining.is_zero() {
+                    return Err(Error::Busy {
+                        waited: start.elapsed(),
+                    });
+                }
+                thread::sleep(pause.min(remaining));
+                pause = (pause * 2).min(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store file at `path` with the default options: see
+    /// [`StoreBuilder`].
+    ///
+    /// # Errors
+    ///
+    /// [`crate::OpenError`]; the file is left untouched.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, crate::OpenError> {
+        StoreBuilder::default().open(path)
+    }
+
+    /// Options for opening a store.
+    pub fn builder() -> StoreBuilder {
+        StoreBuilder::default()
+    }
+
+    pub(crate) fn from_parts(
+        db: Database,
+        path: PathBuf,
+        config: Config,
+        durability: Durability,
+        lock_timeout: Duration,
+    ) -> Store {
+        Store {
+            db: RwLock::new(db),
+            gate: Mutex::new(()),
+            broken: AtomicBool::new(false),
+            path,
+            config,
+            durability,
+            lock_timeout,
+        }
+    }
+
+    /// The protocol settings this store applies.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The path the store was opened from.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// True after a failed commit: writes are refused until the store is reopened.
+    #[must_use]
+    pub fn needs_reopen(&self) -> bool {
+        self.broken.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn database(&self) -> RwLockReadGuard<'_, Database> {
+        self.db.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn database_exclusive(&self) -> std::sync::RwLockWriteGuard<'_, Database> {
+        self.db.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn database_mut(&mut self) -> &mut Database {
+        self.db.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn writing(&self) -> Result<Writing<'_>, Error> {
+        if self.needs_reopen() {
+            return Err(Error::NeedsReopen);
+        }
+        let db = self.database();
+        let gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut txn = begin_write(&db, self.lock_timeout)?;
+        if !matches!(self.durability, Durability::Immediate) {
+            txn.set_durability(self.durability)?;
+        }
+        Ok(Writing {
+            txn,
+            _gate: gate,
+            _db: db,
+        })
+    }
+
+    /// Commits, or marks the store as needing a reopen when the commit failed in a way
+    /// redb says leaves the database unable to write.
+    pub(crate) fn commit(&self, writing: Writing<'_>) -> Result<(), Error> {
+        let Writing { txn, _gate, _db } = writing;
+        match txn.commit() {
+            Ok(()) => Ok(()),
+            Err(CommitError::TransactionPoisoned) => {
+                Err(Error::Storage(CommitError::TransactionPoisoned.into()))
+            }
+            Err(e) => {
+                self.broken.store(true, Ordering::Release);
+                Err(Error::CommitFailed(e))
+            }
+        }
+    }
+
+    /// Commits when `changed`, aborts otherwise.
+    pub(crate) fn finish(&self, writing: Writing<'_>, changed: bool) -> Result<(), Error> {
+        if changed {
+            self.commit(writing)
+        } else {
+            let Writing { txn, _gate, _db } = writing;
+            Ok(txn.abort()?)
+        }
+    }
+
+    /// Runs one protocol input: `step` reads and returns the core's write with the
+    /// answer; the write is applied and committed before the answer is returned.
+    fn input<R>(
+        &self,
+        id: &RecordId,
+        step: impl FnOnce(&mut Tables<'_>, Option<&Record>) -> Result<(Write, R), Error>,
+    ) -> Result<R, Error> {
+        let id_key = id.to_key_bytes();
+        let writing = self.writing()?;
+        let (changed, answer) = {
+            let mut tables = Tables::open(&writing.txn)?;
+            let current = tables.get(&id_key)?;
+            let (write, answer) = step(&mut tables, current.as_ref())?;
+            (tables.apply(&id_key, current.as_ref(), &write)?, answer)
+        };
+        self.finish(writing, changed)?;
+        Ok(answer)
+    }
+
+    /// A request with `fingerprint` arrives for `id`: the first step of the two-phase
+    /// path. On [`Decision::Claimed`] the Pending record is committed before this returns;
+    /// execute, then [`Store::complete`], [`Store::release`] or [`Store::mark_unknown`]
+    /// with the generation.
+    ///
+    /// # Errors
+    ///
+    /// [`Error`] from storage; the protocol itself never refuses a begin.
+    pub fn begin(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Result<Decision, Error> {
+        self.input(id, |tables, current| {
+            let next = tables.next_generation()?;
+            let Transition { decision, write } =
+                protocol::begin(current, fingerprint, next, now, &self.config);
+            if let Decision::Claimed { generation, .. } = decision {
+                tables.raise_generation(generation)?;
+            }
+            Ok((write, decision))
+        })
+    }
+
+    /// The executor holding `generation` extends its lease to `now + lease`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Refused`] with [`idem_core::Refusal::NotFound`] or
+    /// [`idem_core::Refusal::Stale`]; storage errors.
+    pub fn heartbeat(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+    ) -> Result<Record, Error> {
+        self.input(id, |_, current| {
+            let write = protocol::heartbeat(current, generation, now, &self.config)?;
+            let record = put_record(&write);
+            Ok((write, record))
+        })
+    }
+
+    /// The executor holding `generation` settles the key; the outcome is replayed to
+    /// every retry until its retention ends.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Refused`] (not found, stale, outcome too large); storage errors.
+    pub fn complete(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        verdict: Verdict,
+        outcome: Outcome,
+        now: Timestamp,
+    ) -> Result<Record, Error> {
+        self.input(id, |_, current| {
+            let write =
+                protocol::complete(current, generation, verdict, outcome, now, &self.config)?;
+            let record = put_record(&write);
+            Ok((write, record))
+        })
+    }
+
+    /// The executor holding `generation` did nothing: the record is deleted and a retry
+    /// may claim the key.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Refused`] (not found, stale); storage errors.
+    pub fn release(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        // The core's release needs no clock; `now` keeps the inputs uniform.
+        let _ = now;
+        self.input(id, |_, current| {
+            Ok((protocol::release(current, generation)?, ()))
+        })
+    }
+
+    /// The executor holding `generation` cannot tell whether its effect happened: the
+    /// record becomes Unknown until [`Store::resolve`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Refused`] (not found, stale); storage errors.
+    pub fn mark_unknown(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+    ) -> Result<Record, Error> {
+        self.input(id, |_, current| {
+            let write = protocol::mark_unknown(current, generation, now)?;
+            let record = put_record(&write);
+            Ok((write, record))
+        })
+    }
+
+    /// A reconciler settles an Unknown record. Returns the settled record, or `None` for
+    /// [`Resolution::NotExecuted`], which deletes it so a retry claims a fresh generation.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Refused`] (not found, not Unknown, outcome too large); storage errors.
+    pub fn resolve(
+        &self,
+        id: &RecordId,
+        resolution: Resolution,
+        now: Timestamp,
+    ) -> Result<Option<Record>, Error> {
+        self.input(id, |_, current| {
+            let write = protocol::resolve(current, resolution, now, &self.config)?;
+            let record = match &write {
+                Write::Put(record) => Some(record.clone()),
+                Write::Delete | Write::Nothing => None,
+            };
+            Ok((write, record))
+        })
+    }
+
+    /// Atomic execute: claims `id`, runs `work` inside the same write transaction, and
+    /// commits the work's writes together with the settled record, or nothing.
+    ///
+    /// `work` gets the transaction to write its own tables (any name that does not start
+    /// with `idem.`) and returns the verdict, the outcome to replay to every retry, and a
+    /// value for this caller. No Pending record is ever visible on this path. If `work`
+    /// returns an error (or panics), everything rolls back and the key stays claimable.
+    ///
+    /// `work` runs while this process holds the store's write lock: keep it short, do no
+    /// network I/O in it, and do not call back into the store from it (that deadlocks).
+    /// For effects outside the file, use the two-phase path ([`Store::begin`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ExecuteError::Work`] with the work's error; [`ExecuteError::Store`] for storage
+    /// errors, or [`idem_core::Refusal::OutcomeTooLarge`] (rolled back as well).
+    pub fn execute<T, E>(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+        work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
+    ) -> Result<Executed<T>, ExecuteError<E>> {
+        let id_key = id.to_key_bytes();
+        let writing = self.writing()?;
+        let (current, pending) = {
+            let mut tables = Tables::open(&writing.txn)?;
+            let current = tables.get(&id_key)?;
+            let next = tables.next_generation()?;
+            let Transition { decision, write } =
+                protocol::begin(current.as_ref(), fingerprint, next, now, &self.config);
+            match (decision, write) {
+                (Decision::Claimed { .. }, Write::Put(pending)) => (current, pending),
+                (decision, write) => {
+                    let changed = tables.apply(&id_key, current.as_ref(), &write)?;
+                    drop(tables);
+                    self.finish(writing, changed)?;
+                    return Ok(Executed::NotRun(decision));
+                }
+            }
+        };
+        // Our tables are closed here: the work may open its own.
+        let (verdict, outcome, value) = match work(&writing.txn) {
+            Ok(done) => done,
+            Err(e) => {
+                self.finish(writing, false)?;
+                return Err(ExecuteError::Work(e));
+            }
+        };
+        let settled = match protocol::complete(
+            Some(&pending),
+            pending.generation,
+            verdict,
+            outcome,
+            now,
+            &self.config,
+        ) {
+            Ok(write) => put_record(&write),
+            Err(refusal) => {
+                self.finish(writing, false)?;
+                return Err(ExecuteError::Store(refusal.into()));
+            }
+        };
+        {
+            let mut tables = Tables::open(&writing.txn)?;
+            tables.raise_generation(pending.generation)?;
+            tables.put(&id_key, current.as_ref(), &settled)?;
+        }
+        self.commit(writing)?;
+        Ok(Executed::Ran {
+            value,
+            record: settled,
+        })
+    }
+
+    /// The record under `id`, if any.
+    ///
+    /// # Errors
+    ///
+    /// Storage or decode errors.
+    pub fn get(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+        let db = self.database();
+        let txn = db.begin_read()?;
+        let records = txn.open_table(RECORDS)?;
+        tables::read_record(&records, &id.to_key_bytes())
+    }
+
+    /// Reads the file in one read transaction, for the application's own tables (a
+    /// balance, an outbox). Reads never wait for writers.
+    ///
+    /// # Errors
+    ///
+    /// Storage errors beginning the transaction; `read` reports its own in `R`.
+    pub fn read<R>(&self, read: impl FnOnce(&ReadTransaction) -> R) -> Result<R, Error> {
+        let db = self.database();
+        let txn = db.begin_read()?;
+        Ok(read(&txn))
+    }
+
+    /// Visits the records that match `filter`, from one consistent snapshot, streamed:
+    /// records are decoded one at a time, never all held in memory.
+    ///
+    /// With a state, records come oldest `created_at` first; without, in key order
+    /// (grouped by tenant, then operation). `visit` returns [`ControlFlow::Break`] to
+    /// stop early. Do not call [`Store::check`] from `visit`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Id`] for a filter tenant or operation that breaks the id rules; storage
+    /// or decode errors.
+    pub fn list(
+        &self,
+        filter: &ListFilter,
+        mut visit: impl FnMut(RecordId, Record) -> ControlFlow<()>,
+    ) -> Result<(), Error> {
+        filter.validate()?;
+        let limit = filter.limit.unwrap_or(usize::MAX);
+        if limit == 0 {
+            return Ok(());
+        }
+        let db = self.database();
+        let txn = db.begin_read()?;
+        let records = txn.open_table(RECORDS)?;
+        let mut seen = 0usize;
+        let mut offer = |id_key: &[u8], bytes: &[u8]| -> Result<ControlFlow<()>, Error> {
+            let id = tables::decode_id(id_key)?;
+            if !filter.matches(&id) {
+                return Ok(ControlFlow::Continue(()));
+            }
+            let record = tables::decode_record(id_key, bytes)?;
+            seen += 1;
+            if visit(id, record).is_break() || seen >= limit {
+                return Ok(ControlFlow::Break(()));
+            }
+            Ok(ControlFlow::Continue(()))
+        };
+        match filter.state {
+            Some(state) => {
+                let index = txn.open_table(STATES[tables::state_index(state)])?;
+                for entry in index.iter()? {
+                    let (key, _) = entry?;
+                    let (_, id_key) = tables::split_timed_key(key.value())?;
+                    let Some(bytes) = records.get(id_key)? else {
+                        return Err(Error::Corrupt {
+                            detail: format!(
+                                "{state} index names {}, which has no record",
+                                tables::describe_key(id_key)
+                            ),
+                        });
+                    };
+                    if offer(id_key, bytes.value())?.is_break() {
+                        break;
+                    }
+                }
+            }
+            None => {
+                let prefix =
+                    RecordId::prefix(filter.tenant.as_deref(), filter.operation.as_deref());
+                for entry in records.range(prefix.as_slice()..)? {
+                    let (key, bytes) = entry?;
+                    if !key.value().starts_with(&prefix) {
+                        break;
+                    }
+                    if offer(key.value(), bytes.value())?.is_break() {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The record of a write the core returns only as a put.
+fn put_record(write: &Write) -> Record {
+    match write {
+        Write::Put(record) => record.clone(),
+        // The core's heartbeat, complete and mark_unknown answer Ok only with a put: a
+        // different write would be a core bug, not something a caller can cause.
+        Write::Nothing | Write::Delete => {
+            panic!("idem-core returned {write:?} where its contract promises a put")
+        }
+    }
+}

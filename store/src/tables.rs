@@ -1,0 +1,305 @@
+//! The file layout: which redb tables hold what, the bytes of their keys, and the one
+//! function that writes a record and keeps every index in step with it.
+//!
+//! | table | key | value |
+//! |---|---|---|
+//! | `idem.records` | [`RecordId::to_key_bytes`] | [`Record::encode`] (format byte + postcard) |
+//! | `idem.expiry` | `expires_at` (u64 big-endian) ++ id bytes | `()`; settled records only |
+//! | `idem.state.pending`, `.succeeded`, `.failed`, `.unknown` | `created_at` (u64 big-endian) ++ id bytes | `()` |
+//! | `idem.meta` | `b"schema"`, `b"generation"` | u64 big-endian |
+//!
+//! Every key and value is our own byte string: the file never depends on redb's
+//! encodings of composite types, which have changed between redb majors. Big-endian
+//! numbers make the ordered tables sort by time, so sweep reads the expiry index oldest
+//! first and stats find the oldest Pending or Unknown record with one lookup.
+//!
+//! The state tables are indexes by state: their `len()` is the count of records in that
+//! state (redb keeps table lengths), and their first entry is the oldest one.
+
+use idem_core::{Generation, Record, RecordId, State, Timestamp, Write};
+use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
+
+use crate::Error;
+
+/// The schema version this build writes and reads. A file with a newer one is refused.
+pub(crate) const SCHEMA_VERSION: u64 = 1;
+
+/// Record id bytes → record bytes.
+pub(crate) const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.records");
+/// `expires_at` ++ id bytes → (), for every settled record.
+pub(crate) const EXPIRY: TableDefinition<&[u8], ()> = TableDefinition::new("idem.expiry");
+/// Schema version and generation counter.
+pub(crate) const META: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.meta");
+/// One index per state, in the order of [`State::ALL`]: `created_at` ++ id bytes → ().
+pub(crate) const STATES: [TableDefinition<&[u8], ()>; 4] = [
+    TableDefinition::new("idem.state.pending"),
+    TableDefinition::new("idem.state.succeeded"),
+    TableDefinition::new("idem.state.failed"),
+    TableDefinition::new("idem.state.unknown"),
+];
+
+/// Meta key of the schema version.
+pub(crate) const SCHEMA_KEY: &[u8] = b"schema";
+/// Meta key of the store-wide generation counter (the last generation handed out).
+pub(crate) const GENERATION_KEY: &[u8] = b"generation";
+
+/// The position of `state` in [`STATES`].
+pub(crate) fn state_index(state: State) -> usize {
+    match state {
+        State::Pending => 0,
+        State::Succeeded => 1,
+        State::Failed => 2,
+        State::Unknown => 3,
+    }
+}
+
+/// `time` big-endian, then the id bytes: a key of the expiry and state indexes.
+pub(crate) fn timed_key(time: Timestamp, id_key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + id_key.len());
+    out.extend_from_slice(&time.as_millis().to_be_bytes());
+    out.extend_from_slice(id_key);
+    out
+}
+
+/// Splits a key made by [`timed_key`].
+pub(crate) fn split_timed_key(key: &[u8]) -> Result<(Timestamp, &[u8]), Error> {
+    match key.split_first_chunk::<8>() {
+        Some((time, id)) => Ok((Timestamp(u64::from_be_bytes(*time)), id)),
+        None => Err(Error::Corrupt {
+            detail: format!("index key of {} bytes, expected at least 8", key.len()),
+        }),
+    }
+}
+
+/// Decodes a u64 stored in the meta table.
+pub(crate) fn decode_u64(name: &str, bytes: &[u8]) -> Result<u64, Error> {
+    let array: [u8; 8] = bytes.try_into().map_err(|_| Error::Corrupt {
+        detail: format!("meta {name}: {} bytes, expected 8", bytes.len()),
+    })?;
+    Ok(u64::from_be_bytes(array))
+}
+
+/// Decodes record bytes read from the file, naming the record in the error.
+pub(crate) fn decode_record(id_key: &[u8], bytes: &[u8]) -> Result<Record, Error> {
+    Record::decode(bytes).map_err(|source| Error::Decode {
+        what: format!("record {}", describe_key(id_key)),
+        source,
+    })
+}
+
+/// Decodes record id bytes read from the file.
+pub(crate) fn decode_id(id_key: &[u8]) -> Result<RecordId, Error> {
+    RecordId::from_key_bytes(id_key).map_err(|source| Error::Decode {
+        what: format!("record id {}", describe_key(id_key)),
+        source,
+    })
+}
+
+/// A readable name for id bytes, valid or not.
+pub(crate) fn describe_key(id_key: &[u8]) -> String {
+    match RecordId::from_key_bytes(id_key) {
+        Ok(id) => id.to_string(),
+        Err(_) => format!("{:?}", String::from_utf8_lossy(id_key)),
+    }
+}
+
+/// Reads and decodes the record under `id_key` from any readable records table.
+pub(crate) fn read_record(
+    records: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    id_key: &[u8],
+) -> Result<Option<Record>, Error> {
+    match records.get(id_key)? {
+        Some(bytes) => decode_record(id_key, bytes.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Reads a u64 from any readable meta table.
+pub(crate) fn read_meta(
+    meta: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    key: &[u8],
+) -> Result<Option<u64>, Error> {
+    match meta.get(key)? {
+        Some(bytes) => decode_u64(&String::from_utf8_lossy(key), bytes.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The store's tables, opened in one write transaction.
+///
+/// Drop it before handing the transaction to caller code: redb refuses to open a table
+/// twice in one transaction.
+pub(crate) struct Tables<'txn> {
+    records: Table<'txn, &'static [u8], &'static [u8]>,
+    expiry: Table<'txn, &'static [u8], ()>,
+    states: [Table<'txn, &'static [u8], ()>; 4],
+    meta: Table<'txn, &'static [u8], &'static [u8]>,
+}
+
+impl<'txn> Tables<'txn> {
+    /// Opens (creating when absent) every table of the store.
+    pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>, Error> {
+        Ok(Tables {
+            records: txn.open_table(RECORDS)?,
+            expiry: txn.open_table(EXPIRY)?,
+            states: [
+                txn.open_table(STATES[0])?,
+                txn.open_table(STATES[1])?,
+                txn.open_table(STATES[2])?,
+                txn.open_table(STATES[3])?,
+            ],
+            meta: txn.open_table(META)?,
+        })
+    }
+
+    /// The record under `id_key`.
+    pub(crate) fn get(&self, id_key: &[u8]) -> Result<Option<Record>, Error> {
+        read_record(&self.records, id_key)
+    }
+
+    /// The last generation handed out (0 when none was).
+    pub(crate) fn generation(&self) -> Result<Generation, Error> {
+        Ok(Generation(
+            read_meta(&self.meta, GENERATION_KEY)?.unwrap_or(0),
+        ))
+    }
+
+    /// The generation a claim gets now: the counter plus one.
+    pub(crate) fn next_generation(&self) -> Result<Generation, Error> {
+        let current = self.generation()?;
+        current
+            .0
+            .checked_add(1)
+            .map(Generation)
+            .ok_or(Error::GenerationsExhausted)
+    }
+
+    /// Raises the counter to `generation`; never lowers it.
+    pub(crate) fn raise_generation(&mut self, generation: Generation) -> Result<(), Error> {
+        if generation > self.generation()? {
+            self.meta
+                .insert(GENERATION_KEY, &generation.0.to_be_bytes()[..])?;
+        }
+        Ok(())
+    }
+
+    /// The schema version recorded in the file, if any.
+    pub(crate) fn schema(&self) -> Result<Option<u64>, Error> {
+        read_meta(&self.meta, SCHEMA_KEY)
+    }
+
+    /// Records the schema version of this build.
+    pub(crate) fn set_schema(&mut self) -> Result<(), Error> {
+        self.meta
+            .insert(SCHEMA_KEY, &SCHEMA_VERSION.to_be_bytes()[..])?;
+        Ok(())
+    }
+
+    /// True when the records table holds nothing.
+    pub(crate) fn is_empty(&self) -> Result<bool, Error> {
+        Ok(self.records.is_empty()?)
+    }
+
+    /// Applies a core [`Write`] to the record under `id_key`, whose value in this
+    /// transaction is `old`. Returns true when something changed.
+    pub(crate) fn apply(
+        &mut self,
+        id_key: &[u8],
+        old: Option<&Record>,
+        write: &Write,
+    ) -> Result<bool, Error> {
+        match write {
+            Write::Nothing => Ok(false),
+            Write::Put(new) => {
+                self.put(id_key, old, new)?;
+                Ok(true)
+            }
+            Write::Delete => match old {
+                Some(old) => {
+                    self.delete(id_key, old)?;
+                    Ok(true)
+                }
+                None => Ok(false),
+            },
+        }
+    }
+
+    /// Stores `new` under `id_key` (replacing `old`) and moves its index entries.
+    pub(crate) fn put(
+        &mut self,
+        id_key: &[u8],
+        old: Option<&Record>,
+        new: &Record,
+    ) -> Result<(), Error> {
+        if let Some(old) = old {
+            self.unindex(id_key, old)?;
+        }
+        self.records.insert(id_key, new.encode().as_slice())?;
+        if let Some(expires_at) = new.expires_at() {
+            self.expiry
+                .insert(timed_key(expires_at, id_key).as_slice(), ())?;
+        }
+        self.states[state_index(new.state())]
+            .insert(timed_key(new.created_at, id_key).as_slice(), ())?;
+        Ok(())
+    }
+
+    /// Removes the record `old` under `id_key` with its index entries.
+    pub(crate) fn delete(&mut self, id_key: &[u8], old: &Record) -> Result<(), Error> {
+        self.unindex(id_key, old)?;
+        self.records.remove(id_key)?;
+        Ok(())
+    }
+
+    fn unindex(&mut self, id_key: &[u8], old: &Record) -> Result<(), Error> {
+        if let Some(expires_at) = old.expires_at() {
+            self.expiry
+                .remove(timed_key(expires_at, id_key).as_slice())?;
+        }
+        self.states[state_index(old.state())]
+            .remove(timed_key(old.created_at, id_key).as_slice())?;
+        Ok(())
+    }
+
+    /// The expiry index, for sweep.
+    pub(crate) fn expiry(&self) -> &Table<'txn, &'static [u8], ()> {
+        &self.expiry
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redb::TableHandle;
+
+    #[test]
+    fn timed_keys_sort_by_time_then_id() {
+        let a = timed_key(Timestamp(5), b"\x01a\x01bz");
+        let b = timed_key(Timestamp(6), b"\x01a\x01ba");
+        let c = timed_key(Timestamp(256), b"\x01a\x01ba");
+        assert!(a < b && b < c);
+        assert_eq!(
+            split_timed_key(&c).unwrap(),
+            (Timestamp(256), &b"\x01a\x01ba"[..])
+        );
+        assert!(split_timed_key(b"short").is_err());
+    }
+
+    #[test]
+    fn state_indexes_follow_state_all() {
+        for (i, state) in State::ALL.into_iter().enumerate() {
+            assert_eq!(state_index(state), i);
+            assert!(STATES[i].name().ends_with(state.name()));
+        }
+    }
+
+    #[test]
+    fn meta_numbers_are_eight_big_endian_bytes() {
+        assert_eq!(decode_u64("x", &[0, 0, 0, 0, 0, 0, 1, 2]).unwrap(), 258);
+        let err = decode_u64("generation", &[1, 2]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "store file is corrupt: meta generation: 2 bytes, expected 8"
+        );
+    }
+}

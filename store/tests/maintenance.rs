@@ -1,0 +1,500 @@
+//! Sweep, stats, list, export and import, check and compact on a real file.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+
+use common::{Rng, T0, fp, id, seed};
+use idem_core::protocol::{Decision, Resolution};
+use idem_core::{Generation, Outcome, Record, RecordId, State, Status, Timestamp, Verdict};
+use idem_store::redb::{self, TableDefinition};
+use idem_store::{Error, ListFilter, Store, record_json};
+
+fn at(ms: u64) -> Timestamp {
+    Timestamp(T0 + ms)
+}
+
+fn settled(generation: u64, created: u64, expires: u64, body: &str) -> Record {
+    Record {
+        fingerprint: fp(body),
+        generation: Generation(generation),
+        created_at: at(created),
+        updated_at: at(created),
+        status: Status::Settled {
+            verdict: Verdict::Succeeded,
+            outcome: Outcome::new(200, body),
+            completed_at: at(created),
+            expires_at: at(expires),
+        },
+    }
+}
+
+/// JSON lines of `records`, for a fast bulk load through import.
+fn lines(records: &[(RecordId, Record)]) -> String {
+    records
+        .iter()
+        .map(|(id, record)| format!("{}\n", record_json(id, record)))
+        .collect()
+}
+
+fn all_records(store: &Store, filter: &ListFilter) -> Vec<(RecordId, Record)> {
+    let mut out = Vec::new();
+    store
+        .list(filter, |id, record| {
+            out.push((id, record));
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    out
+}
+
+#[test]
+fn sweep_deletes_expired_settled_records_oldest_first_in_batches() {
+    let seed = seed("sweep_oldest_first");
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("idem.redb")).unwrap();
+    let mut expiries: Vec<u64> = (0..700).collect();
+    Rng::new(seed).shuffle(&mut expiries);
+    let mut records: Vec<(RecordId, Record)> = expiries
+        .iter()
+        .enumerate()
+        .map(|(n, &expires)| {
+            let key = id("shop", "credit", &format!("sale-{n}"));
+            (key, settled(n as u64 + 1, 0, expires, &format!("body {n}")))
+        })
+        .collect();
+    store.import(lines(&records).as_bytes()).unwrap();
+    // Pending and Unknown records, much older than anything settled: never swept.
+    for n in 0..5 {
+        let key = id("shop", "charge", &format!("held-{n}"));
+        let Decision::Claimed { generation, .. } =
+            store.begin(&key, fp("x"), Timestamp(1)).unwrap()
+        else {
+            panic!("not claimed")
+        };
+        if n % 2 == 0 {
+            store.mark_unknown(&key, generation, Timestamp(2)).unwrap();
+        }
+    }
+    let now = at(500);
+    assert_eq!(store.stats(now).unwrap().expired, 501);
+
+    let dry = store.sweep(now, 1_000, true).unwrap();
+    assert_eq!((dry.removed, dry.remaining_expired), (501, false));
+    let dry = store.sweep(now, 100, true).unwrap();
+    assert_eq!((dry.removed, dry.remaining_expired), (100, true));
+    assert_eq!(store.stats(now).unwrap().succeeded, 700);
+
+    let first = store.sweep(now, 10, false).unwrap();
+    assert_eq!((first.removed, first.remaining_expired), (10, true));
+    records.sort_by_key(|(_, r)| r.expires_at());
+    for (n, (key, _)) in records.iter().enumerate() {
+        assert_eq!(store.get(key).unwrap().is_none(), n < 10, "seed {seed}");
+    }
+
+    let rest = store.sweep(now, usize::MAX, false).unwrap();
+    const { assert!(491 > idem_store::SWEEP_BATCH) };
+    assert_eq!((rest.removed, rest.remaining_expired), (491, false));
+    let stats = store.stats(now).unwrap();
+    assert_eq!(
+        (stats.succeeded, stats.pending, stats.unknown, stats.expired),
+        (199, 2, 3, 0)
+    );
+    for (n, (key, record)) in records.iter().enumerate() {
+        assert_eq!(
+            store.get(key).unwrap().as_ref(),
+            (n > 500).then_some(record),
+            "seed {seed}"
+        );
+    }
+
+    let end = store.sweep(at(1_000_000_000), usize::MAX, false).unwrap();
+    assert_eq!(end.removed, 199);
+    let stats = store.stats(at(1_000_000_000)).unwrap();
+    assert_eq!((stats.records(), stats.pending, stats.unknown), (5, 2, 3));
+    assert_eq!(store.sweep(now, 0, false).unwrap().removed, 0);
+    assert!(store.check().unwrap().is_ok());
+}
+
+#[test]
+fn stats_count_states_and_age_the_oldest_pending_and_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.redb");
+    let store = Store::open(&path).unwrap();
+    let empty = store.stats(at(0)).unwrap();
+    assert_eq!(empty.records(), 0);
+    assert_eq!(
+        (empty.oldest_pending_age_ms, empty.oldest_unknown_age_ms),
+        (None, None)
+    );
+
+    let claim = |key: &str, when: u64| match store.begin(&id("t", "o", key), fp(key), at(when)) {
+        Ok(Decision::Claimed { generation, .. }) => generation,
+        other => panic!("{other:?}"),
+    };
+    let p1 = claim("p1", 1_000); // lease ends at 31_000
+    claim("p2", 40_000); // lease ends at 70_000
+    let u1 = claim("u1", 500);
+    store
+        .mark_unknown(&id("t", "o", "u1"), u1, at(600))
+        .unwrap();
+    let s1 = claim("s1", 0);
+    store
+        .complete(
+            &id("t", "o", "s1"),
+            s1,
+            Verdict::Failed,
+            Outcome::new(500, "x"),
+            at(10),
+        )
+        .unwrap();
+    let _ = p1;
+
+    let stats = store.stats(at(50_000)).unwrap();
+    assert_eq!(
+        (stats.pending, stats.succeeded, stats.failed, stats.unknown),
+        (2, 0, 1, 1)
+    );
+    assert_eq!(stats.count(State::Pending), 2);
+    assert_eq!(stats.pending_lease_expired, 1);
+    assert_eq!(stats.oldest_pending_age_ms, Some(49_000));
+    assert_eq!(stats.oldest_unknown_age_ms, Some(49_500));
+    assert_eq!(stats.expired, 0);
+    assert_eq!(stats.generation, Generation(4));
+    assert_eq!(stats.file_bytes, std::fs::metadata(&path).unwrap().len());
+    assert!(stats.file_bytes > 0);
+}
+
+#[test]
+fn list_filters_by_state_tenant_and_operation_with_a_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("idem.redb")).unwrap();
+    let mut records = Vec::new();
+    let mut generation = 0;
+    for tenant in ["a", "b"] {
+        for operation in ["x", "y"] {
+            for n in 0..3u64 {
+                generation += 1;
+                let key = id(tenant, operation, &format!("k{n}"));
+                // Created later for lower n, so state order differs from key order.
+                let mut record = settled(generation, 100 - n - generation, 1_000, "ok");
+                if n == 1 {
+                    record.status = Status::Unknown;
+                }
+                records.push((key, record));
+            }
+        }
+    }
+    store.import(lines(&records).as_bytes()).unwrap();
+    let keys = |filter: ListFilter| -> Vec<String> {
+        all_records(&store, &filter)
+            .into_iter()
+            .map(|(id, _)| id.to_string())
+            .collect()
+    };
+
+    assert_eq!(keys(ListFilter::default()).len(), 12);
+    assert_eq!(
+        keys(ListFilter {
+            tenant: Some("a".into()),
+            operation: Some("y".into()),
+            ..ListFilter::default()
+        }),
+        ["a/y/k0", "a/y/k1", "a/y/k2"]
+    );
+    assert_eq!(
+        keys(ListFilter {
+            operation: Some("x".into()),
+            limit: Some(4),
+            ..ListFilter::default()
+        }),
+        ["a/x/k0", "a/x/k1", "a/x/k2", "b/x/k0"]
+    );
+    // By state: oldest created first.
+    assert_eq!(
+        keys(ListFilter {
+            state: Some(State::Unknown),
+            ..ListFilter::default()
+        }),
+        ["b/y/k1", "b/x/k1", "a/y/k1", "a/x/k1"]
+    );
+    assert_eq!(
+        keys(ListFilter {
+            state: Some(State::Succeeded),
+            tenant: Some("b".into()),
+            limit: Some(2),
+            ..ListFilter::default()
+        }),
+        ["b/y/k2", "b/x/k2"]
+    );
+    assert!(
+        keys(ListFilter {
+            state: Some(State::Pending),
+            ..ListFilter::default()
+        })
+        .is_empty()
+    );
+    assert!(
+        keys(ListFilter {
+            tenant: Some("c".into()),
+            ..ListFilter::default()
+        })
+        .is_empty()
+    );
+
+    let mut visited = 0;
+    store
+        .list(&ListFilter::default(), |_, _| {
+            visited += 1;
+            if visited == 2 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .unwrap();
+    assert_eq!(visited, 2);
+
+    let err = store
+        .list(
+            &ListFilter {
+                tenant: Some(String::new()),
+                ..ListFilter::default()
+            },
+            |_, _| ControlFlow::Continue(()),
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::Id(_)));
+    assert_eq!(err.to_string(), "tenant: empty, needs 1 to 255 bytes");
+}
+
+/// A store with every state, binary outcomes, and a counter above every record's
+/// generation (released claims).
+fn varied_store(store: &Store) {
+    let claim = |key: &RecordId| match store.begin(key, fp(&key.to_string()), at(1)) {
+        Ok(Decision::Claimed { generation, .. }) => generation,
+        other => panic!("{other:?}"),
+    };
+    for n in 0..6 {
+        let key = id("shop", "pay", &format!("k{n}"));
+        let generation = claim(&key);
+        let body: Vec<u8> = (0..=255u8).rev().chain([n]).collect();
+        match n {
+            0 => {}
+            1 => {
+                store.mark_unknown(&key, generation, at(2)).unwrap();
+            }
+            2 => {
+                store
+                    .complete(
+                        &key,
+                        generation,
+                        Verdict::Failed,
+                        Outcome::new(-1, body),
+                        at(3),
+                    )
+                    .unwrap();
+            }
+            3 => {
+                store.mark_unknown(&key, generation, at(2)).unwrap();
+                store
+                    .resolve(&key, Resolution::Succeeded(Outcome::new(0, body)), at(4))
+                    .unwrap();
+            }
+            _ => {
+                store
+                    .complete(
+                        &key,
+                        generation,
+                        Verdict::Succeeded,
+                        Outcome::new(201, body),
+                        at(5),
+                    )
+                    .unwrap();
+            }
+        }
+    }
+    let released = id("shop", "pay", "released");
+    let generation = claim(&released);
+    store.release(&released, generation, at(6)).unwrap();
+}
+
+#[test]
+fn export_then_import_is_lossless_including_the_generation_counter() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Store::open(dir.path().join("a.redb")).unwrap();
+    varied_store(&source);
+    let mut exported = Vec::new();
+    assert_eq!(source.export(&mut exported).unwrap(), 6);
+    let text = String::from_utf8(exported.clone()).unwrap();
+    assert!(
+        text.starts_with("{\"idem_export\":1,\"generation\":7,\"records\":6}\n"),
+        "{text}"
+    );
+
+    let target = Store::open(dir.path().join("b.redb")).unwrap();
+    assert_eq!(target.import(exported.as_slice()).unwrap(), 6);
+    assert_eq!(target.generation().unwrap(), Generation(7));
+    let before = all_records(&source, &ListFilter::default());
+    let after = all_records(&target, &ListFilter::default());
+    assert_eq!(before.len(), 6);
+    for ((id_a, a), (id_b, b)) in before.iter().zip(&after) {
+        assert_eq!(id_a, id_b);
+        assert_eq!(a.encode(), b.encode(), "{id_a}");
+    }
+    let mut again = Vec::new();
+    target.export(&mut again).unwrap();
+    assert_eq!(again, exported);
+    // The next claim is above everything imported.
+    let Decision::Claimed { generation, .. } = target
+        .begin(&id("shop", "pay", "new"), fp("n"), at(9))
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(generation, Generation(8));
+    // Importing the same export again changes nothing.
+    assert_eq!(target.import(exported.as_slice()).unwrap(), 6);
+    assert!(target.check().unwrap().is_ok());
+}
+
+#[test]
+fn a_bad_import_line_is_named_and_nothing_is_imported() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Store::open(dir.path().join("a.redb")).unwrap();
+    varied_store(&source);
+    let mut exported = Vec::new();
+    source.export(&mut exported).unwrap();
+    let text = String::from_utf8(exported).unwrap();
+    let target = Store::open(dir.path().join("b.redb")).unwrap();
+
+    let mut broken: Vec<String> = text.lines().map(String::from).collect();
+    broken[3] = broken[3].replace("\"fingerprint\":\"", "\"fingerprint\":\"zz");
+    let err = target.import(broken.join("\n").as_bytes()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "import line 4: fingerprint: 66 characters, expected 64 hex digits (0-9, a-f)"
+    );
+    let cases = [
+        (
+            "not json",
+            "import line 2: not JSON: expected ident at line 1 column 2",
+        ),
+        ("[1]", "import line 2: expected a JSON object"),
+        (
+            "{\"idem_export\":1,\"generation\":1,\"records\":0}",
+            "import line 2: a header line may only come first",
+        ),
+    ];
+    for (line, message) in cases {
+        let input = format!("{}\n{line}\n", text.lines().nth(1).unwrap());
+        assert_eq!(
+            target.import(input.as_bytes()).unwrap_err().to_string(),
+            message
+        );
+    }
+    let truncated: String = text.lines().take(3).map(|l| format!("{l}\n")).collect();
+    assert_eq!(
+        target.import(truncated.as_bytes()).unwrap_err().to_string(),
+        "import line 3: the header announces 6 records, the input holds 2 (truncated?)"
+    );
+    assert_eq!(target.stats(at(0)).unwrap().records(), 0);
+    assert_eq!(target.generation().unwrap(), Generation(0));
+
+    // A different record under an id the store holds is refused.
+    target.import(text.as_bytes()).unwrap();
+    let changed = text.replacen("\"code\":-1", "\"code\":-2", 1);
+    let err = target.import(changed.as_bytes()).unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("shop/pay/k2: the store already holds a different record under this id"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_finds_index_entries_that_disagree_with_records() {
+    const EXPIRY: TableDefinition<&[u8], ()> = TableDefinition::new("idem.expiry");
+    const META: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.meta");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.redb");
+    {
+        let store = Store::open(&path).unwrap();
+        varied_store(&store);
+        let report = store.check().unwrap();
+        assert!(report.is_ok(), "{report:?}");
+        assert_eq!(report.records, 6);
+        assert!(!report.redb_repaired);
+    }
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut expiry = txn.open_table(EXPIRY).unwrap();
+            let first = expiry.pop_first().unwrap().unwrap().0.value().to_vec();
+            assert!(!first.is_empty());
+            let mut meta = txn.open_table(META).unwrap();
+            meta.insert(&b"generation"[..], &3u64.to_be_bytes()[..])
+                .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    let report = store.check().unwrap();
+    assert!(!report.is_ok());
+    let problems: BTreeMap<&str, usize> = [
+        "missing from the expiry index",
+        "expiry index holds 3 entries for 4 settled records",
+        "is outside 1..=3 (the counter)",
+    ]
+    .into_iter()
+    .map(|needle| {
+        (
+            needle,
+            report
+                .problems
+                .iter()
+                .filter(|p| p.contains(needle))
+                .count(),
+        )
+    })
+    .collect();
+    assert_eq!(problems["missing from the expiry index"], 1, "{report:?}");
+    assert_eq!(
+        problems["expiry index holds 3 entries for 4 settled records"],
+        1
+    );
+    assert_eq!(problems["is outside 1..=3 (the counter)"], 3, "{report:?}");
+}
+
+#[test]
+fn compact_shrinks_the_file_and_the_store_keeps_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.redb");
+    let mut store = Store::open(&path).unwrap();
+    let records: Vec<(RecordId, Record)> = (0..3_000)
+        .map(|n| {
+            let key = id("shop", "credit", &format!("sale-{n}"));
+            (key, settled(n + 1, 0, 10, &"x".repeat(200)))
+        })
+        .collect();
+    store.import(lines(&records).as_bytes()).unwrap();
+    let full = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(
+        store.sweep(at(10), usize::MAX, false).unwrap().removed,
+        3_000
+    );
+    while store.compact().unwrap() {}
+    let compacted = std::fs::metadata(&path).unwrap().len();
+    assert!(compacted < full / 2, "{compacted} of {full}");
+    let key = id("shop", "credit", "after");
+    assert!(matches!(
+        store.begin(&key, fp("a"), at(20)).unwrap(),
+        Decision::Claimed {
+            generation: Generation(3_001),
+            ..
+        }
+    ));
+    assert!(store.check().unwrap().is_ok());
+}
