@@ -107,9 +107,10 @@ pub enum Error {
     /// too large); nothing was written.
     #[error("{0}")]
     Refused(#[from] Refusal),
-    /// Another process held the write lock for longer than the lock timeout.
+    /// The write lock stayed taken, by another process or another thread of this one,
+    /// for longer than the lock timeout.
     #[error(
-        "another process held the store's write lock for {} ms, longer than the lock timeout; retry later",
+        "the store's write lock was held by another process or thread for {} ms, longer than the lock timeout; retry later",
         waited.as_millis()
     )]
     Busy {

@@ -131,19 +131,25 @@
 //!
 //! # Several threads, several processes
 //!
-//! A `Store` is `Send + Sync`: share it by reference or `Arc`. This process's write
-//! transactions queue on an in-process lock; reads never wait.
+//! A `Store` is `Send + Sync`: share it by reference or `Arc`. Reads never wait. Writes
+//! take turns, one write transaction at a time: this process's threads queue on an
+//! in-process gate, then the thread at the front waits for other processes.
 //!
 //! Several processes may open the same file: the terminal application keeps its `Store`
 //! open while the `idem` CLI opens the file, runs one command and exits. The store opens
-//! redb in [`redb::ConcurrencyMode::MultiWriter`] (redb 4.5+): every process may read at
-//! any time, and writes take turns, one write transaction at a time across all processes.
-//! A write waits for another process's transaction at most the lock timeout
-//! ([`StoreBuilder::lock_timeout`], 5 s by default), then fails with [`Error::Busy`];
-//! opening waits as long for a process that holds the file exclusively, then fails with
-//! [`OpenError::Locked`]. Every process sharing a file must use the same mode; a process
-//! that needs [`redb::Durability::None`] must use
-//! [`redb::ConcurrencyMode::ExclusiveWriter`] and then has the file to itself.
+//! redb in [`redb::ConcurrencyMode::MultiWriter`] (redb 4.5+), redb's real multi-process
+//! mode: every process reads at any time, and writes take turns across all processes.
+//! A write waits at most the lock timeout ([`StoreBuilder::lock_timeout`], 5 s by
+//! default), counted from the call, then fails with [`Error::Busy`]; opening waits as
+//! long for a process that holds the file exclusively (an older redb, a tool in
+//! [`redb::ConcurrencyMode::ExclusiveWriter`]), then fails with [`OpenError::Locked`].
+//! Opening also waits for a write transaction that is running in another process, since
+//! redb opens under the write lock; the store keeps its own transactions short (one
+//! input each, an `execute` closure being the caller's to keep short).
+//!
+//! Every process sharing a file must use the same mode. A process that needs
+//! [`redb::Durability::None`] must use [`redb::ConcurrencyMode::ExclusiveWriter`], and
+//! then has the file to itself.
 //!
 //! # The file
 //!
@@ -163,17 +169,20 @@
 //! again. Reads keep working.
 
 mod error;
-mod json;
+mod lock;
 mod maintain;
 mod open;
 mod store;
 mod tables;
+mod transfer;
+mod view;
 
 pub use error::{Error, ExecuteError, OpenError};
-pub use json::{EXPORT_VERSION, RecordView, ViewError, record_json};
 pub use maintain::{CheckReport, SWEEP_BATCH, Stats, SweepReport};
 pub use open::{DEFAULT_LOCK_TIMEOUT, StoreBuilder};
 pub use store::{Executed, ListFilter, Store};
+pub use transfer::EXPORT_VERSION;
+pub use view::{RecordView, ViewError, record_json};
 
 /// The redb version this store is built on, for the application's own tables in the
 /// same file and the transaction [`Store::execute`] hands to its work.

@@ -15,7 +15,7 @@ use std::io;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idem_core::Config;
 use redb::{
@@ -23,7 +23,7 @@ use redb::{
     StorageError, TableError,
 };
 
-use crate::store::begin_write;
+use crate::lock::{self, begin_write};
 use crate::tables::{self, META, RECORDS, SCHEMA_KEY, SCHEMA_VERSION, Tables};
 use crate::{Error, OpenError, Store};
 
@@ -106,8 +106,11 @@ impl StoreBuilder {
     }
 
     /// Verify every page's checksum when opening, so a damaged file is refused with
-    /// [`OpenError::Corrupt`] instead of being trusted. It reads the whole file once per
-    /// open. Default true.
+    /// [`OpenError::Corrupt`] instead of being trusted. Default true.
+    ///
+    /// It reads the whole file once per open, under redb's write lock (other processes'
+    /// writes wait for it): about 40 ms for a 37 MB file of 100,000 records in a release
+    /// build. Turn it off only for files far larger than a terminal's.
     pub fn verify_on_open(mut self, verify: bool) -> StoreBuilder {
         self.verify_on_open = verify;
         self
@@ -206,6 +209,12 @@ impl StoreBuilder {
                 path: path.into(),
                 detail,
             },
+            Error::Storage(source) => storage(path, source),
+            Error::Io(source) => OpenError::Io {
+                path: path.into(),
+                source,
+            },
+            // Bytes in the meta table that do not decode.
             other => OpenError::Corrupt {
                 path: path.into(),
                 detail: other.to_string(),
@@ -213,11 +222,11 @@ impl StoreBuilder {
         };
         // The common case, a file already initialized, needs only a read, which never
         // waits for another process's write transaction.
-        let schema = guarded(path, || read_schema_of(db))?.map_err(|e| storage(path, e))?;
-        if let Ok(Some(found)) = schema {
-            return check_schema(path, Ok(Some(found)));
+        match guarded(path, || read_schema_of(db))?.map_err(|e| storage(path, e))? {
+            Ok(None) => {}
+            known_or_bad => return check_schema(path, known_or_bad),
         }
-        let mut txn = begin_write(db, deadline.remaining()).map_err(to_open_error)?;
+        let mut txn = begin_write(db, deadline.lock).map_err(to_open_error)?;
         if !matches!(self.durability, Durability::Immediate) {
             txn.set_durability(self.durability)
                 .map_err(|e| to_open_error(e.into()))?;
@@ -352,34 +361,28 @@ fn open_error(path: &Path, e: DatabaseError, deadline: &Deadline) -> OpenError {
     }
 }
 
-/// The end of the bounded wait for another process's lock.
+/// The bounded wait for another process's lock, with the pause between attempts.
 struct Deadline {
-    start: Instant,
-    timeout: Duration,
+    lock: lock::Deadline,
     pause: std::cell::Cell<Duration>,
 }
 
 impl Deadline {
     fn new(timeout: Duration) -> Deadline {
         Deadline {
-            start: Instant::now(),
-            timeout,
+            lock: lock::Deadline::after(timeout),
             pause: std::cell::Cell::new(Duration::from_millis(1)),
         }
     }
 
     fn waited(&self) -> Duration {
-        self.start.elapsed()
-    }
-
-    fn remaining(&self) -> Duration {
-        self.timeout.saturating_sub(self.start.elapsed())
+        self.lock.waited()
     }
 
     /// Sleeps a little (1 ms, doubling up to 50 ms) and returns true, or returns false
     /// when the timeout has passed.
     fn wait(&self) -> bool {
-        let remaining = self.remaining();
+        let remaining = self.lock.remaining();
         if remaining.is_zero() {
             return false;
         }

@@ -8,9 +8,9 @@ use std::fmt;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idem_core::protocol::{self, Decision, Resolution};
 use idem_core::{
@@ -19,9 +19,10 @@ use idem_core::{
 };
 use redb::{
     CommitError, Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable,
-    TransactionError, WriteTransaction,
+    WriteTransaction,
 };
 
+use crate::lock::{Deadline, Gate, Turn, begin_write};
 use crate::tables::{self, RECORDS, STATES, Tables};
 use crate::{Error, ExecuteError, StoreBuilder};
 
@@ -35,8 +36,8 @@ pub struct Store {
     // other operation shares it.
     db: RwLock<Database>,
     // Serializes this process's write transactions, so that waiting for the redb write
-    // lock only ever waits for another process, with a bound.
-    gate: Mutex<()>,
+    // lock only ever waits for another process; both waits are bounded.
+    gate: Gate,
     // Set by a failed commit: redb refuses writes until the database is reopened.
     broken: AtomicBool,
     path: PathBuf,
@@ -131,30 +132,8 @@ impl ListFilter {
 pub(crate) struct Writing<'s> {
     // Declared first so it drops before the guards.
     pub(crate) txn: WriteTransaction,
-    _gate: MutexGuard<'s, ()>,
+    _turn: Turn<'s>,
     _db: RwLockReadGuard<'s, Database>,
-}
-
-/// Begins a write transaction, waiting at most `timeout` for another process's.
-pub(crate) fn begin_write(db: &Database, timeout: Duration) -> Result<WriteTransaction, Error> {
-    let start = Instant::now();
-    let mut pause = Duration::from_micros(200);
-    loop {
-        match db.try_begin_write() {
-            Ok(txn) => return Ok(txn),
-            Err(TransactionError::WouldBlock) => {
-                let remaining = timeout.saturating_sub(start.elapsed());
-                if remaining.is_zero() {
-                    return Err(Error::Busy {
-                        waited: start.elapsed(),
-                    });
-                }
-                thread::sleep(pause.min(remaining));
-                pause = (pause * 2).min(Duration::from_millis(10));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
 }
 
 impl Store {
@@ -182,7 +161,7 @@ impl Store {
     ) -> Store {
         Store {
             db: RwLock::new(db),
-            gate: Mutex::new(()),
+            gate: Gate::default(),
             broken: AtomicBool::new(false),
             path,
             config,
@@ -213,8 +192,21 @@ impl Store {
         self.db.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn database_exclusive(&self) -> std::sync::RwLockWriteGuard<'_, Database> {
-        self.db.write().unwrap_or_else(PoisonError::into_inner)
+    /// The database to itself, for redb's integrity check. Polls rather than queueing on
+    /// the lock, so that a thread holding a shared guard (a `list` visitor, an `execute`
+    /// closure) that reads again is never stuck behind this waiting writer.
+    pub(crate) fn database_exclusive(&self) -> Result<RwLockWriteGuard<'_, Database>, Error> {
+        let deadline = Deadline::after(self.lock_timeout);
+        loop {
+            match self.db.try_write() {
+                Ok(db) => return Ok(db),
+                Err(TryLockError::Poisoned(poisoned)) => return Ok(poisoned.into_inner()),
+                Err(TryLockError::WouldBlock) if deadline.remaining().is_zero() => {
+                    return Err(deadline.busy());
+                }
+                Err(TryLockError::WouldBlock) => thread::sleep(Duration::from_millis(1)),
+            }
+        }
     }
 
     pub(crate) fn database_mut(&mut self) -> &mut Database {
@@ -225,15 +217,16 @@ impl Store {
         if self.needs_reopen() {
             return Err(Error::NeedsReopen);
         }
+        let deadline = Deadline::after(self.lock_timeout);
         let db = self.database();
-        let gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut txn = begin_write(&db, self.lock_timeout)?;
+        let turn = self.gate.enter(deadline)?;
+        let mut txn = begin_write(&db, deadline)?;
         if !matches!(self.durability, Durability::Immediate) {
             txn.set_durability(self.durability)?;
         }
         Ok(Writing {
             txn,
-            _gate: gate,
+            _turn: turn,
             _db: db,
         })
     }
@@ -241,7 +234,7 @@ impl Store {
     /// Commits, or marks the store as needing a reopen when the commit failed in a way
     /// redb says leaves the database unable to write.
     pub(crate) fn commit(&self, writing: Writing<'_>) -> Result<(), Error> {
-        let Writing { txn, _gate, _db } = writing;
+        let Writing { txn, _turn, _db } = writing;
         match txn.commit() {
             Ok(()) => Ok(()),
             Err(CommitError::TransactionPoisoned) => {
@@ -259,7 +252,7 @@ impl Store {
         if changed {
             self.commit(writing)
         } else {
-            let Writing { txn, _gate, _db } = writing;
+            let Writing { txn, _turn, _db } = writing;
             Ok(txn.abort()?)
         }
     }
@@ -591,5 +584,47 @@ fn put_record(write: &Write) -> Record {
         Write::Nothing | Write::Delete => {
             panic!("idem-core returned {write:?} where its contract promises a put")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn after_a_failed_commit_writes_are_refused_and_reads_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path().join("idem.redb")).unwrap();
+        let id = RecordId::new("t", "o", "k").unwrap();
+        let fp = Fingerprint::of_bytes(b"x");
+        store.begin(&id, fp, Timestamp(1)).unwrap();
+        // What `commit` records when redb reports a failed commit.
+        store.broken.store(true, Ordering::Release);
+        assert!(store.needs_reopen());
+        assert!(matches!(
+            store.begin(&id, fp, Timestamp(2)),
+            Err(Error::NeedsReopen)
+        ));
+        assert!(matches!(
+            store.execute(
+                &id,
+                fp,
+                Timestamp(2),
+                |_| -> Result<(Verdict, Outcome, ()), ()> {
+                    unreachable!("a refused store runs no work")
+                }
+            ),
+            Err(ExecuteError::Store(Error::NeedsReopen))
+        ));
+        assert!(matches!(store.compact(), Err(Error::NeedsReopen)));
+        assert!(store.get(&id).unwrap().is_some());
+        assert_eq!(store.stats(Timestamp(2)).unwrap().pending, 1);
+        drop(store);
+        let store = Store::open(dir.path().join("idem.redb")).unwrap();
+        assert!(!store.needs_reopen());
+        assert!(matches!(
+            store.begin(&id, fp, Timestamp(3)),
+            Ok(Decision::InProgress { .. })
+        ));
     }
 }

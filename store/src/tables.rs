@@ -285,6 +285,36 @@ mod tests {
         assert!(split_timed_key(b"short").is_err());
     }
 
+    /// Golden bytes: the index keys are part of the file format.
+    #[test]
+    fn index_key_bytes_are_frozen() {
+        let id = RecordId::new("shop", "credit", "k-1").unwrap();
+        assert_eq!(
+            timed_key(Timestamp(0x0102_0304_0506), &id.to_key_bytes()),
+            b"\x00\x00\x01\x02\x03\x04\x05\x06\x04shop\x06creditk-1"
+        );
+        let names: Vec<&str> = [RECORDS.name(), EXPIRY.name(), META.name()]
+            .into_iter()
+            .chain(STATES.iter().map(|t| t.name()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "idem.records",
+                "idem.expiry",
+                "idem.meta",
+                "idem.state.pending",
+                "idem.state.succeeded",
+                "idem.state.failed",
+                "idem.state.unknown"
+            ]
+        );
+        assert_eq!(
+            (SCHEMA_KEY, GENERATION_KEY),
+            (&b"schema"[..], &b"generation"[..])
+        );
+    }
+
     #[test]
     fn state_indexes_follow_state_all() {
         for (i, state) in State::ALL.into_iter().enumerate() {

@@ -1,35 +1,17 @@
-//! Records as JSON: [`RecordView`] (what `export`, `idem get --json` and `idem list
-//! --json` print) and the JSON-lines export and import of a whole store.
-//!
-//! An export is a header line, then one record per line:
-//!
-//! ```text
-//! {"idem_export":1,"generation":42,"records":2}
-//! {"tenant":"shop","operation":"credit","key":"k-1","state":"succeeded","generation":41,"fingerprint":"9f…","created_at":1700000000000,"updated_at":1700000000100,"expires_at":1700086400100,"completed_at":1700000000100,"code":200,"outcome_b64":"b2s="}
-//! {"tenant":"shop","operation":"credit","key":"k-2","state":"pending","generation":42,"fingerprint":"9f…","created_at":1700000000200,"updated_at":1700000000200,"lease_until":1700000030200}
-//! ```
+//! One record as JSON: [`RecordView`], what `export`, `idem get --json` and `idem list
+//! --json` print, and what import reads back.
 //!
 //! Times are integer milliseconds since the epoch, bytes are standard base64, the
-//! fingerprint is 64 lower-case hex digits. Import reads exactly this back: every record
-//! byte for byte, and the generation counter raised to at least the header's and every
-//! record's generation, so generations keep increasing after a restore.
-
-use std::io::{BufRead, Write as _};
+//! fingerprint is 64 lower-case hex digits. Optional fields are present exactly when the
+//! record's state has them.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use idem_core::{
     Fingerprint, Generation, Outcome, Record, RecordId, State, Status, Timestamp, Verdict,
 };
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
 use serde::Serialize;
 use serde_json::{Map, Value};
-
-use crate::tables::{self, GENERATION_KEY, META, RECORDS, Tables};
-use crate::{Error, Store};
-
-/// The version of the export format, in the header's `idem_export` field.
-pub const EXPORT_VERSION: u64 = 1;
 
 /// One record as JSON fields. Optional fields are present exactly when the state has
 /// them: `lease_until` for Pending; `expires_at`, `completed_at`, `code` and
@@ -79,7 +61,7 @@ pub struct ViewError {
     pub message: String,
 }
 
-fn view_error(field: &'static str, message: impl Into<String>) -> ViewError {
+pub(crate) fn view_error(field: &'static str, message: impl Into<String>) -> ViewError {
     ViewError {
         field,
         message: message.into(),
@@ -165,13 +147,13 @@ impl RecordView {
             operation: text(object, "operation")?,
             key: text(object, "key")?,
             state: text(object, "state")?,
-            generation: millis(object, "generation")?,
+            generation: unsigned(object, "generation")?,
             fingerprint: text(object, "fingerprint")?,
-            created_at: millis(object, "created_at")?,
-            updated_at: millis(object, "updated_at")?,
-            lease_until: optional(object, "lease_until", millis)?,
-            expires_at: optional(object, "expires_at", millis)?,
-            completed_at: optional(object, "completed_at", millis)?,
+            created_at: unsigned(object, "created_at")?,
+            updated_at: unsigned(object, "updated_at")?,
+            lease_until: optional(object, "lease_until", unsigned)?,
+            expires_at: optional(object, "expires_at", unsigned)?,
+            completed_at: optional(object, "completed_at", unsigned)?,
             code: optional(object, "code", code)?,
             outcome_b64: optional(object, "outcome_b64", text)?,
         })
@@ -311,7 +293,7 @@ fn text(object: &Map<String, Value>, name: &'static str) -> Result<String, ViewE
     }
 }
 
-fn millis(object: &Map<String, Value>, name: &'static str) -> Result<u64, ViewError> {
+pub(crate) fn unsigned(object: &Map<String, Value>, name: &'static str) -> Result<u64, ViewError> {
     let value = field(object, name)?;
     value.as_u64().ok_or_else(|| {
         view_error(
@@ -338,138 +320,6 @@ fn optional<T>(
         None | Some(Value::Null) => Ok(None),
         Some(_) => read(object, name).map(Some),
     }
-}
-
-/// The first line of an export.
-#[derive(Debug, Serialize)]
-struct Header {
-    idem_export: u64,
-    generation: u64,
-    records: u64,
-}
-
-impl Store {
-    /// Writes every record as JSON lines, after a header line with the generation
-    /// counter and the record count, from one snapshot. Returns the number of records.
-    ///
-    /// # Errors
-    ///
-    /// Storage or decode errors; [`Error::Io`] writing `out`.
-    pub fn export(&self, out: impl std::io::Write) -> Result<u64, Error> {
-        let mut out = std::io::BufWriter::new(out);
-        let db = self.database();
-        let txn = db.begin_read()?;
-        let records = txn.open_table(RECORDS)?;
-        let meta = txn.open_table(META)?;
-        let header = Header {
-            idem_export: EXPORT_VERSION,
-            generation: tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0),
-            records: records.len()?,
-        };
-        serde_json::to_writer(&mut out, &header).map_err(std::io::Error::from)?;
-        out.write_all(b"\n")?;
-        let mut count = 0;
-        for entry in records.iter()? {
-            let (key, bytes) = entry?;
-            let id = tables::decode_id(key.value())?;
-            let record = tables::decode_record(key.value(), bytes.value())?;
-            serde_json::to_writer(&mut out, &RecordView::new(&id, &record))
-                .map_err(std::io::Error::from)?;
-            out.write_all(b"\n")?;
-            count += 1;
-        }
-        out.flush()?;
-        Ok(count)
-    }
-
-    /// Reads what [`Store::export`] wrote, in one transaction: every line is validated,
-    /// and on the first bad one nothing is imported. A record already in the store
-    /// byte for byte is accepted as is; a different record under the same id is refused.
-    /// Raises the generation counter to at least the header's and every record's
-    /// generation. The header line is optional (JSON lines of records alone import too).
-    /// Returns the number of records read.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Import`] naming the line and the field; storage errors.
-    pub fn import(&self, input: impl BufRead) -> Result<u64, Error> {
-        let writing = self.writing()?;
-        let mut count = 0u64;
-        let mut announced = None;
-        let mut last_line = 0u64;
-        {
-            let mut tables = Tables::open(&writing.txn)?;
-            for (index, line) in input.lines().enumerate() {
-                let number = index as u64 + 1;
-                last_line = number;
-                let bad = |message: String| Error::Import {
-                    line: number,
-                    message,
-                };
-                let line = line.map_err(|e| bad(format!("cannot be read: {e}")))?;
-                if line.trim().is_empty() {
-                    continue;
-                }
-                let object = match serde_json::from_str::<Value>(&line) {
-                    Ok(Value::Object(object)) => object,
-                    Ok(_) => return Err(bad("expected a JSON object".into())),
-                    Err(e) => return Err(bad(format!("not JSON: {e}"))),
-                };
-                if object.contains_key("idem_export") {
-                    if count > 0 || announced.is_some() {
-                        return Err(bad("a header line may only come first".into()));
-                    }
-                    let (generation, records) =
-                        read_header(&object).map_err(|e| bad(e.to_string()))?;
-                    tables.raise_generation(Generation(generation))?;
-                    announced = Some(records);
-                    continue;
-                }
-                let (id, record) = RecordView::from_json(&object)
-                    .and_then(|view| view.to_record())
-                    .map_err(|e| bad(e.to_string()))?;
-                let id_key = id.to_key_bytes();
-                match tables.get(&id_key)? {
-                    Some(existing) if existing == record => {}
-                    Some(_) => {
-                        return Err(bad(format!(
-                            "{id}: the store already holds a different record under this id"
-                        )));
-                    }
-                    None => tables.put(&id_key, None, &record)?,
-                }
-                tables.raise_generation(record.generation)?;
-                count += 1;
-            }
-        }
-        if let Some(records) = announced.filter(|&n| n != count) {
-            return Err(Error::Import {
-                line: last_line,
-                message: format!(
-                    "the header announces {records} records, the input holds {count} (truncated?)"
-                ),
-            });
-        }
-        self.commit(writing)?;
-        Ok(count)
-    }
-}
-
-fn read_header(object: &Map<String, Value>) -> Result<(u64, u64), ViewError> {
-    if let Some(unknown) = object
-        .keys()
-        .find(|k| !["idem_export", "generation", "records"].contains(&k.as_str()))
-    {
-        return Err(view_error("header", format!("unknown field {unknown:?}")));
-    }
-    let version = millis(object, "idem_export")?;
-    if version != EXPORT_VERSION {
-        return Err(view_error(
-            "idem_export",
-            format!("export version {version}, this build reads version {EXPORT_VERSION}"),
-        ));
-    }
-    Ok((millis(object, "generation")?, millis(object, "records")?))
 }
 
 #[cfg(test)]
