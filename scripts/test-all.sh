@@ -22,6 +22,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test --workspace"
 cargo test --workspace
 
+step "idem-wasm: npm package (wasm size vs budget), wasm tests in Node and Chromium, packed-package tests, browser end-to-end"
+./scripts/wasm-tests.sh
+
 step "idem-core builds for wasm32-unknown-unknown"
 cargo build -p idem-core --target wasm32-unknown-unknown
 

@@ -1,1 +1,38 @@
-//! Browser bindings of idem.
+//! Browser bindings of idem: the sender ledger, the fingerprints and an in-memory
+//! receiver, for JavaScript through wasm-bindgen.
+//!
+//! This crate is the Rust half of the npm package `idem-wasm` (DESIGN.md §6). It adds no
+//! logic of its own: every decision is made by `idem-core`, so a browser, Node and the
+//! Rust store compute the same keys, fingerprints and transitions. What lives here is the
+//! translation: JS values in (checked, with errors that name the field), JS objects out,
+//! and Rust errors thrown as JS `Error`s carrying the Rust `Display` message.
+//!
+//! | JS | Rust |
+//! |---|---|
+//! | [`IdemClient`] | [`idem_core::ledger::Ledger`] |
+//! | [`MemoryReceiver`] | [`idem_core::memory::MemoryReceiver`] |
+//! | `fingerprintBytes`, `fingerprintFields`, `fingerprintJson`, `canonicalJson` | [`idem_core::Fingerprint`] |
+//!
+//! # Time and randomness
+//!
+//! Like the core, the bindings never read a clock: every call that needs the time takes
+//! `nowMs` (milliseconds since the Unix epoch, `Date.now()`). A new key needs 16 random
+//! bytes: `IdemClient.begin` takes them as its optional fourth argument, and when they are
+//! left out draws them from `crypto.getRandomValues` (Web Crypto; browsers, workers and
+//! Node 19+). The ledger's seeded PRNG is only for backoff jitter and never makes keys,
+//! so keys stay unique across reloads and across clients that share a seed.
+//!
+//! # Panics are bugs, errors are input
+//!
+//! Every value a caller passes is checked; a bad one throws an `Error` whose message names
+//! the argument or field and the rule it broke.
+
+mod client;
+mod fingerprint;
+mod js;
+mod receiver;
+pub mod types;
+
+pub use client::IdemClient;
+pub use fingerprint::{canonical_json, fingerprint_bytes, fingerprint_fields, fingerprint_json};
+pub use receiver::MemoryReceiver;

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Builds the npm package idem-wasm from this repository, packs it, and prints the size of
+# its .wasm against the budget (150 KB raw, 60 KB gzipped).
+#
+#   scripts/wasm-package.sh      ->  <target>/idem-wasm/idem-wasm-<version>.tgz
+#
+# <target> is $CARGO_TARGET_DIR, else cargo's target directory of this workspace. The
+# package holds one wasm-bindgen build for browsers and bundlers (ESM, `--target web`),
+# one for Node (CommonJS, with an ESM entry), their TypeScript types, and the hand-written
+# helper `idem-wasm/browser` (wasm/js). Installs what a fresh machine lacks: the
+# wasm32-unknown-unknown target, wasm-bindgen-cli at the version in Cargo.lock, and
+# binaryen's wasm-opt from npm (Debian's binaryen is not used).
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+export PATH="$HOME/.cargo/bin:$PATH"
+
+BINARYEN_VERSION=132.0.0
+BUDGET_RAW=$((150 * 1024))
+BUDGET_GZ=$((60 * 1024))
+
+step() { printf '\n==> %s\n' "$*"; }
+
+for tool in node npm; do
+  command -v "$tool" >/dev/null || { echo "wasm-package: $tool is required (Node.js 20 or later)" >&2; exit 1; }
+done
+
+metadata=$(cargo metadata --format-version 1 --no-deps)
+target_dir=${CARGO_TARGET_DIR:-$(node -e 'process.stdout.write(JSON.parse(require("fs").readFileSync(0)).target_directory)' <<<"$metadata")}
+version=$(node -e 'process.stdout.write(JSON.parse(require("fs").readFileSync(0)).packages.find(p => p.name === "idem-wasm").version)' <<<"$metadata")
+bindgen_version=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/"/, "", $3); print $3; exit }' Cargo.lock)
+out=$target_dir/idem-wasm
+pkg=$out/pkg
+
+step "tools: wasm32 target, wasm-bindgen-cli $bindgen_version, wasm-opt (binaryen $BINARYEN_VERSION)"
+rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+if [[ "$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $bindgen_version" ]]; then
+  cargo install wasm-bindgen-cli --version "$bindgen_version"
+fi
+tools=$out/tools
+wasm_opt=$tools/node_modules/.bin/wasm-opt
+if [[ ! -x "$wasm_opt" ]] || [[ "$("$wasm_opt" --version)" != *"version_${BINARYEN_VERSION%%.*}"* ]]; then
+  mkdir -p "$tools"
+  npm install --prefix "$tools" --no-audit --no-fund --no-save "binaryen@$BINARYEN_VERSION" >/dev/null
+fi
+
+step "cargo build -p idem-wasm (profile wasm-release: opt-level z, fat LTO, one codegen unit)"
+# The profile is given here so the script works whether or not the root Cargo.toml
+# declares [profile.wasm-release]; the values are the same.
+cargo build -p idem-wasm --lib --target wasm32-unknown-unknown --profile wasm-release \
+  --config 'profile.wasm-release.inherits="release"' \
+  --config 'profile.wasm-release.opt-level="z"' \
+  --config 'profile.wasm-release.lto=true' \
+  --config 'profile.wasm-release.codegen-units=1' \
+  --config 'profile.wasm-release.debug=0' \
+  --config 'profile.wasm-release.panic="abort"'
+wasm=$target_dir/wasm32-unknown-unknown/wasm-release/idem_wasm.wasm
+
+step "wasm-bindgen: web (ESM for browsers and bundlers) and nodejs (CommonJS)"
+rm -rf "$pkg"
+mkdir -p "$pkg"
+wasm-bindgen --target web --out-dir "$pkg/web" "$wasm"
+wasm-bindgen --target nodejs --out-dir "$pkg/node" "$wasm"
+named=$out/idem_wasm_named.wasm
+cp "$pkg/web/idem_wasm_bg.wasm" "$named"
+for dir in web node; do
+  "$wasm_opt" -Oz --strip-debug --strip-producers --strip-target-features \
+    "$pkg/$dir/idem_wasm_bg.wasm" -o "$pkg/$dir/idem_wasm_bg.wasm"
+done
+
+step "package files"
+# The Node build is CommonJS inside a "type": "module" package.
+printf '{ "type": "commonjs" }\n' >"$pkg/node/package.json"
+# An ESM entry for Node with the same shape as the web build: named exports and an
+# `init` that has nothing to do (the CommonJS build loads its wasm synchronously).
+exports=$(node -e 'process.stdout.write(Object.keys(require(process.argv[1])).filter(n => !n.startsWith("__")).join(", "))' "$pkg/node/idem_wasm.js")
+cat >"$pkg/node/index.mjs" <<EOF
+// ESM entry of idem-wasm for Node: the CommonJS build, with the web build's init().
+import wasm from "./idem_wasm.js";
+
+export const { $exports } = wasm;
+export default async function init() {
+  return wasm;
+}
+export function initSync() {
+  return wasm;
+}
+EOF
+cat >"$pkg/node/index.d.mts" <<'EOF'
+export * from "./idem_wasm.js";
+/** Nothing to do in Node (the wasm loads on import); here so code can call it everywhere. */
+export default function init(options?: unknown): Promise<unknown>;
+export function initSync(options?: unknown): unknown;
+EOF
+cp wasm/js/idem-browser.js wasm/js/idem-browser.d.ts wasm/js/README.md "$pkg/"
+node - "$pkg/package.json" "$version" <<'EOF'
+const [file, version] = process.argv.slice(2);
+const web = { types: "./web/idem_wasm.d.ts", default: "./web/idem_wasm.js" };
+const cjs = { types: "./node/idem_wasm.d.ts", default: "./node/idem_wasm.js" };
+const pkg = {
+  name: "idem-wasm",
+  version,
+  description: "Idempotency keys for browser clients: one key per intent, kept across reconnects and reloads, reused by every retry (idem, in WebAssembly).",
+  license: "MIT OR Apache-2.0",
+  type: "module",
+  main: "./node/idem_wasm.js",
+  module: "./web/idem_wasm.js",
+  browser: "./web/idem_wasm.js",
+  types: "./web/idem_wasm.d.ts",
+  exports: {
+    ".": {
+      node: { import: { types: "./node/index.d.mts", default: "./node/index.mjs" }, require: cjs },
+      browser: web,
+      import: web,
+      require: cjs,
+      default: web,
+    },
+    "./browser": { types: "./idem-browser.d.ts", default: "./idem-browser.js" },
+    "./web/idem_wasm_bg.wasm": "./web/idem_wasm_bg.wasm",
+    "./package.json": "./package.json",
+  },
+  files: ["web/", "node/", "idem-browser.js", "idem-browser.d.ts", "README.md"],
+  engines: { node: ">=20" },
+  keywords: ["idempotency", "idempotency-key", "retry", "wasm", "offline"],
+};
+require("fs").writeFileSync(file, JSON.stringify(pkg, null, 2) + "\n");
+EOF
+
+step "npm pack"
+rm -f "$out"/idem-wasm-*.tgz
+(cd "$pkg" && npm pack --silent --pack-destination "$out" >/dev/null)
+tarball=$out/idem-wasm-$version.tgz
+test -f "$tarball"
+echo "$tarball"
+
+step "size of the package's .wasm (budget 150 KB raw, 60 KB gzipped)"
+final=$pkg/web/idem_wasm_bg.wasm
+raw=$(wc -c <"$final")
+gz=$(gzip -9c "$final" | wc -c)
+verdict() { if (($1 <= $2)); then echo "within budget"; else echo "OVER BUDGET by $((($1 - $2 + 1023) / 1024)) KB"; fi; }
+printf 'idem_wasm_bg.wasm: %d bytes raw (%.1f KB, %s), %d bytes gzipped (%.1f KB, %s)\n' \
+  "$raw" "$(node -p "$raw/1024")" "$(verdict "$raw" "$BUDGET_RAW")" \
+  "$gz" "$(node -p "$gz/1024")" "$(verdict "$gz" "$BUDGET_GZ")"
+printf 'npm tarball: %d bytes\n' "$(wc -c <"$tarball")"
+echo "What takes the space (before wasm-opt, by crate):"
+node wasm/js/tools/size-report.mjs "$named" 10

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Every test of the browser package idem-wasm, from a fresh machine:
+#   1. the shared fingerprint vectors, natively (Rust)
+#   2. wasm-bindgen tests in Node
+#   3. wasm-bindgen tests in headless Chromium
+#   4. the packed npm package installed into a scratch folder, with node:test
+#      (vectors, client, receiver, helper, TypeScript types)
+#   5. the Playwright end-to-end test in Chromium against the Rust test server on idem-store
+# Builds the package with scripts/wasm-package.sh first (which prints the .wasm size).
+# Installs what is missing: Debian's chromium and chromium-driver, and from npm
+# typescript and playwright-core into the scratch folder (pinned below).
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+export PATH="$HOME/.cargo/bin:$PATH"
+
+TYPESCRIPT_VERSION=5.9.3
+PLAYWRIGHT_VERSION=1.64.1
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "browser: chromium and chromium-driver"
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver
+fi
+chromium_bin=$(command -v chromium)
+chromedriver_bin=$(command -v chromedriver)
+
+"$repo/scripts/wasm-package.sh"
+
+metadata=$(cargo metadata --format-version 1 --no-deps)
+target_dir=${CARGO_TARGET_DIR:-$(node -e 'process.stdout.write(JSON.parse(require("fs").readFileSync(0)).target_directory)' <<<"$metadata")}
+version=$(node -e 'process.stdout.write(JSON.parse(require("fs").readFileSync(0)).packages.find(p => p.name === "idem-wasm").version)' <<<"$metadata")
+tarball=$target_dir/idem-wasm/idem-wasm-$version.tgz
+
+step "1. fingerprint vectors, native Rust"
+cargo test -p idem-wasm --test vectors
+
+export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner
+step "2. wasm-bindgen tests in Node"
+WASM_BINDGEN_TEST_ONLY_NODE=1 cargo test -p idem-wasm --target wasm32-unknown-unknown --test web
+
+step "3. wasm-bindgen tests in headless Chromium"
+# wasm/webdriver.json passes --headless --no-sandbox and the binary to chromedriver.
+WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=$chromedriver_bin \
+  cargo test -p idem-wasm --target wasm32-unknown-unknown --test web
+
+step "4. the packed npm package, installed into a scratch folder (node:test)"
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/idem-wasm-npm.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+printf '{ "name": "idem-wasm-scratch", "private": true, "type": "module" }\n' >"$scratch/package.json"
+(cd "$scratch" && npm install --no-audit --no-fund --loglevel=error \
+  "$tarball" "typescript@$TYPESCRIPT_VERSION" "playwright-core@$PLAYWRIGHT_VERSION")
+mkdir -p "$scratch/test"
+cp wasm/js/test/* "$scratch/test/"
+(cd "$scratch" && IDEM_VECTORS="$repo/testdata/fingerprints.json" \
+  node --test test/package.test.mjs test/sender.test.mjs test/types.test.mjs)
+
+step "5. Playwright end-to-end test in Chromium (Rust test server on idem-store)"
+cargo build -p idem-wasm --example e2e-server
+site=$scratch/site
+mkdir -p "$site/pkg"
+cp wasm/e2e/site/* "$site/"
+# The page loads the package exactly as npm installed it.
+cp -r "$scratch/node_modules/idem-wasm/." "$site/pkg/"
+cp wasm/e2e/e2e.test.mjs "$scratch/test/"
+(cd "$scratch" && IDEM_E2E_SERVER="$target_dir/debug/examples/e2e-server" IDEM_E2E_SITE="$site" \
+  CHROMIUM="$chromium_bin" node --test test/e2e.test.mjs)
+
+step "idem-wasm: all test layers passed"

@@ -1,0 +1,42 @@
+// Compiled by types.test.mjs with tsc --strict: the shipped .d.ts files describe the API.
+import init, {
+  IdemClient,
+  MemoryReceiver,
+  fingerprintBytes,
+  fingerprintJson,
+  fingerprintFields,
+  type Attempt,
+  type Decision,
+  type IntentState,
+  type IntentView,
+} from "idem-wasm";
+import { IdemSender, indexedDbStorage, memoryStorage } from "idem-wasm/browser";
+
+export async function check(): Promise<string> {
+  await init();
+  const client = new IdemClient({ serverRetentionMs: 86_400_000, seed: 1n });
+  const { key, fingerprint }: { key: string; fingerprint: string } = client.begin("order", new Uint8Array([1]), Date.now());
+  const attempts: Attempt[] = client.due(Date.now());
+  for (const a of attempts) client.onResponse(a.key, { status: 201, body: a.payload }, Date.now());
+  const view: IntentView | undefined = client.get(key);
+  const state: IntentState | undefined = view?.state;
+  const wake: number | undefined = client.nextWakeup();
+  const bytes: Uint8Array = client.snapshot();
+  IdemClient.restore(bytes).list().forEach((i: IntentView) => i.attempts.toFixed());
+  new IdemClient();
+
+  const receiver = new MemoryReceiver({ leaseMs: 1_000, onLeaseExpiry: "takeover" });
+  const decision: Decision = receiver.begin({ tenant: "t", operation: "o", key }, fingerprint, 1);
+  if (decision.decision === "claimed") {
+    receiver.complete({ tenant: "t", operation: "o", key }, decision.generation, "succeeded", { code: 200 }, 2);
+  }
+  const sender = await IdemSender.open({
+    url: (attempt) => `/orders/${attempt.operation}`,
+    storage: typeof indexedDB === "undefined" ? memoryStorage() : indexedDbStorage({ database: "x" }),
+    headers: { "Content-Type": "application/json" },
+    onChange: (intent) => intent.state satisfies IntentState,
+  });
+  const done = await sender.settled((await sender.submit("order", "{}")).key);
+  sender.stop();
+  return [fingerprintBytes("x"), fingerprintJson("{}", ["/a"]), fingerprintFields({ a: "1" }), state, wake, done.status].join();
+}

@@ -1,0 +1,105 @@
+//! The fingerprint functions: the same SHA-256 bytes as `idem_core::Fingerprint`, as hex.
+
+use idem_core::Fingerprint;
+use js_sys::{Array, Object};
+use wasm_bindgen::prelude::*;
+
+use crate::js;
+use crate::types::{BytesInput, FieldsInput, Paths};
+
+/// SHA-256 of `bytes` as given (a string counts as its UTF-8 bytes), as 64 hex digits.
+///
+/// # Errors
+///
+/// When `bytes` is neither a `Uint8Array` nor a string.
+#[wasm_bindgen(js_name = fingerprintBytes)]
+pub fn fingerprint_bytes(bytes: BytesInput) -> Result<String, JsError> {
+    Ok(Fingerprint::of_bytes(&js::bytes("bytes", &bytes)?).to_hex())
+}
+
+/// SHA-256 over named fields, independent of their order, as 64 hex digits: for each
+/// field by ascending name, the name's and then the value's length (u64 big-endian)
+/// before its bytes. `fields` is an object or an array of `[name, value]` pairs.
+///
+/// # Errors
+///
+/// A malformed argument, or a name given twice (only possible with pairs).
+#[wasm_bindgen(js_name = fingerprintFields)]
+pub fn fingerprint_fields(fields: FieldsInput) -> Result<String, JsError> {
+    let fields: JsValue = fields.into();
+    let pairs: Array = if Array::is_array(&fields) {
+        fields.unchecked_into()
+    } else if fields.is_object() {
+        Object::entries(fields.unchecked_ref())
+    } else {
+        return Err(js::invalid(
+            "fields",
+            "expected an object or an array of [name, value] pairs",
+        ));
+    };
+    let mut owned: Vec<(String, Vec<u8>)> = Vec::with_capacity(pairs.length() as usize);
+    for (i, pair) in pairs.iter().enumerate() {
+        let at = format!("fields[{i}]");
+        if !Array::is_array(&pair) || Array::from(&pair).length() != 2 {
+            return Err(js::invalid(&at, "expected a [name, value] pair"));
+        }
+        let pair = Array::from(&pair);
+        let name = js::string(&format!("{at}[0]"), &pair.get(0))?;
+        let value = js::bytes(&format!("{at}[1]"), &pair.get(1))?;
+        owned.push((name, value));
+    }
+    let borrowed: Vec<(&str, &[u8])> = owned
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_slice()))
+        .collect();
+    Ok(Fingerprint::of_fields(&borrowed)?.to_hex())
+}
+
+/// SHA-256 of the RFC 8785 canonical form of `text` without the members at
+/// `ignoredPaths` (JSON Pointers, `*` for every member or element), as 64 hex digits.
+///
+/// # Errors
+///
+/// Text that is not strict I-JSON, or a malformed path; the message gives the byte offset.
+#[wasm_bindgen(js_name = fingerprintJson)]
+pub fn fingerprint_json(
+    text: &str,
+    #[wasm_bindgen(js_name = ignoredPaths)] ignored_paths: Option<Paths>,
+) -> Result<String, JsError> {
+    let paths = paths(&JsValue::from(ignored_paths))?;
+    let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    Ok(Fingerprint::of_json(text, &paths)?.to_hex())
+}
+
+/// The RFC 8785 canonical text that `fingerprintJson` hashes.
+///
+/// # Errors
+///
+/// As `fingerprintJson`.
+#[wasm_bindgen(js_name = canonicalJson)]
+pub fn canonical_json(
+    text: &str,
+    #[wasm_bindgen(js_name = ignoredPaths)] ignored_paths: Option<Paths>,
+) -> Result<String, JsError> {
+    let paths = paths(&JsValue::from(ignored_paths))?;
+    let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    Ok(Fingerprint::canonical_json(text, &paths)?)
+}
+
+/// The ignored paths: an array of strings, or none.
+fn paths(value: &JsValue) -> Result<Vec<String>, JsError> {
+    if value.is_undefined() || value.is_null() {
+        return Ok(Vec::new());
+    }
+    if !Array::is_array(value) {
+        return Err(js::invalid(
+            "ignoredPaths",
+            "expected an array of JSON Pointer strings",
+        ));
+    }
+    Array::from(value)
+        .iter()
+        .enumerate()
+        .map(|(i, p)| js::string(&format!("ignoredPaths[{i}]"), &p))
+        .collect()
+}

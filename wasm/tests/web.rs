@@ -1,0 +1,466 @@
+//! The JS bindings, run as wasm in Node and in headless Chromium (wasm-bindgen-test):
+//! the shared fingerprint vectors, the client's life cycle and the in-memory receiver,
+//! each through the same exported functions JavaScript calls.
+#![cfg(target_arch = "wasm32")]
+
+use idem_wasm::types::{
+    BytesInput, FieldsInput, GenerationInput, OutcomeInput, Paths, RecordIdInput, Reply,
+};
+use idem_wasm::{
+    IdemClient, MemoryReceiver, canonical_json, fingerprint_bytes, fingerprint_fields,
+    fingerprint_json,
+};
+use js_sys::{Array, JSON, Reflect, Uint8Array};
+use serde_json::Value;
+use wasm_bindgen::{JsCast, JsError, JsValue};
+use wasm_bindgen_test::wasm_bindgen_test;
+
+const VECTORS: &str = include_str!("../../testdata/fingerprints.json");
+
+/// A JS value from JSON text.
+fn js<T: JsCast>(json: &str) -> T {
+    JSON::parse(json).expect("valid JSON").unchecked_into()
+}
+
+fn get(object: &JsValue, name: &str) -> JsValue {
+    Reflect::get(object, &name.into()).expect("an object")
+}
+
+fn text(object: &JsValue, name: &str) -> String {
+    get(object, name)
+        .as_string()
+        .unwrap_or_else(|| panic!("{name} is a string"))
+}
+
+fn num(object: &JsValue, name: &str) -> f64 {
+    get(object, name)
+        .as_f64()
+        .unwrap_or_else(|| panic!("{name} is a number"))
+}
+
+/// The message of the JS `Error` a binding threw.
+fn message(err: JsError) -> String {
+    let value: JsValue = err.into();
+    let error: js_sys::Error = value.dyn_into().expect("a JS Error");
+    error.message().into()
+}
+
+fn hex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex digits"))
+        .collect()
+}
+
+fn bytes(b: &[u8]) -> BytesInput {
+    JsValue::from(Uint8Array::from(b)).unchecked_into()
+}
+
+fn vectors(kind: &str) -> Vec<Value> {
+    let all: Value = serde_json::from_str(VECTORS).expect("testdata/fingerprints.json is JSON");
+    let list = all[kind].as_array().expect("a list").clone();
+    assert!(!list.is_empty());
+    list
+}
+
+#[wasm_bindgen_test]
+fn vectors_raw_bytes() {
+    for case in vectors("bytes") {
+        let got = fingerprint_bytes(bytes(&hex(case["hex"].as_str().unwrap()))).unwrap();
+        assert_eq!(
+            got,
+            case["fingerprint"].as_str().unwrap(),
+            "{}",
+            case["name"]
+        );
+    }
+    // A string counts as its UTF-8 bytes.
+    let abc = fingerprint_bytes(JsValue::from_str("abc").unchecked_into()).unwrap();
+    assert_eq!(abc, fingerprint_bytes(bytes(b"abc")).unwrap());
+}
+
+#[wasm_bindgen_test]
+fn vectors_named_fields() {
+    for case in vectors("fields") {
+        let pairs: Array = case["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|pair| {
+                let value = Uint8Array::from(hex(pair[1].as_str().unwrap()).as_slice());
+                JsValue::from(Array::of2(&pair[0].as_str().unwrap().into(), &value))
+            })
+            .collect();
+        let got = fingerprint_fields(JsValue::from(pairs).unchecked_into());
+        match case.get("error") {
+            Some(error) => assert_eq!(message(got.unwrap_err()), error.as_str().unwrap()),
+            None => assert_eq!(got.unwrap(), case["fingerprint"].as_str().unwrap()),
+        }
+    }
+    // An object is fields by name, in any order.
+    let object: FieldsInput = js(r#"{"to":"acct-9","amount":"100"}"#);
+    let pairs: FieldsInput = js(r#"[["amount","100"],["to","acct-9"]]"#);
+    assert_eq!(
+        fingerprint_fields(object).unwrap(),
+        fingerprint_fields(pairs).unwrap()
+    );
+}
+
+#[wasm_bindgen_test]
+fn vectors_canonical_json() {
+    for case in vectors("json") {
+        let name = &case["name"];
+        let text = case["text"].as_str().unwrap();
+        let paths = || -> Paths { js(&case["ignored"].to_string()) };
+        match case.get("error") {
+            Some(error) => {
+                let err = fingerprint_json(text, Some(paths())).unwrap_err();
+                assert_eq!(message(err), error.as_str().unwrap(), "{name}");
+            }
+            None => {
+                let canonical = canonical_json(text, Some(paths())).unwrap();
+                assert_eq!(canonical, case["canonical"].as_str().unwrap(), "{name}");
+                let fingerprint = fingerprint_json(text, Some(paths())).unwrap();
+                assert_eq!(fingerprint, case["fingerprint"].as_str().unwrap(), "{name}");
+            }
+        }
+    }
+    // No paths at all is the same as an empty list.
+    let none = fingerprint_json("{}", None).unwrap();
+    assert_eq!(none, fingerprint_bytes(bytes(b"{}")).unwrap());
+}
+
+fn client() -> IdemClient {
+    IdemClient::new(Some(js(
+        r#"{"serverRetentionMs":100000,"safetyMarginMs":10000,
+        "baseBackoffMs":100,"maxBackoffMs":1600,"seed":42}"#,
+    )))
+    .unwrap()
+}
+
+fn reply(json: &str) -> Reply {
+    js(json)
+}
+
+#[wasm_bindgen_test]
+fn client_retries_with_one_key_until_a_definitive_reply() {
+    let mut client = client();
+    let random = Uint8Array::from([7u8; 16].as_slice());
+    let begun = client
+        .begin(
+            "order",
+            JsValue::from_str(r#"{"sku":"A-1"}"#).unchecked_into(),
+            1_000.0,
+            Some(random),
+        )
+        .unwrap();
+    let key = text(&begun, "key");
+    assert_eq!(key, "00000000-03e8-7707-8707-070707070707");
+    assert_eq!(
+        text(&begun, "fingerprint"),
+        fingerprint_bytes(bytes(br#"{"sku":"A-1"}"#)).unwrap()
+    );
+    assert_eq!(client.next_wakeup(), Some(1_000.0));
+
+    let attempts: Array = client.due(1_000.0).unwrap().unchecked_into();
+    assert_eq!(attempts.length(), 1);
+    let first = attempts.get(0);
+    assert_eq!(text(&first, "key"), key);
+    assert_eq!(num(&first, "attempt"), 1.0);
+    let payload: Uint8Array = get(&first, "payload").unchecked_into();
+    assert_eq!(payload.to_vec(), br#"{"sku":"A-1"}"#);
+    let view = client.get(&key);
+    assert_eq!(text(&view, "state"), "in_flight");
+
+    // Lost reply: queued again after a backoff of at most the base.
+    let effect = client.on_transport_error(&key, 1_010.0).unwrap();
+    assert_eq!(text(&effect, "effect"), "requeued");
+    let at = num(&effect, "at");
+    assert!((1_010.0..=1_110.0).contains(&at), "{at}");
+
+    // A 409 with the server's lease end.
+    let second: Array = client.due(at).unwrap().unchecked_into();
+    assert_eq!(text(&second.get(0), "key"), key);
+    assert_eq!(num(&second.get(0), "attempt"), 2.0);
+    let effect = client
+        .on_response(&key, reply(r#"{"status":409,"retryAt":5000}"#), at)
+        .unwrap();
+    assert_eq!(num(&effect, "at"), 5_000.0);
+    assert_eq!(client.next_wakeup(), Some(5_000.0));
+    assert_eq!(
+        client
+            .due(4_999.0)
+            .unwrap()
+            .unchecked_into::<Array>()
+            .length(),
+        0
+    );
+
+    // The replay completes it with the stored outcome.
+    let third: Array = client.due(5_000.0).unwrap().unchecked_into();
+    assert_eq!(text(&third.get(0), "key"), key);
+    let effect = client
+        .on_response(&key, reply(r#"{"status":201,"body":"order 17"}"#), 5_001.0)
+        .unwrap();
+    assert_eq!(text(&effect, "effect"), "finished");
+    assert_eq!(text(&effect, "state"), "completed");
+    let view = client.get(&key);
+    assert_eq!(text(&view, "state"), "completed");
+    assert_eq!(num(&view, "attempts"), 3.0);
+    assert_eq!(num(&view, "status"), 201.0);
+    assert_eq!(num(&view, "deadline"), 91_000.0);
+    let body: Uint8Array = get(&view, "body").unchecked_into();
+    assert_eq!(body.to_vec(), b"order 17");
+    assert_eq!(client.next_wakeup(), None);
+
+    // A late duplicate changes nothing.
+    let effect = client
+        .on_response(&key, reply(r#"{"status":500}"#), 5_002.0)
+        .unwrap();
+    assert_eq!(text(&effect, "effect"), "ignored");
+
+    let list: Array = client.list().unchecked_into();
+    assert_eq!(list.length(), 1);
+    let forgotten = client.forget(&key).unwrap();
+    assert_eq!(text(&forgotten, "key"), key);
+    assert!(client.get(&key).is_undefined());
+    assert_eq!(client.size(), 0);
+}
+
+#[wasm_bindgen_test]
+fn client_survives_a_reload_with_the_same_key() {
+    let mut client = client();
+    let begun = client.begin("order", bytes(b"pay"), 1_000.0, None).unwrap();
+    let key = text(&begun, "key");
+    let _ = client.due(1_000.0).unwrap();
+    let saved = client.snapshot();
+
+    let mut reloaded = IdemClient::restore(&saved).unwrap();
+    let view = reloaded.get(&key);
+    assert_eq!(text(&view, "state"), "queued", "in flight becomes queued");
+    let attempts: Array = reloaded.due(2_000.0).unwrap().unchecked_into();
+    assert_eq!(text(&attempts.get(0), "key"), key, "same key after reload");
+    assert_eq!(num(&attempts.get(0), "attempt"), 2.0);
+
+    let err = IdemClient::restore(&saved[..saved.len() - 1])
+        .err()
+        .unwrap();
+    assert_eq!(message(err), "ledger snapshot: bytes do not decode");
+}
+
+#[wasm_bindgen_test]
+fn keys_come_from_crypto_when_no_random_bytes_are_given() {
+    let mut client = client();
+    let a = text(
+        &client.begin("order", bytes(b"1"), 1_000.0, None).unwrap(),
+        "key",
+    );
+    let b = text(
+        &client.begin("order", bytes(b"1"), 1_000.0, None).unwrap(),
+        "key",
+    );
+    assert_ne!(a, b);
+    for key in [&a, &b] {
+        assert_eq!(key.len(), 36);
+        assert!(key.starts_with("00000000-03e8-7"), "{key}");
+    }
+    // Without a seed the client draws one too.
+    assert!(IdemClient::new(None).is_ok());
+}
+
+#[wasm_bindgen_test]
+fn client_errors_are_js_errors_with_the_rust_message() {
+    let bad = |json: &str| message(IdemClient::new(Some(js(json))).err().unwrap());
+    assert_eq!(
+        bad(r#"{"safetyMarginMs":0}"#),
+        "safety_margin_ms: 0, must be at least 1 ms (it covers clock skew and time in flight)"
+    );
+    assert_eq!(
+        bad(r#"{"serverRetentionMS":1}"#),
+        "options: unknown member \"serverRetentionMS\", expected one of serverRetentionMs, \
+         safetyMarginMs, baseBackoffMs, maxBackoffMs, seed"
+    );
+    assert_eq!(
+        bad(r#"{"seed":-1}"#),
+        "options.seed: -1, must be an integer from 0 to 2^53 - 1 (or a BigInt)"
+    );
+    assert_eq!(bad("[]"), "options: an array, expected an object");
+
+    let mut client = client();
+    let err = client
+        .begin(
+            "",
+            bytes(b"x"),
+            1.0,
+            Some(Uint8Array::from([1u8; 16].as_slice())),
+        )
+        .err()
+        .unwrap();
+    assert_eq!(message(err), "operation: empty, needs 1 to 255 bytes");
+    let err = client.begin("o", bytes(b"x"), -1.0, None).err().unwrap();
+    assert_eq!(
+        message(err),
+        "nowMs: -1, must be a number of milliseconds since the epoch, from 0 to 2^53 - 1"
+    );
+    let err = client
+        .begin(
+            "o",
+            bytes(b"x"),
+            1.0,
+            Some(Uint8Array::from([1u8; 3].as_slice())),
+        )
+        .err()
+        .unwrap();
+    assert_eq!(message(err), "random: 3 bytes, expected 16");
+    let err = client
+        .begin("o", JsValue::from(5).unchecked_into(), 1.0, None)
+        .err()
+        .unwrap();
+    assert_eq!(
+        message(err),
+        "payload: 5, expected a Uint8Array or a string"
+    );
+    let err = client.on_transport_error("nope", 1.0).err().unwrap();
+    assert_eq!(message(err), "key nope: no intent with this key");
+    let key = text(&client.begin("o", bytes(b"x"), 1.0, None).unwrap(), "key");
+    let err = client.forget(&key).err().unwrap();
+    assert_eq!(
+        message(err),
+        format!(
+            "key {key}: intent is queued, only completed, failed, conflict or expired intents may be forgotten"
+        )
+    );
+    let err = client
+        .on_response(&key, reply(r#"{"body":"x"}"#), 1.0)
+        .err()
+        .unwrap();
+    assert_eq!(
+        message(err),
+        "reply.status: missing, expected an HTTP status code"
+    );
+}
+
+fn id(key: &str) -> RecordIdInput {
+    js(&format!(
+        r#"{{"tenant":"shop","operation":"order","key":"{key}"}}"#
+    ))
+}
+
+fn generation(decision: &JsValue) -> GenerationInput {
+    get(decision, "generation").unchecked_into()
+}
+
+#[wasm_bindgen_test]
+fn receiver_claims_once_and_replays() {
+    let mut receiver = MemoryReceiver::new(Some(js(r#"{"leaseMs":1000}"#))).unwrap();
+    let fp = fingerprint_bytes(bytes(b"A-1")).unwrap();
+    let other = fingerprint_bytes(bytes(b"B-2")).unwrap();
+
+    let claimed = receiver.begin(id("k1"), &fp, 10.0).unwrap();
+    assert_eq!(text(&claimed, "decision"), "claimed");
+    assert_eq!(num(&claimed, "generation"), 1.0);
+    assert_eq!(num(&claimed, "leaseUntil"), 1_010.0);
+
+    let busy = receiver.begin(id("k1"), &fp, 20.0).unwrap();
+    assert_eq!(text(&busy, "decision"), "in_progress");
+    let conflict = receiver.begin(id("k1"), &other, 20.0).unwrap();
+    assert_eq!(text(&conflict, "decision"), "conflict");
+    assert_eq!(text(&conflict, "storedFingerprint"), fp);
+
+    let outcome: OutcomeInput = js(r#"{"code":201,"body":"order 17"}"#);
+    receiver
+        .complete(
+            id("k1"),
+            generation(&claimed),
+            js("\"succeeded\""),
+            outcome,
+            30.0,
+        )
+        .unwrap();
+    let replay = receiver.begin(id("k1"), &fp, 40.0).unwrap();
+    assert_eq!(text(&replay, "decision"), "replay");
+    assert_eq!(text(&replay, "state"), "succeeded");
+    assert_eq!(num(&replay, "code"), 201.0);
+    let body: Uint8Array = get(&replay, "body").unchecked_into();
+    assert_eq!(body.to_vec(), b"order 17");
+
+    // A late executor is fenced.
+    let err = receiver
+        .release(id("k1"), generation(&claimed))
+        .err()
+        .unwrap();
+    assert_eq!(
+        message(err),
+        "generation 1 is stale: the record is succeeded with generation 1; only the current pending generation may act"
+    );
+
+    // Lease runs out: unknown, then reconciled as never executed, then claimable again.
+    let second = receiver.begin(id("k2"), &fp, 100.0).unwrap();
+    let unknown = receiver.begin(id("k2"), &fp, 1_100.0).unwrap();
+    assert_eq!(text(&unknown, "decision"), "unknown");
+    assert_eq!(num(&unknown, "generation"), num(&second, "generation"));
+    receiver
+        .resolve(id("k2"), js("\"not_executed\""), None, 1_200.0)
+        .unwrap();
+    assert!(receiver.get(id("k2")).unwrap().is_undefined());
+    let again = receiver.begin(id("k2"), &fp, 1_300.0).unwrap();
+    assert_eq!(text(&again, "decision"), "claimed");
+    assert_eq!(num(&again, "generation"), 3.0);
+    receiver
+        .mark_unknown(id("k2"), generation(&again), 1_301.0)
+        .unwrap();
+    let record = receiver.get(id("k2")).unwrap();
+    assert_eq!(text(&record, "state"), "unknown");
+
+    let list: Array = receiver.list().unchecked_into();
+    assert_eq!(list.length(), 2);
+    let restored = MemoryReceiver::restore(&receiver.snapshot()).unwrap();
+    assert_eq!(restored.generation(), 3.0);
+    let record = restored.get(id("k1")).unwrap();
+    assert_eq!(text(&record, "state"), "succeeded");
+    assert_eq!(num(&record, "code"), 201.0);
+}
+
+#[wasm_bindgen_test]
+fn receiver_errors_name_the_field() {
+    let bad = |json: &str| message(MemoryReceiver::new(Some(js(json))).err().unwrap());
+    assert_eq!(
+        bad(r#"{"leaseMs":0}"#),
+        "lease_ms: 0, must be at least 1 ms"
+    );
+    assert_eq!(
+        bad(r#"{"onLeaseExpiry":"panic"}"#),
+        "options.onLeaseExpiry: \"panic\", expected \"unknown\" or \"takeover\""
+    );
+    let mut receiver = MemoryReceiver::new(None).unwrap();
+    let err = receiver.begin(id("k"), "abc", 1.0).err().unwrap();
+    assert_eq!(
+        message(err),
+        "fingerprint: 3 characters, expected 64 hex digits (0-9, a-f)"
+    );
+    let fp = fingerprint_bytes(bytes(b"x")).unwrap();
+    let err = receiver
+        .begin(js(r#"{"tenant":"t","operation":"o","key":"ü"}"#), &fp, 1.0)
+        .err()
+        .unwrap();
+    assert_eq!(
+        message(err),
+        "key: byte 0xc3 at offset 0 is not printable ASCII (0x20-0x7E)"
+    );
+    let err = receiver
+        .begin(js(r#"{"tenant":"t","operation":"o"}"#), &fp, 1.0)
+        .err()
+        .unwrap();
+    assert_eq!(message(err), "id.key: missing, expected a string");
+    let err = receiver
+        .complete(
+            id("k"),
+            JsValue::from(1).unchecked_into(),
+            js("\"succeeded\""),
+            js(r#"{"code":200}"#),
+            1.0,
+        )
+        .err()
+        .unwrap();
+    assert_eq!(message(err), "no record under this key");
+}
