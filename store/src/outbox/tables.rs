@@ -1,0 +1,198 @@
+//! The outbox's file layout: its tables, the bytes of their keys, and the one type that
+//! writes an intent and keeps its indexes in step with it.
+
+use idem_core::encoding;
+use idem_core::ledger::BackoffRng;
+use idem_core::{Intent, IntentState, Timestamp};
+use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, TableError, WriteTransaction};
+
+use crate::Error;
+
+/// Intent key → intent bytes.
+pub(super) const INTENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.intents");
+/// `next_attempt_at` ++ key → (), for queued intents.
+pub(super) const DUE: TableDefinition<&[u8], ()> = TableDefinition::new("idem.intent.due");
+/// State byte ++ key → ().
+pub(super) const STATES: TableDefinition<&[u8], ()> = TableDefinition::new("idem.intent.state");
+/// Meta key of the backoff jitter's state.
+pub(super) const RNG_KEY: &[u8] = b"intent.rng";
+
+/// The persisted backoff generator, if one was stored.
+pub(super) fn read_rng(
+    meta: &impl ReadableTable<&'static [u8], &'static [u8]>,
+) -> Result<Option<BackoffRng>, Error> {
+    let Some(bytes) = meta.get(RNG_KEY)? else {
+        return Ok(None);
+    };
+    encoding::decode(bytes.value(), "backoff rng")
+        .map(Some)
+        .map_err(|source| Error::Decode {
+            what: "meta intent.rng".into(),
+            source,
+        })
+}
+
+/// The outbox's tables, opened in one write transaction.
+pub(super) struct IntentTables<'txn> {
+    pub(super) intents: Table<'txn, &'static [u8], &'static [u8]>,
+    pub(super) due: Table<'txn, &'static [u8], ()>,
+    pub(super) states: Table<'txn, &'static [u8], ()>,
+}
+
+impl<'txn> IntentTables<'txn> {
+    pub(super) fn open(txn: &'txn WriteTransaction) -> Result<IntentTables<'txn>, Error> {
+        Ok(IntentTables {
+            intents: txn.open_table(INTENTS)?,
+            due: txn.open_table(DUE)?,
+            states: txn.open_table(STATES)?,
+        })
+    }
+
+    pub(super) fn get(&self, key: &str) -> Result<Option<Intent>, Error> {
+        read_intent(&self.intents, key)
+    }
+
+    /// The intent an index named: its absence means the file is corrupt.
+    pub(super) fn require(&self, key: &str) -> Result<Intent, Error> {
+        self.get(key)?.ok_or_else(|| Error::Corrupt {
+            detail: format!("intent index names {key}, which has no intent"),
+        })
+    }
+
+    /// Stores `new` (replacing `old`) and moves its index entries.
+    pub(super) fn put(&mut self, old: Option<&Intent>, new: &Intent) -> Result<(), Error> {
+        if let Some(old) = old {
+            self.unindex(old)?;
+        }
+        self.intents
+            .insert(new.key.as_bytes(), new.encode().as_slice())?;
+        if new.state == IntentState::Queued {
+            self.due
+                .insert(due_key(new.next_attempt_at, &new.key).as_slice(), ())?;
+        }
+        self.states
+            .insert(state_key(new.state, &new.key).as_slice(), ())?;
+        Ok(())
+    }
+
+    pub(super) fn remove(&mut self, old: &Intent) -> Result<(), Error> {
+        self.unindex(old)?;
+        self.intents.remove(old.key.as_bytes())?;
+        Ok(())
+    }
+
+    fn unindex(&mut self, old: &Intent) -> Result<(), Error> {
+        if old.state == IntentState::Queued {
+            self.due
+                .remove(due_key(old.next_attempt_at, &old.key).as_slice())?;
+        }
+        self.states
+            .remove(state_key(old.state, &old.key).as_slice())?;
+        Ok(())
+    }
+}
+
+/// Opens a table for reading; `None` when no write created it yet.
+pub(super) fn open_read<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &ReadTransaction,
+    table: TableDefinition<K, V>,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>, Error> {
+    match txn.open_table(table) {
+        Ok(table) => Ok(Some(table)),
+        Err(TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub(super) fn read_intent(
+    intents: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    key: &str,
+) -> Result<Option<Intent>, Error> {
+    match intents.get(key.as_bytes())? {
+        Some(bytes) => decode_intent(key.as_bytes(), bytes.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+pub(super) fn decode_intent(key: &[u8], bytes: &[u8]) -> Result<Intent, Error> {
+    let intent = Intent::decode(bytes).map_err(|source| Error::Decode {
+        what: format!("intent {}", String::from_utf8_lossy(key)),
+        source,
+    })?;
+    if intent.key.as_bytes() != key {
+        return Err(Error::Corrupt {
+            detail: format!(
+                "intent stored under {} has key {}",
+                String::from_utf8_lossy(key),
+                intent.key
+            ),
+        });
+    }
+    Ok(intent)
+}
+
+pub(super) fn decode_key(bytes: &[u8]) -> Result<String, Error> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| Error::Corrupt {
+        detail: format!("intent index key {bytes:?} is not UTF-8"),
+    })
+}
+
+/// The position of `state` in [`IntentState::ALL`], as one byte.
+pub(super) fn state_byte(state: IntentState) -> u8 {
+    match state {
+        IntentState::Queued => 0,
+        IntentState::InFlight => 1,
+        IntentState::Completed => 2,
+        IntentState::Failed => 3,
+        IntentState::Conflict => 4,
+        IntentState::Expired => 5,
+    }
+}
+
+fn state_key(state: IntentState, key: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + key.len());
+    out.push(state_byte(state));
+    out.extend_from_slice(key.as_bytes());
+    out
+}
+
+fn due_key(at: Timestamp, key: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + key.len());
+    out.extend_from_slice(&at.as_millis().to_be_bytes());
+    out.extend_from_slice(key.as_bytes());
+    out
+}
+
+pub(super) fn split_due_key(bytes: &[u8]) -> Result<(Timestamp, &[u8]), Error> {
+    match bytes.split_first_chunk::<8>() {
+        Some((at, key)) => Ok((Timestamp(u64::from_be_bytes(*at)), key)),
+        None => Err(Error::Corrupt {
+            detail: format!(
+                "intent due index key of {} bytes, expected at least 8",
+                bytes.len()
+            ),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_bytes_follow_intent_state_all() {
+        for (i, state) in IntentState::ALL.into_iter().enumerate() {
+            assert_eq!(usize::from(state_byte(state)), i);
+        }
+    }
+
+    #[test]
+    fn due_keys_sort_by_time_then_key() {
+        let a = due_key(Timestamp(5), "b");
+        let b = due_key(Timestamp(6), "a");
+        let c = due_key(Timestamp(256), "a");
+        assert!(a < b && b < c);
+        assert_eq!(split_due_key(&c).unwrap(), (Timestamp(256), &b"a"[..]));
+        assert!(split_due_key(b"short").is_err());
+    }
+}

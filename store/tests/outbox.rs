@@ -1,0 +1,467 @@
+//! The outbox in the store file: intents created with the caller's writes, due intents
+//! from the next-attempt index, replies and restarts that survive reopening, and the
+//! same transitions as idem-core's in-memory ledger.
+
+mod common;
+
+use common::{Rng, T0};
+use idem_core::ledger::Effect;
+use idem_core::{
+    Fingerprint, IntentState, Ledger, LedgerConfig, LedgerError, Outcome, RecordId, Reply,
+    Timestamp, Verdict,
+};
+use idem_store::redb::{TableDefinition, WriteTransaction};
+use idem_store::{EnqueueError, ExecuteError, Executed, IntentFilter, OutboxError, Store};
+
+const SALES: TableDefinition<&str, &[u8]> = TableDefinition::new("shop.sales");
+
+fn config() -> LedgerConfig {
+    LedgerConfig::with_seed(42)
+}
+
+fn reply(status: u16, body: &str) -> Reply {
+    Reply {
+        status,
+        body: body.as_bytes().to_vec(),
+        retry_at: None,
+    }
+}
+
+fn random(n: u8) -> [u8; 16] {
+    [n; 16]
+}
+
+fn sale_count(store: &Store) -> u64 {
+    use idem_store::redb::ReadableTableMetadata;
+    store
+        .read(|txn| match txn.open_table(SALES) {
+            Ok(sales) => sales.len().unwrap(),
+            Err(_) => 0,
+        })
+        .unwrap()
+}
+
+fn record_sale(
+    payload: &[u8],
+) -> impl FnOnce(&WriteTransaction, &idem_core::Intent) -> Result<(), idem_store::redb::Error> + '_
+{
+    move |txn, intent| {
+        txn.open_table(SALES)?
+            .insert(intent.key.as_str(), payload)?;
+        Ok(())
+    }
+}
+
+#[test]
+fn a_sale_and_its_intent_commit_together_or_not_at_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("terminal.redb");
+    let store = Store::open(&path).unwrap();
+    let outbox = store.outbox(config()).unwrap();
+    let payload = b"sale 1".to_vec();
+
+    // The sale's own write fails after the intent was written: both roll back.
+    let failed = outbox.enqueue_with(
+        "sale.forward",
+        payload.clone(),
+        Fingerprint::of_bytes(&payload),
+        Timestamp(T0),
+        random(1),
+        |txn, intent| {
+            txn.open_table(SALES)
+                .unwrap()
+                .insert(intent.key.as_str(), payload.as_slice())
+                .unwrap();
+            Err::<(), _>("printer out of paper")
+        },
+    );
+    assert!(matches!(
+        failed,
+        Err(EnqueueError::Work("printer out of paper"))
+    ));
+    assert!(outbox.intents(&IntentFilter::default()).unwrap().is_empty());
+    assert_eq!(sale_count(&store), 0);
+
+    let (intent, ()) = outbox
+        .enqueue_with(
+            "sale.forward",
+            payload.clone(),
+            Fingerprint::of_bytes(&payload),
+            Timestamp(T0),
+            random(1),
+            record_sale(&payload),
+        )
+        .unwrap();
+    drop(store);
+
+    let store = Store::open(&path).unwrap();
+    let outbox = store.outbox(config()).unwrap();
+    let stored = outbox.intent(&intent.key).unwrap().unwrap();
+    assert_eq!(stored, intent);
+    assert_eq!(stored.state, IntentState::Queued);
+    assert_eq!(sale_count(&store), 1);
+    let sale = store
+        .read(|txn| {
+            let sales = txn.open_table(SALES).unwrap();
+            sales
+                .get(intent.key.as_str())
+                .unwrap()
+                .map(|v| v.value().to_vec())
+        })
+        .unwrap();
+    assert_eq!(sale.as_deref(), Some(&payload[..]));
+}
+
+#[test]
+fn bad_input_is_refused_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("t.redb")).unwrap();
+    assert!(
+        store
+            .outbox(LedgerConfig {
+                safety_margin_ms: 0,
+                ..config()
+            })
+            .is_err()
+    );
+    let outbox = store.outbox(config()).unwrap();
+    let fp = Fingerprint::of_bytes(b"x");
+
+    let bad = outbox.enqueue("bad\noperation", vec![], fp, Timestamp(T0), random(1));
+    assert!(matches!(
+        bad,
+        Err(OutboxError::Ledger(LedgerError::Operation(_)))
+    ));
+
+    let first = outbox
+        .enqueue("op", vec![], fp, Timestamp(T0), random(1))
+        .unwrap();
+    let again = outbox.enqueue("op", vec![], fp, Timestamp(T0), random(1));
+    assert!(
+        matches!(again, Err(OutboxError::Ledger(LedgerError::DuplicateKey { ref key })) if *key == first.key)
+    );
+    let unknown = outbox.record_reply("no-such-key", reply(200, ""), Timestamp(T0));
+    assert!(matches!(
+        unknown,
+        Err(OutboxError::Ledger(LedgerError::UnknownKey { .. }))
+    ));
+    let live = outbox.forget(&first.key);
+    assert!(matches!(
+        live,
+        Err(OutboxError::Ledger(LedgerError::NotTerminal { .. }))
+    ));
+    assert_eq!(
+        outbox.intents(&IntentFilter::default()).unwrap(),
+        vec![first]
+    );
+}
+
+#[test]
+fn due_intents_come_from_the_next_attempt_index_in_time_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("t.redb")).unwrap();
+    let outbox = store.outbox(config()).unwrap();
+    let fp = Fingerprint::of_bytes(b"p");
+    assert_eq!(outbox.next_wakeup().unwrap(), None);
+    assert!(outbox.due(Timestamp(T0), 10).unwrap().is_empty());
+
+    // Three intents, created 0, 10 and 20 ms after T0, each sent once and answered 503
+    // with a Retry-After: due again at +900, +300 and +600.
+    let mut keys = Vec::new();
+    for (n, retry) in [(0u8, 900u64), (1, 300), (2, 600)] {
+        let now = Timestamp(T0 + u64::from(n) * 10);
+        let intent = outbox.enqueue("op", vec![n], fp, now, random(n)).unwrap();
+        let sent = outbox.due(now, 10).unwrap();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].key, intent.key);
+        let effect = outbox
+            .record_reply(
+                &intent.key,
+                Reply {
+                    status: 503,
+                    body: vec![],
+                    retry_at: Some(Timestamp(T0 + retry)),
+                },
+                now,
+            )
+            .unwrap();
+        assert_eq!(
+            effect,
+            Effect::Requeued {
+                at: Timestamp(T0 + retry)
+            }
+        );
+        keys.push(intent.key);
+    }
+    assert_eq!(outbox.next_wakeup().unwrap(), Some(Timestamp(T0 + 300)));
+    assert!(outbox.due(Timestamp(T0 + 299), 10).unwrap().is_empty());
+
+    // At +1000 all three are due: oldest next_attempt_at first, two at a time.
+    let first = outbox.due(Timestamp(T0 + 1000), 2).unwrap();
+    let keys_sent: Vec<_> = first.iter().map(|a| a.key.clone()).collect();
+    assert_eq!(keys_sent, vec![keys[1].clone(), keys[2].clone()]);
+    assert!(first.iter().all(|a| a.attempt == 2));
+    assert_eq!(outbox.next_wakeup().unwrap(), Some(Timestamp(T0 + 900)));
+    let rest = outbox.due(Timestamp(T0 + 1000), 2).unwrap();
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].key, keys[0]);
+    assert_eq!(outbox.next_wakeup().unwrap(), None, "all in flight");
+    let in_flight = outbox
+        .intents(&IntentFilter {
+            state: Some(IntentState::InFlight),
+            limit: None,
+        })
+        .unwrap();
+    assert_eq!(in_flight.len(), 3);
+}
+
+#[test]
+fn intents_past_their_deadline_expire_instead_of_being_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("t.redb")).unwrap();
+    let outbox = store.outbox(config()).unwrap();
+    let intent = outbox
+        .enqueue(
+            "op",
+            vec![],
+            Fingerprint::of_bytes(b""),
+            Timestamp(T0),
+            random(3),
+        )
+        .unwrap();
+    assert_eq!(outbox.next_wakeup().unwrap(), Some(Timestamp(T0)));
+    // The terminal was off for a day: the receiver may have forgotten the key.
+    let late = intent.deadline;
+    assert!(outbox.due(late, 10).unwrap().is_empty());
+    let stored = outbox.intent(&intent.key).unwrap().unwrap();
+    assert_eq!(stored.state, IntentState::Expired);
+    assert_eq!(stored.attempts, 0);
+    assert_eq!(outbox.next_wakeup().unwrap(), None);
+    let expired = outbox
+        .intents(&IntentFilter {
+            state: Some(IntentState::Expired),
+            limit: Some(5),
+        })
+        .unwrap();
+    assert_eq!(expired, vec![stored.clone()]);
+    assert_eq!(outbox.forget(&intent.key).unwrap(), stored);
+    assert_eq!(outbox.intent(&intent.key).unwrap(), None);
+}
+
+#[test]
+fn replies_and_retries_survive_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.redb");
+    let fp = Fingerprint::of_bytes(b"p");
+    let (done, retried) = {
+        let store = Store::open(&path).unwrap();
+        let outbox = store.outbox(config()).unwrap();
+        let done = outbox
+            .enqueue("op", vec![1], fp, Timestamp(T0), random(1))
+            .unwrap();
+        let retried = outbox
+            .enqueue("op", vec![2], fp, Timestamp(T0), random(2))
+            .unwrap();
+        assert_eq!(outbox.due(Timestamp(T0), 10).unwrap().len(), 2);
+        let effect = outbox
+            .record_reply(&done.key, reply(201, "receipt 1"), Timestamp(T0 + 5))
+            .unwrap();
+        assert_eq!(effect, Effect::Finished(IntentState::Completed));
+        let effect = outbox
+            .record_transport_error(&retried.key, Timestamp(T0 + 5))
+            .unwrap();
+        assert!(matches!(effect, Effect::Requeued { .. }));
+        (done.key, retried.key)
+    };
+    let store = Store::open(&path).unwrap();
+    let outbox = store.outbox(config()).unwrap();
+    let done = outbox.intent(&done).unwrap().unwrap();
+    assert_eq!(done.state, IntentState::Completed);
+    assert_eq!(done.outcome, Some(Outcome::new(201, "receipt 1")));
+    let retried = outbox.intent(&retried).unwrap().unwrap();
+    assert_eq!((retried.state, retried.attempts), (IntentState::Queued, 1));
+    assert_eq!(outbox.next_wakeup().unwrap(), Some(retried.next_attempt_at));
+    // A late duplicate of the reply changes nothing.
+    let again = outbox
+        .record_reply(&done.key, reply(201, "receipt 1"), Timestamp(T0 + 9))
+        .unwrap();
+    assert_eq!(again, Effect::Ignored);
+}
+
+#[test]
+fn restart_queues_in_flight_intents_again_with_their_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.redb");
+    let fp = Fingerprint::of_bytes(b"p");
+    let keys: Vec<String> = {
+        let store = Store::open(&path).unwrap();
+        let outbox = store.outbox(config()).unwrap();
+        for n in 0..3 {
+            outbox
+                .enqueue("op", vec![n], fp, Timestamp(T0), random(n))
+                .unwrap();
+        }
+        // Sent, then the process dies before any reply.
+        outbox
+            .due(Timestamp(T0), 10)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.key)
+            .collect()
+    };
+    assert_eq!(keys.len(), 3);
+    let store = Store::open(&path).unwrap();
+    let outbox = store.outbox(config()).unwrap();
+    // Opening alone changes nothing: another process may have requests in flight.
+    assert_eq!(outbox.next_wakeup().unwrap(), None);
+    assert_eq!(outbox.restart().unwrap(), 3);
+    assert_eq!(outbox.restart().unwrap(), 0);
+    let resent = outbox.due(Timestamp(T0 + 1), 10).unwrap();
+    let mut resent_keys: Vec<_> = resent.iter().map(|a| a.key.clone()).collect();
+    resent_keys.sort();
+    let mut keys = keys;
+    keys.sort();
+    assert_eq!(resent_keys, keys, "the same keys, never new ones");
+    assert!(resent.iter().all(|a| a.attempt == 2));
+}
+
+#[test]
+fn a_receiver_forwards_what_it_executed_in_the_same_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("t.redb")).unwrap();
+    let outbox = store.outbox(config()).unwrap();
+    let id = RecordId::new("shop", "sale", "incoming-1").unwrap();
+    let fp = Fingerprint::of_bytes(b"sale");
+    let outbox = &outbox;
+    let forward = |fail: bool| {
+        move |txn: &WriteTransaction| -> Result<_, &'static str> {
+            let intent = outbox
+                .enqueue_in(
+                    txn,
+                    "sale.forward",
+                    b"sale".to_vec(),
+                    fp,
+                    Timestamp(T0),
+                    random(7),
+                )
+                .map_err(|_| "enqueue")?;
+            if fail {
+                return Err("ledger full");
+            }
+            Ok((
+                Verdict::Succeeded,
+                Outcome::new(201, "forwarded"),
+                intent.key,
+            ))
+        }
+    };
+    let failed = store.execute(&id, fp, Timestamp(T0), forward(true));
+    assert!(matches!(failed, Err(ExecuteError::Work("ledger full"))));
+    assert!(outbox.intents(&IntentFilter::default()).unwrap().is_empty());
+    assert_eq!(store.get(&id).unwrap(), None);
+
+    let Executed::Ran { value: key, .. } = store
+        .execute(&id, fp, Timestamp(T0), forward(false))
+        .unwrap()
+    else {
+        panic!("the first execute runs");
+    };
+    let intent = outbox.intent(&key).unwrap().unwrap();
+    assert_eq!(intent.state, IntentState::Queued);
+    assert!(store.get(&id).unwrap().is_some());
+}
+
+/// One input to both the in-memory ledger and the outbox.
+fn drive(rng: &mut Rng, now: Timestamp, keys: &[String]) -> Option<(usize, Reply)> {
+    if keys.is_empty() {
+        return None;
+    }
+    let key = rng.below(keys.len() as u64) as usize;
+    let status = [200, 201, 409, 422, 404, 500, 503, 429, 0][rng.below(9) as usize];
+    let retry_at = (rng.below(3) == 0).then(|| now.plus_millis(rng.below(5_000)));
+    Some((
+        key,
+        Reply {
+            status,
+            body: vec![rng.below(256) as u8],
+            retry_at,
+        },
+    ))
+}
+
+#[test]
+fn the_outbox_makes_the_same_transitions_as_the_in_memory_ledger() {
+    let seed = common::seed("the_outbox_makes_the_same_transitions_as_the_in_memory_ledger");
+    let mut rng = Rng::new(seed);
+    let config = LedgerConfig {
+        server_retention_ms: 60_000,
+        safety_margin_ms: 10_000,
+        base_backoff_ms: 100,
+        max_backoff_ms: 5_000,
+        ..LedgerConfig::with_seed(seed)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.redb");
+    let mut ledger = Ledger::new(config.clone()).unwrap();
+    let mut store = Store::open(&path).unwrap();
+    let mut keys: Vec<String> = Vec::new();
+    let mut now = Timestamp(T0);
+    for step in 0..400 {
+        now = now.plus_millis(rng.below(2_000));
+        let outbox = store.outbox(config.clone()).unwrap();
+        match rng.below(10) {
+            0 | 1 => {
+                let payload = vec![rng.below(256) as u8];
+                let fp = Fingerprint::of_bytes(&payload);
+                let random: [u8; 16] = std::array::from_fn(|_| rng.below(256) as u8);
+                let a = ledger
+                    .begin("op", payload.clone(), fp, now, random)
+                    .unwrap()
+                    .clone();
+                let b = outbox.enqueue("op", payload, fp, now, random).unwrap();
+                assert_eq!(a, b, "step {step}");
+                keys.push(a.key);
+            }
+            2 | 3 => {
+                let a = ledger.due(now);
+                let mut b = outbox.due(now, usize::MAX).unwrap();
+                // The ledger goes by key, the outbox by next attempt: compare as sets.
+                let mut a = a;
+                a.sort_by(|x, y| x.key.cmp(&y.key));
+                b.sort_by(|x, y| x.key.cmp(&y.key));
+                assert_eq!(a, b, "step {step}");
+            }
+            4..=6 => {
+                if let Some((i, reply)) = drive(&mut rng, now, &keys) {
+                    let a = ledger.on_reply(&keys[i], reply.clone(), now).unwrap();
+                    let b = outbox.record_reply(&keys[i], reply, now).unwrap();
+                    assert_eq!(a, b, "step {step}");
+                }
+            }
+            7 | 8 => {
+                if !keys.is_empty() {
+                    let key = &keys[rng.below(keys.len() as u64) as usize];
+                    let a = ledger.on_transport_error(key, now).unwrap();
+                    let b = outbox.record_transport_error(key, now).unwrap();
+                    assert_eq!(a, b, "step {step}");
+                }
+            }
+            _ => {
+                // Crash and restart both.
+                drop(store);
+                ledger = Ledger::restore(&ledger.snapshot()).unwrap();
+                store = Store::open(&path).unwrap();
+                store.outbox(config.clone()).unwrap().restart().unwrap();
+            }
+        }
+        let outbox = store.outbox(config.clone()).unwrap();
+        let stored = outbox.intents(&IntentFilter::default()).unwrap();
+        let held: Vec<_> = ledger.iter().cloned().collect();
+        assert_eq!(stored, held, "step {step}, seed {seed}");
+        assert_eq!(
+            outbox.next_wakeup().unwrap(),
+            ledger.next_wakeup(),
+            "step {step}"
+        );
+    }
+}
