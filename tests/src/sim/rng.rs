@@ -1,9 +1,14 @@
 //! The simulation's only source of randomness: a seeded SplitMix64.
 
+use idem_core::ledger::BackoffRng;
+
 /// A deterministic generator: the same seed gives the same run, byte for byte.
+///
+/// The bits come from the ledger's own SplitMix64 ([`BackoffRng`]); this type adds the
+/// distributions the simulation draws from.
 #[derive(Debug, Clone)]
 pub struct SimRng {
-    state: u64,
+    bits: BackoffRng,
 }
 
 impl SimRng {
@@ -11,24 +16,20 @@ impl SimRng {
     #[must_use]
     pub fn new(seed: u64) -> SimRng {
         SimRng {
-            state: seed ^ 0x5eed_1de3_0000_0000,
+            bits: BackoffRng::new(seed ^ 0x5eed_1de3_0000_0000),
         }
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.bits.next_u64()
     }
 
     /// An independent generator for one part of the world, so that adding draws in one
     /// part does not shift every other part's sequence.
     pub fn fork(&mut self) -> SimRng {
         SimRng {
-            state: self.next_u64(),
+            bits: BackoffRng::new(self.next_u64()),
         }
     }
 
@@ -37,9 +38,7 @@ impl SimRng {
         if hi <= lo {
             return lo;
         }
-        let span = u128::from(hi - lo) + 1;
-        let draw = (u128::from(self.next_u64()) * span) >> 64;
-        lo + u64::try_from(draw).unwrap_or(0)
+        lo + self.bits.up_to(hi - lo)
     }
 
     /// Uniform in `[0, n)`; 0 when `n` is 0.
