@@ -307,17 +307,38 @@ fn bench_prints_a_table_of_measurements() {
     let idem = Idem::new();
     let run = idem.run(&["bench", "--ops", "5"]);
     run.code(0);
-    assert!(run.stdout.contains("MEASUREMENT"), "{}", run.stdout);
-    let json = idem.run(&["--json", "bench", "--ops", "3"]);
-    let rows = json.json_lines();
-    assert_eq!(rows.len(), 5);
-    for row in &rows {
-        assert!(row["per_second"].as_u64().unwrap_or(0) > 0, "{row}");
+    for text in [
+        "MEASUREMENT",
+        "execute_grouped, group commit",
+        "bytes per record",
+        "sweep of",
+    ] {
+        assert!(run.stdout.contains(text), "{text}: {}", run.stdout);
     }
-    assert_eq!(rows[0]["ops"], 3);
+    let json = idem.run(&["--json", "bench", "--ops", "3"]);
+    let lines = json.json_lines();
+    let (file, rows) = lines.split_last().unwrap();
+    assert_eq!(file["id"], "file", "{file}");
+    assert_eq!(file["records"], 1200, "400 records per op");
+    assert!(file["bytes_per_record"].as_f64().unwrap() > 0.0, "{file}");
+    for row in rows {
+        assert!(row["per_second"].as_f64().unwrap_or(0.0) > 0.0, "{row}");
+    }
+    let row = |id: &str, callers: u64| {
+        rows.iter()
+            .find(|r| r["id"] == id && r["callers"] == callers)
+            .unwrap_or_else(|| panic!("no row {id} at {callers} callers"))
+    };
+    assert_eq!(row("execute", 1)["ops"], 3);
     assert_eq!(
-        rows[4]["ops"], 300,
-        "the pure core gets 100 times the calls"
+        row("execute_grouped", 64)["ops"],
+        192,
+        "3 keys for each of 64 callers"
+    );
+    assert_eq!(
+        row("core_begin", 1)["ops"],
+        3000,
+        "the pure core gets 1,000 times the calls"
     );
     idem.run(&["bench", "--ops", "0"])
         .code(2)

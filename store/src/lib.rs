@@ -135,6 +135,22 @@
 //! take turns, one write transaction at a time: this process's threads queue on an
 //! in-process gate, then the thread at the front waits for other processes.
 //!
+//! # Group commit
+//!
+//! A durable commit costs an fsync (two in the multi-process mode, which commits in two
+//! phases), so one input per transaction caps a store at a few hundred inputs per
+//! second on a disk whose fsync takes milliseconds. The two-phase inputs
+//! ([`Store::begin`], [`Store::complete`], [`Store::heartbeat`], [`Store::release`],
+//! [`Store::mark_unknown`], [`Store::resolve`]) and [`Store::execute_grouped`] therefore
+//! share commits: the inputs of concurrent callers run one after the other in one write
+//! transaction, which commits once, and each caller is answered after that commit, so an
+//! answer still means durable. One caller's refusal, error or panic never fails another
+//! caller of its batch, nor leaves writes behind. With one caller this is one input per
+//! transaction, as before. [`Store::execute`] keeps a transaction of its own (its work
+//! may borrow from the caller's stack); [`Store::commit_counts`] shows how inputs were
+//! grouped. A begin on a key that is settled, in progress, in conflict or unknown is
+//! answered from a read snapshot, without waiting for any writer.
+//!
 //! Several processes may open the same file: the terminal application keeps its `Store`
 //! open while the `idem` CLI opens the file, runs one command and exits. The store opens
 //! redb in [`redb::ConcurrencyMode::MultiWriter`] (redb 4.5+), redb's real multi-process
@@ -168,18 +184,25 @@
 //! every later write [`Error::NeedsReopen`] until the `Store` is dropped and opened
 //! again. Reads keep working.
 
+#[cfg(feature = "bench")]
+pub mod bench;
 mod error;
+mod group;
 mod lock;
 mod maintain;
 mod open;
+mod outbox;
+mod snapshot;
 mod store;
 mod tables;
 mod transfer;
 mod view;
 
 pub use error::{Error, ExecuteError, OpenError};
+pub use group::{CommitCounts, MAX_BATCH};
 pub use maintain::{CheckReport, SWEEP_BATCH, Stats, SweepReport};
 pub use open::{DEFAULT_LOCK_TIMEOUT, StoreBuilder};
+pub use outbox::{EnqueueError, IntentFilter, Outbox, OutboxError};
 pub use store::{Executed, ListFilter, Store};
 pub use transfer::EXPORT_VERSION;
 pub use view::{RecordView, ViewError, record_json};

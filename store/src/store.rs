@@ -1,8 +1,11 @@
 //! [`Store`]: the receiver protocol of idem-core driven inside redb write transactions.
 //!
-//! Every input is one write transaction: read the record, run the core, apply its
-//! write, commit, and only then answer. An input that changes nothing (an InProgress or
-//! Replay answer, a refusal) aborts its transaction instead, so it costs no fsync.
+//! Every input runs in a write transaction: read the record, run the core, apply its
+//! write, commit, and only then answer. The protocol inputs go through group commit
+//! (`group.rs`): concurrent callers share one transaction and one fsync. A transaction
+//! whose inputs change nothing (an InProgress or Replay answer, a refusal) is aborted
+//! instead, so it costs no fsync; a begin that writes nothing is answered from a read
+//! snapshot (`snapshot.rs`) without a write transaction at all.
 
 use std::fmt;
 use std::ops::ControlFlow;
@@ -22,6 +25,7 @@ use redb::{
     WriteTransaction,
 };
 
+use crate::group::{Committer, Step};
 use crate::lock::{Deadline, Gate, Turn, begin_write};
 use crate::tables::{self, RECORDS, STATES, Tables};
 use crate::{Error, ExecuteError, StoreBuilder};
@@ -40,6 +44,8 @@ pub struct Store {
     gate: Gate,
     // Set by a failed commit: redb refuses writes until the database is reopened.
     broken: AtomicBool,
+    // The group-commit queue and the commit counters.
+    pub(crate) committer: Committer,
     path: PathBuf,
     config: Config,
     durability: Durability,
@@ -163,6 +169,7 @@ impl Store {
             db: RwLock::new(db),
             gate: Gate::default(),
             broken: AtomicBool::new(false),
+            committer: Committer::default(),
             path,
             config,
             durability,
@@ -236,7 +243,10 @@ impl Store {
     pub(crate) fn commit(&self, writing: Writing<'_>) -> Result<(), Error> {
         let Writing { txn, _turn, _db } = writing;
         match txn.commit() {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.committer.count_commit();
+                Ok(())
+            }
             Err(CommitError::TransactionPoisoned) => {
                 Err(Error::Storage(CommitError::TransactionPoisoned.into()))
             }
@@ -258,22 +268,10 @@ impl Store {
     }
 
     /// Runs one protocol input: `step` reads and returns the core's write with the
-    /// answer; the write is applied and committed before the answer is returned.
-    fn input<R>(
-        &self,
-        id: &RecordId,
-        step: impl FnOnce(&mut Tables<'_>, Option<&Record>) -> Result<(Write, R), Error>,
-    ) -> Result<R, Error> {
-        let id_key = id.to_key_bytes();
-        let writing = self.writing()?;
-        let (changed, answer) = {
-            let mut tables = Tables::open(&writing.txn)?;
-            let current = tables.get(&id_key)?;
-            let (write, answer) = step(&mut tables, current.as_ref())?;
-            (tables.apply(&id_key, current.as_ref(), &write)?, answer)
-        };
-        self.finish(writing, changed)?;
-        Ok(answer)
+    /// answer; the write is applied and committed, through group commit, before the
+    /// answer is returned. `step` may run more than once (see `group.rs`).
+    fn input<R: Send + 'static>(&self, id: &RecordId, step: impl Step<R>) -> Result<R, Error> {
+        self.grouped_input(id, step)
     }
 
     /// A request with `fingerprint` arrives for `id`: the first step of the two-phase
@@ -290,10 +288,13 @@ impl Store {
         fingerprint: Fingerprint,
         now: Timestamp,
     ) -> Result<Decision, Error> {
-        self.input(id, |tables, current| {
+        if let Some(decision) = self.begin_from_snapshot(&id.to_key_bytes(), fingerprint, now)? {
+            return Ok(decision);
+        }
+        self.input(id, move |tables, current, config| {
             let next = tables.next_generation()?;
             let Transition { decision, write } =
-                protocol::begin(current, fingerprint, next, now, &self.config);
+                protocol::begin(current, fingerprint, next, now, config);
             if let Decision::Claimed { generation, .. } = decision {
                 tables.raise_generation(generation)?;
             }
@@ -313,8 +314,8 @@ impl Store {
         generation: Generation,
         now: Timestamp,
     ) -> Result<Record, Error> {
-        self.input(id, |_, current| {
-            let write = protocol::heartbeat(current, generation, now, &self.config)?;
+        self.input(id, move |_, current, config| {
+            let write = protocol::heartbeat(current, generation, now, config)?;
             let record = put_record(&write);
             Ok((write, record))
         })
@@ -334,9 +335,9 @@ impl Store {
         outcome: Outcome,
         now: Timestamp,
     ) -> Result<Record, Error> {
-        self.input(id, |_, current| {
+        self.input(id, move |_, current, config| {
             let write =
-                protocol::complete(current, generation, verdict, outcome, now, &self.config)?;
+                protocol::complete(current, generation, verdict, outcome.clone(), now, config)?;
             let record = put_record(&write);
             Ok((write, record))
         })
@@ -356,7 +357,7 @@ impl Store {
     ) -> Result<(), Error> {
         // The core's release needs no clock; `now` keeps the inputs uniform.
         let _ = now;
-        self.input(id, |_, current| {
+        self.input(id, move |_, current, _| {
             Ok((protocol::release(current, generation)?, ()))
         })
     }
@@ -373,7 +374,7 @@ impl Store {
         generation: Generation,
         now: Timestamp,
     ) -> Result<Record, Error> {
-        self.input(id, |_, current| {
+        self.input(id, move |_, current, _| {
             let write = protocol::mark_unknown(current, generation, now)?;
             let record = put_record(&write);
             Ok((write, record))
@@ -392,8 +393,8 @@ impl Store {
         resolution: Resolution,
         now: Timestamp,
     ) -> Result<Option<Record>, Error> {
-        self.input(id, |_, current| {
-            let write = protocol::resolve(current, resolution, now, &self.config)?;
+        self.input(id, move |_, current, config| {
+            let write = protocol::resolve(current, resolution.clone(), now, config)?;
             let record = match &write {
                 Write::Put(record) => Some(record.clone()),
                 Write::Delete | Write::Nothing => None,
@@ -414,6 +415,9 @@ impl Store {
     /// network I/O in it, and do not call back into the store from it (that deadlocks).
     /// For effects outside the file, use the two-phase path ([`Store::begin`]).
     ///
+    /// Each call commits on its own (one fsync); when many threads execute at once,
+    /// [`Store::execute_grouped`] shares the commit between them.
+    ///
     /// # Errors
     ///
     /// [`ExecuteError::Work`] with the work's error; [`ExecuteError::Store`] for storage
@@ -426,6 +430,9 @@ impl Store {
         work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
     ) -> Result<Executed<T>, ExecuteError<E>> {
         let id_key = id.to_key_bytes();
+        if let Some(decision) = self.begin_from_snapshot(&id_key, fingerprint, now)? {
+            return Ok(Executed::NotRun(decision));
+        }
         let writing = self.writing()?;
         let (current, pending) = {
             let mut tables = Tables::open(&writing.txn)?;
@@ -576,7 +583,7 @@ impl Store {
 }
 
 /// The record of a write the core returns only as a put.
-fn put_record(write: &Write) -> Record {
+pub(crate) fn put_record(write: &Write) -> Record {
     match write {
         Write::Put(record) => record.clone(),
         // The core's heartbeat, complete and mark_unknown answer Ok only with a put: a

@@ -1,0 +1,334 @@
+//! idem-store side by side with SQLite, in one run on this machine, with the ratios the
+//! project's targets are stated in.
+//!
+//! `cargo bench -p idem-bench --bench compare [-- --ops N]` (default 300 keys per caller,
+//! 100,000 records). Files go to a temporary directory under `IDEM_BENCH_DIR` (default:
+//! the system's), which should be on the disk of interest. Prints figures only: nothing
+//! here asserts a speed.
+
+use std::error::Error;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use idem_bench::{Begun, Request, SqliteStore, Synchronous};
+use idem_core::Fingerprint;
+use idem_store::SWEEP_BATCH;
+use idem_store::bench::{self, BenchError, KeySequence, Plan, Report, Row, Timing, measure};
+
+const NOW: i64 = 1_750_000_000_000;
+
+fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
+    let ops = ops_argument()?;
+    let plan = Plan::for_ops(ops);
+    let base = std::env::var_os("IDEM_BENCH_DIR").map_or_else(std::env::temp_dir, Into::into);
+    let dir = tempfile::tempdir_in(base)?;
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "idem-bench compare: {cores} cores, load average {} at the start, files in {}; {} keys per caller, callers {:?}, {} records",
+        load_average(),
+        dir.path().display(),
+        plan.keys_per_caller,
+        plan.callers,
+        plan.records
+    );
+    let started = Instant::now();
+    let idem = bench::run(dir.path(), &plan, &mut |step| eprintln!("  idem: {step}"))?;
+    let sqlite = sqlite_rows(dir.path(), &plan)?;
+    let mut rows = idem.rows.clone();
+    rows.extend(sqlite.rows.iter().cloned());
+    println!();
+    print!("{}", bench::table(&rows, Some(&idem.file)));
+    println!(
+        "SQLite after {} rows: {} bytes, {:.0} bytes per row (after a WAL checkpoint); filled at {:.0} rows/s (64 per transaction, FULL)",
+        sqlite.records, sqlite.file_bytes, sqlite.bytes_per_row, sqlite.fill_per_second
+    );
+    println!(
+        "SQLite sweep of {} expired rows: {:.0} ms ({} per transaction, FULL)",
+        sqlite.records, sqlite.sweep_ms, SWEEP_BATCH
+    );
+    println!();
+    targets(&idem, &rows);
+    println!(
+        "\nwhole run: {:.0} s, load average {} at the end",
+        started.elapsed().as_secs_f64(),
+        load_average()
+    );
+    Ok(())
+}
+
+/// The 1-minute load average (Linux), since other work on the machine moves every
+/// figure; "?" where unknown.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(String::from))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// `--ops N` among cargo's own arguments (`--bench`), else 300.
+fn ops_argument() -> Result<u32, Box<dyn Error + Send + Sync>> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == "--ops") {
+        Some(i) => {
+            let value = args.get(i + 1).ok_or("--ops needs a number")?;
+            let ops: u32 = value.parse().map_err(|e| format!("--ops {value}: {e}"))?;
+            if ops == 0 {
+                return Err("--ops: 0, must be at least 1".into());
+            }
+            Ok(ops)
+        }
+        None => Ok(300),
+    }
+}
+
+/// The SQLite figures.
+struct SqliteFigures {
+    rows: Vec<Row>,
+    records: u64,
+    file_bytes: u64,
+    bytes_per_row: f64,
+    fill_per_second: f64,
+    sweep_ms: f64,
+}
+
+/// One connection per caller, each behind its own (uncontended) lock, since a
+/// connection is not shared between threads.
+fn connections(
+    path: &Path,
+    sync: Synchronous,
+    callers: u32,
+) -> Result<Vec<Mutex<SqliteStore>>, BenchError> {
+    (0..callers)
+        .map(|_| Ok(Mutex::new(SqliteStore::open(path, sync)?)))
+        .collect()
+}
+
+fn request<'a>(key: &'a str, fingerprint: &'a [u8; 32]) -> Request<'a> {
+    Request {
+        tenant: "bench",
+        operation: "sqlite",
+        key,
+        fingerprint,
+        now: NOW,
+    }
+}
+
+/// The same protocol as idem's rows: begin + complete (two transactions) and the
+/// atomic path (one), at one caller and at the plan's most callers.
+fn sqlite_rows(dir: &Path, plan: &Plan) -> Result<SqliteFigures, BenchError> {
+    let most = plan.callers.iter().copied().max().unwrap_or(1);
+    let outcome = vec![b'x'; 64];
+    let mut rows = Vec::new();
+    for sync in [Synchronous::Full, Synchronous::Normal] {
+        let path = dir.join(format!("sqlite-{}.db", sync.pragma()));
+        for callers in [1, most] {
+            // With one writer at a time and no shared commits, more callers only wait:
+            // the same keys in all, spread over them (NORMAL, being fast, gets 4 times
+            // as many).
+            let total = match sync {
+                Synchronous::Full => plan.keys_per_caller,
+                Synchronous::Normal => plan.keys_per_caller.saturating_mul(4),
+            };
+            let per_caller = if callers == 1 {
+                total
+            } else {
+                total.div_ceil(callers).max(1)
+            };
+            eprintln!("  sqlite {}: {callers} callers", sync.pragma());
+            let conns = connections(&path, sync, callers)?;
+            let fp = Fingerprint::of_bytes(b"sqlite").0;
+            let keys = KeySequence::default();
+            let two_phase = measure(callers, per_caller, |caller, _| {
+                let key = keys.next(&format!("2p-{callers}-"));
+                let mut db = conns[caller as usize].lock().map_err(|_| "poisoned")?;
+                let request = request(&key, &fp);
+                let Begun::Claimed(generation) = db.begin(&request)? else {
+                    return Err(format!("{key} was not claimable").into());
+                };
+                if !db.complete(&request, generation, 200, &outcome)? {
+                    return Err(format!("{key}: stale").into());
+                }
+                Ok(())
+            })?;
+            rows.push(row(
+                "sqlite_two_phase",
+                sync,
+                "begin + complete",
+                callers,
+                &two_phase,
+            ));
+            let execute = measure(callers, per_caller, |caller, _| {
+                let key = keys.next(&format!("ex-{callers}-"));
+                let mut db = conns[caller as usize].lock().map_err(|_| "poisoned")?;
+                if !db.execute(&request(&key, &fp), 200, &outcome)? {
+                    return Err(format!("{key} did not run").into());
+                }
+                Ok(())
+            })?;
+            rows.push(row(
+                "sqlite_execute",
+                sync,
+                "claim + settle in one transaction",
+                callers,
+                &execute,
+            ));
+        }
+    }
+
+    // Size, lookups and sweep on as many rows as idem's file holds.
+    eprintln!("  sqlite: {} rows", plan.records);
+    let path = dir.join("sqlite-records.db");
+    let mut db = SqliteStore::open(&path, Synchronous::Full)?;
+    let fp = Fingerprint::of_bytes(b"record").0;
+    let start = Instant::now();
+    db.fill(&request("sale-", &fp), plan.records, 64, &outcome)?;
+    let fill = start.elapsed();
+    db.checkpoint()?;
+    let file_bytes = std::fs::metadata(&path)?.len();
+    let records = u64::from(plan.records.max(1));
+    let keys: Vec<String> = (0..plan.lookups.max(1))
+        .map(|n| format!("sale-{:08}", n.wrapping_mul(7_919) % plan.records.max(1)))
+        .collect();
+    // A connection cannot cross threads, so this one loop is timed here, as `measure`
+    // times one caller.
+    let mut calls = Vec::with_capacity(keys.len());
+    let start = Instant::now();
+    for key in &keys {
+        let one = Instant::now();
+        match db.lookup(&request(key, &fp))? {
+            Some(stored) if stored.state == "succeeded" => {}
+            other => return Err(format!("{key}: {other:?}").into()),
+        }
+        calls.push(one.elapsed());
+    }
+    let lookups = Timing {
+        total: start.elapsed(),
+        calls,
+    };
+    rows.push(Row::new(
+        "sqlite_lookup",
+        "SQLite lookup of a settled key (prepared SELECT)",
+        1,
+        &lookups,
+    ));
+    let start = Instant::now();
+    let swept = db.sweep(NOW + db.retention_ms() + 1, SWEEP_BATCH)?;
+    let sweep = start.elapsed();
+    if swept != records {
+        return Err(format!("SQLite swept {swept} of {records} rows").into());
+    }
+    Ok(SqliteFigures {
+        rows,
+        records,
+        file_bytes,
+        bytes_per_row: file_bytes as f64 / records as f64,
+        fill_per_second: records as f64 / fill.as_secs_f64().max(1e-9),
+        sweep_ms: sweep.as_secs_f64() * 1e3,
+    })
+}
+
+fn row(id: &'static str, sync: Synchronous, what: &str, callers: u32, timing: &Timing) -> Row {
+    let id = match (id, sync) {
+        ("sqlite_two_phase", Synchronous::Full) => "sqlite_two_phase_full",
+        ("sqlite_two_phase", Synchronous::Normal) => "sqlite_two_phase_normal",
+        ("sqlite_execute", Synchronous::Full) => "sqlite_execute_full",
+        (_, _) => "sqlite_execute_normal",
+    };
+    Row::new(
+        id,
+        &format!("SQLite WAL {}: {what}", sync.pragma()),
+        callers,
+        timing,
+    )
+}
+
+/// The ratios of the targets, each with whether it is met.
+fn targets(idem: &Report, rows: &[Row]) {
+    let find = |id: &str, callers: u32| rows.iter().find(|r| r.id == id && r.callers == callers);
+    let best = |id: &str| {
+        rows.iter()
+            .filter(|r| r.id == id)
+            .max_by(|a, b| a.per_second.total_cmp(&b.per_second))
+    };
+    let rate = |r: Option<&Row>| r.map_or(f64::NAN, |r| r.per_second);
+    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    let most = idem.plan.callers.iter().copied().max().unwrap_or(1);
+    println!("targets (ratios of rates from this run)");
+    for (what, grouped, alone) in [
+        ("execute", "execute_grouped", "execute"),
+        ("begin + complete", "two_phase", "two_phase"),
+    ] {
+        let ratio = rate(find(grouped, most)) / rate(find(alone, 1));
+        println!(
+            "  group commit at {most} callers / one input per transaction, {what}: {ratio:.1}x (target >= 10x): {}",
+            verdict(ratio >= 10.0)
+        );
+    }
+    for (what, grouped, sqlite) in [
+        ("execute", "execute_grouped", "sqlite_execute_normal"),
+        ("begin + complete", "two_phase", "sqlite_two_phase_normal"),
+        (
+            "execute, single process",
+            "execute_grouped_single_process",
+            "sqlite_execute_normal",
+        ),
+    ] {
+        let baseline = best(sqlite);
+        let ratio = rate(find(grouped, most)) / rate(baseline);
+        println!(
+            "  group commit at {most} callers / SQLite WAL NORMAL (its best, at {} callers), {what}: {ratio:.2}x (target >= 1x): {}",
+            baseline.map_or(0, |r| r.callers),
+            verdict(ratio >= 1.0)
+        );
+    }
+    for (what, alone, sqlite) in [
+        ("execute", "execute", "sqlite_execute_full"),
+        ("begin + complete", "two_phase", "sqlite_two_phase_full"),
+        (
+            "execute, single process",
+            "execute_single_process",
+            "sqlite_execute_full",
+        ),
+    ] {
+        let ratio = rate(find(alone, 1)) / rate(find(sqlite, 1));
+        println!(
+            "  one input per transaction / SQLite WAL FULL, {what}, 1 caller: {ratio:.2}x (target >= 1x): {}",
+            verdict(ratio >= 1.0)
+        );
+    }
+    for (id, what) in [
+        ("replay_begin", "begin on a settled key"),
+        ("get", "get"),
+        (
+            "replay_begin_exclusive",
+            "begin on a settled key, single process",
+        ),
+        ("get_exclusive", "get, single process"),
+    ] {
+        let median = find(id, 1).map_or(f64::NAN, |r| r.median_us);
+        println!(
+            "  replay lookup median, {what}: {} (target <= 2 µs): {}",
+            bench::micros(median),
+            verdict(median <= 2.0)
+        );
+    }
+    if let (Some(alone), Some(grouped)) = (
+        find("execute_no_fsync", 1),
+        find("execute_grouped_no_fsync", 1),
+    ) {
+        println!(
+            "  group commit overhead at 1 caller without fsync: median {} vs {} ({:+.1} µs per call)",
+            bench::micros(grouped.median_us),
+            bench::micros(alone.median_us),
+            grouped.median_us - alone.median_us
+        );
+    }
+    if let Some(fsync) = find("fsync", 1) {
+        println!(
+            "  this disk's fsync: median {}, p99 {}",
+            bench::micros(fsync.median_us),
+            bench::micros(fsync.p99_us)
+        );
+    }
+}

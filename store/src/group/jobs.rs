@@ -1,0 +1,264 @@
+//! The inputs a batch runs: a protocol input on one record, or an atomic execute. Each
+//! keeps its answer until the batch is durable, then hands it to its waiting caller.
+
+use std::any::Any;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::{self, Thread};
+
+use idem_core::protocol::{self, Decision};
+use idem_core::{Config, Fingerprint, Outcome, Record, Timestamp, Transition, Verdict, Write};
+use redb::WriteTransaction;
+
+use crate::store::put_record;
+use crate::tables::Tables;
+use crate::{Error, ExecuteError, Executed, Store};
+
+/// What a caller whose batch was abandoned by a panicking leader gets: its own panic.
+pub(super) const ABANDONED: &str = "idem-store: the thread committing this input's batch panicked \
+                                    inside the store; the batch's outcome is unknown";
+
+/// What running one input in the batch's transaction did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ran {
+    /// Answered; wrote nothing.
+    Unchanged,
+    /// Answered; wrote.
+    Changed,
+    /// Answered with a failure after it may have written: roll back, run the others
+    /// again without it.
+    Failed,
+}
+
+/// One caller's input, waiting in the queue or running in a batch.
+pub(super) trait Job: Send {
+    /// Runs the input in the batch's transaction, whose store tables are `tables`,
+    /// and keeps its answer for delivery. Catches panics of the input, which then fails
+    /// alone.
+    fn run(&mut self, store: &Store, txn: &WriteTransaction, tables: &mut Tables<'_>) -> Ran;
+    /// The thread waiting for this job's answer.
+    fn caller(&self) -> &Thread;
+    /// The batch failed as a whole: the answer becomes `error`.
+    fn fail(&mut self, error: Error);
+    /// Hands the answer to the caller.
+    fn deliver(self: Box<Self>);
+}
+
+/// The answer a caller waits for: its value, or the panic of its input.
+type Answer<R> = thread::Result<R>;
+pub(super) type Slot<R> = Arc<Mutex<Option<Answer<R>>>>;
+
+/// A job's answer until delivery. Dropped undelivered (the leader panicked), it hands
+/// the caller a panic instead: the batch's outcome is unknown. Either way the caller
+/// is woken.
+pub(super) struct Reply<R> {
+    answer: Option<Answer<R>>,
+    delivered: bool,
+    slot: Slot<R>,
+    caller: Thread,
+}
+
+impl<R> Reply<R> {
+    /// A reply to the current thread, through `slot`.
+    pub(super) fn new(slot: Slot<R>) -> Reply<R> {
+        Reply {
+            answer: None,
+            delivered: false,
+            slot,
+            caller: thread::current(),
+        }
+    }
+
+    fn set(&mut self, answer: Answer<R>) {
+        self.answer = Some(answer);
+    }
+
+    fn deliver(mut self) {
+        self.delivered = true;
+    }
+}
+
+impl<R> Drop for Reply<R> {
+    fn drop(&mut self) {
+        let answer = match (self.delivered, self.answer.take()) {
+            (true, Some(answer)) => answer,
+            _ => Err(Box::new(ABANDONED) as Box<dyn Any + Send>),
+        };
+        *self.slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
+        self.caller.unpark();
+    }
+}
+
+/// A protocol input on one record: `step` reads the record and returns the core's write
+/// with the answer, as in [`Store`]'s one-transaction path.
+pub(super) struct Input<R, S> {
+    pub(super) id_key: Vec<u8>,
+    pub(super) step: S,
+    pub(super) reply: Reply<Result<R, Error>>,
+}
+
+/// The protocol step of an [`Input`]: the store's tables, the record as this
+/// transaction sees it, and the store's config; returns the core's write and the answer.
+pub(crate) trait Step<R>:
+    FnMut(&mut Tables<'_>, Option<&Record>, &Config) -> Result<(Write, R), Error> + Send + 'static
+{
+}
+
+impl<R, S> Step<R> for S where
+    S: FnMut(&mut Tables<'_>, Option<&Record>, &Config) -> Result<(Write, R), Error>
+        + Send
+        + 'static
+{
+}
+
+impl<R: Send + 'static, S: Step<R>> Job for Input<R, S> {
+    fn run(&mut self, store: &Store, _: &WriteTransaction, tables: &mut Tables<'_>) -> Ran {
+        let Input { id_key, step, .. } = self;
+        let ran = panic::catch_unwind(AssertUnwindSafe(|| -> Result<(bool, R), Error> {
+            let current = tables.get(id_key)?;
+            let (write, answer) = step(tables, current.as_ref(), store.config())?;
+            let changed = tables.apply(id_key, current.as_ref(), &write)?;
+            Ok((changed, answer))
+        }));
+        let (ran, answer) = match ran {
+            Ok(Ok((true, answer))) => (Ran::Changed, Ok(Ok(answer))),
+            Ok(Ok((false, answer))) => (Ran::Unchanged, Ok(Ok(answer))),
+            // The core refuses before anything is written.
+            Ok(Err(refused @ Error::Refused(_))) => (Ran::Unchanged, Ok(Err(refused))),
+            Ok(Err(error)) => (Ran::Failed, Ok(Err(error))),
+            Err(panicked) => (Ran::Failed, Err(panicked)),
+        };
+        self.reply.set(answer);
+        ran
+    }
+
+    fn caller(&self) -> &Thread {
+        &self.reply.caller
+    }
+
+    fn fail(&mut self, error: Error) {
+        self.reply.set(Ok(Err(error)));
+    }
+
+    fn deliver(self: Box<Self>) {
+        self.reply.deliver();
+    }
+}
+
+/// An atomic execute whose work another caller's thread may run.
+pub(super) struct Execution<T, E, W> {
+    pub(super) id_key: Vec<u8>,
+    pub(super) fingerprint: Fingerprint,
+    pub(super) now: Timestamp,
+    pub(super) work: W,
+    pub(super) reply: Reply<Result<Executed<T>, ExecuteError<E>>>,
+}
+
+impl<T, E, W> Execution<T, E, W>
+where
+    W: FnMut(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
+{
+    fn execute(
+        &mut self,
+        store: &Store,
+        txn: &WriteTransaction,
+        tables: &mut Tables<'_>,
+    ) -> Result<(Ran, Executed<T>), ExecuteError<E>> {
+        let config = store.config();
+        let id_key = self.id_key.as_slice();
+        let (current, pending) = {
+            let current = tables.get(id_key)?;
+            let next = tables.next_generation()?;
+            let Transition { decision, write } =
+                protocol::begin(current.as_ref(), self.fingerprint, next, self.now, config);
+            match (decision, write) {
+                (Decision::Claimed { .. }, Write::Put(pending)) => (current, pending),
+                (decision, write) => {
+                    let changed = tables.apply(id_key, current.as_ref(), &write)?;
+                    let ran = if changed {
+                        Ran::Changed
+                    } else {
+                        Ran::Unchanged
+                    };
+                    return Ok((ran, Executed::NotRun(decision)));
+                }
+            }
+        };
+        // The store's tables stay open: the work opens only its own (`idem.*` is the
+        // store's), and redb refuses to open one table twice, not two tables at once.
+        let (verdict, outcome, value) = (self.work)(txn).map_err(ExecuteError::Work)?;
+        let write = protocol::complete(
+            Some(&pending),
+            pending.generation,
+            verdict,
+            outcome,
+            self.now,
+            config,
+        )
+        .map_err(|refusal| ExecuteError::Store(refusal.into()))?;
+        let settled = put_record(&write);
+        tables.raise_generation(pending.generation)?;
+        tables.put(id_key, current.as_ref(), &settled)?;
+        Ok((
+            Ran::Changed,
+            Executed::Ran {
+                value,
+                record: settled,
+            },
+        ))
+    }
+}
+
+impl<T, E, W> Job for Execution<T, E, W>
+where
+    T: Send + 'static,
+    E: Send + 'static,
+    W: FnMut(&WriteTransaction) -> Result<(Verdict, Outcome, T), E> + Send + 'static,
+{
+    fn run(&mut self, store: &Store, txn: &WriteTransaction, tables: &mut Tables<'_>) -> Ran {
+        let ran = panic::catch_unwind(AssertUnwindSafe(|| self.execute(store, txn, tables)));
+        let (ran, answer) = match ran {
+            Ok(Ok((ran, executed))) => (ran, Ok(Ok(executed))),
+            // The work may have written before its error, or before the outcome was
+            // refused: roll it back.
+            Ok(Err(error)) => (Ran::Failed, Ok(Err(error))),
+            Err(panicked) => (Ran::Failed, Err(panicked)),
+        };
+        self.reply.set(answer);
+        ran
+    }
+
+    fn caller(&self) -> &Thread {
+        &self.reply.caller
+    }
+
+    fn fail(&mut self, error: Error) {
+        self.reply.set(Ok(Err(ExecuteError::Store(error))));
+    }
+
+    fn deliver(self: Box<Self>) {
+        self.reply.deliver();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_undelivered_reply_answers_with_a_panic() {
+        let slot: Slot<u8> = Arc::default();
+        let mut reply = Reply::new(Arc::clone(&slot));
+        reply.set(Ok(7));
+        drop(reply); // the leader unwound before the commit
+        let answer = slot.lock().unwrap().take().unwrap();
+        assert_eq!(
+            answer.unwrap_err().downcast_ref::<&str>().copied(),
+            Some(ABANDONED)
+        );
+        let mut reply = Reply::new(Arc::clone(&slot));
+        reply.set(Ok(8));
+        reply.deliver();
+        assert_eq!(slot.lock().unwrap().take().unwrap().unwrap(), 8);
+    }
+}

@@ -1,0 +1,47 @@
+//! Answers that need no write, given from a read snapshot: a begin on a key that is
+//! settled, in progress, in conflict or unknown.
+//!
+//! A read snapshot holds only committed data, and these decisions write nothing, so
+//! answering from it is what the write path would answer had it run at the moment of
+//! the snapshot. It never waits for the write lock, and costs no write transaction.
+//! Every other decision (a claim, a lease that expired) goes to the write path, where
+//! it is made again under the write lock.
+
+use idem_core::protocol::{self, Decision};
+use idem_core::{Fingerprint, Timestamp, Transition, Write};
+use redb::ReadableDatabase;
+
+use crate::tables::{self, RECORDS};
+use crate::{Error, Store};
+
+impl Store {
+    /// The decision of a begin on `id_key` when it writes nothing, from a read snapshot;
+    /// `None` when it would write (or the store needs a reopen: the write path says so).
+    pub(crate) fn begin_from_snapshot(
+        &self,
+        id_key: &[u8],
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Result<Option<Decision>, Error> {
+        if self.needs_reopen() {
+            return Ok(None);
+        }
+        let db = self.database();
+        let txn = db.begin_read()?;
+        let records = txn.open_table(RECORDS)?;
+        let Some(current) = tables::read_record(&records, id_key)? else {
+            // Absent: a claim, which writes.
+            return Ok(None);
+        };
+        // The core puts the next generation only into a claim, which writes and so is
+        // never answered from here: the record's own generation stands in for it.
+        let Transition { decision, write } = protocol::begin(
+            Some(&current),
+            fingerprint,
+            current.generation,
+            now,
+            self.config(),
+        );
+        Ok(matches!(write, Write::Nothing).then_some(decision))
+    }
+}
