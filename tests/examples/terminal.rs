@@ -1,0 +1,90 @@
+//! A point-of-sale terminal on idem-store: a sale and its forwarding intent are written
+//! together, a duplicate from the card reader runs once, and the outbox sends the sale
+//! on under one key until the head office answers.
+//!
+//! Run with `cargo run -p idem-tests --example terminal`.
+
+use std::error::Error;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use idem_core::protocol::Decision;
+use idem_core::{Fingerprint, LedgerConfig, Outcome, RecordId, Reply, Timestamp, Verdict};
+use idem_store::redb::{ReadableTableMetadata, TableDefinition, WriteTransaction};
+use idem_store::{Executed, Store};
+
+/// The terminal's own table: sale key → amount in cents.
+const SALES: TableDefinition<&str, u64> = TableDefinition::new("pos.sales");
+
+fn now() -> Timestamp {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    Timestamp(u64::try_from(ms).unwrap_or(u64::MAX))
+}
+
+fn random_bytes() -> Result<[u8; 16], getrandom::Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)?;
+    Ok(bytes)
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path().join("terminal.redb"))?;
+    let outbox = store.outbox(LedgerConfig::with_seed(u64::from_le_bytes(
+        random_bytes()?[..8].try_into()?,
+    )))?;
+
+    // The card reader sends sale 0042 twice; the key makes the second a replay.
+    let id = RecordId::new("store-12", "sale", "reader-0042")?;
+    let payload = br#"{"item":"coffee","cents":480}"#.to_vec();
+    let fingerprint = Fingerprint::of_json(std::str::from_utf8(&payload)?, &[])?;
+    for send in 1..=2 {
+        let ring_up = |txn: &WriteTransaction| -> Result<_, Box<dyn Error>> {
+            // The sale and the intent that forwards it to head office commit together,
+            // with the settled record, or not at all.
+            let intent = outbox.enqueue_in(
+                txn,
+                "forward-sale",
+                payload.clone(),
+                fingerprint,
+                now(),
+                random_bytes()?,
+            )?;
+            txn.open_table(SALES)?.insert(intent.key.as_str(), 480)?;
+            Ok((
+                Verdict::Succeeded,
+                Outcome::new(201, intent.key.clone()),
+                (),
+            ))
+        };
+        match store.execute(&id, fingerprint, now(), ring_up)? {
+            Executed::Ran { .. } => println!("send {send}: sale recorded"),
+            Executed::NotRun(Decision::Replay { outcome, .. }) => println!(
+                "send {send}: replayed, not run again (forwarded as {})",
+                String::from_utf8_lossy(&outcome.body)
+            ),
+            Executed::NotRun(other) => println!("send {send}: not run: {other:?}"),
+        }
+    }
+
+    // Later, online: send what is due. Every attempt carries the intent's key.
+    for attempt in outbox.due(now(), 10)? {
+        println!(
+            "POST /sales  Idempotency-Key: {}  (attempt {})",
+            attempt.key, attempt.attempt
+        );
+        let reply = Reply {
+            status: 201,
+            body: b"ok".to_vec(),
+            retry_at: None,
+        };
+        outbox.record_reply(&attempt.key, reply, now())?;
+    }
+
+    let sales = store
+        .read(|txn| -> Result<u64, Box<dyn Error>> { Ok(txn.open_table(SALES)?.len()?) })??;
+    println!("sales in the file: {sales}");
+    assert_eq!(sales, 1, "the duplicate from the card reader ran once");
+    Ok(())
+}
