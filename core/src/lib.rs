@@ -41,7 +41,9 @@ pub mod fingerprint;
 pub mod id;
 pub mod ledger;
 pub mod memory;
+mod order;
 pub mod protocol;
+pub mod quote;
 pub mod record;
 pub mod time;
 

@@ -1,11 +1,10 @@
-//! An in-memory receiver: the protocol applied to a `BTreeMap`, for tests, simulations
-//! and service workers that keep no file.
+//! An in-memory receiver: the protocol applied to records in a sorted `Vec`, for tests,
+//! simulations and service workers that keep no file.
 //!
 //! It is the smallest correct driver of [`crate::protocol`]: each call reads the record,
 //! runs the transition and applies its write before answering, exactly as a durable
 //! store does inside one transaction. It holds the store-wide generation counter.
 
-use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +18,11 @@ use crate::{
 pub struct MemoryReceiver {
     config: Config,
     generation: Generation,
-    records: BTreeMap<RecordId, Record>,
+    /// Sorted by id, no id twice. A sorted `Vec` rather than a `BTreeMap` (the map's code
+    /// costs the npm package's wasm ~20 KB). postcard writes a map as its length and then
+    /// each key and value, and a sequence of pairs the same way, so the snapshot bytes
+    /// are those of the `BTreeMap` this replaced.
+    records: Vec<(RecordId, Record)>,
 }
 
 impl MemoryReceiver {
@@ -29,7 +32,7 @@ impl MemoryReceiver {
         MemoryReceiver {
             config,
             generation: Generation(0),
-            records: BTreeMap::new(),
+            records: Vec::new(),
         }
     }
 
@@ -48,18 +51,19 @@ impl MemoryReceiver {
     /// The record under `id`, if any.
     #[must_use]
     pub fn get(&self, id: &RecordId) -> Option<&Record> {
-        self.records.get(id)
+        let at = self.position(id).ok()?;
+        self.records.get(at).map(|(_, record)| record)
     }
 
     /// Every record, ordered by id.
     pub fn iter(&self) -> impl Iterator<Item = (&RecordId, &Record)> {
-        self.records.iter()
+        self.records.iter().map(|(id, record)| (id, record))
     }
 
     /// A request with `fingerprint` arrives for `id`; see [`protocol::begin`].
     pub fn begin(&mut self, id: &RecordId, fingerprint: Fingerprint, now: Timestamp) -> Decision {
         let next = self.generation.next();
-        let t = protocol::begin(self.records.get(id), fingerprint, next, now, &self.config);
+        let t = protocol::begin(self.get(id), fingerprint, next, now, &self.config);
         if matches!(t.decision, Decision::Claimed { .. }) {
             self.generation = next;
         }
@@ -78,7 +82,7 @@ impl MemoryReceiver {
         generation: Generation,
         now: Timestamp,
     ) -> Result<(), Refusal> {
-        let write = protocol::heartbeat(self.records.get(id), generation, now, &self.config)?;
+        let write = protocol::heartbeat(self.get(id), generation, now, &self.config)?;
         self.apply(id, write);
         Ok(())
     }
@@ -97,7 +101,7 @@ impl MemoryReceiver {
         now: Timestamp,
     ) -> Result<(), Refusal> {
         let write = protocol::complete(
-            self.records.get(id),
+            self.get(id),
             generation,
             verdict,
             outcome,
@@ -114,7 +118,7 @@ impl MemoryReceiver {
     ///
     /// The [`Refusal`]; nothing changes.
     pub fn release(&mut self, id: &RecordId, generation: Generation) -> Result<(), Refusal> {
-        let write = protocol::release(self.records.get(id), generation)?;
+        let write = protocol::release(self.get(id), generation)?;
         self.apply(id, write);
         Ok(())
     }
@@ -130,7 +134,7 @@ impl MemoryReceiver {
         generation: Generation,
         now: Timestamp,
     ) -> Result<(), Refusal> {
-        let write = protocol::mark_unknown(self.records.get(id), generation, now)?;
+        let write = protocol::mark_unknown(self.get(id), generation, now)?;
         self.apply(id, write);
         Ok(())
     }
@@ -146,7 +150,7 @@ impl MemoryReceiver {
         resolution: Resolution,
         now: Timestamp,
     ) -> Result<(), Refusal> {
-        let write = protocol::resolve(self.records.get(id), resolution, now, &self.config)?;
+        let write = protocol::resolve(self.get(id), resolution, now, &self.config)?;
         self.apply(id, write);
         Ok(())
     }
@@ -154,21 +158,29 @@ impl MemoryReceiver {
     /// Deletes up to `limit` settled records past their expiry, oldest expiry first, and
     /// returns their ids. Pending and Unknown records are never swept.
     pub fn sweep(&mut self, now: Timestamp, limit: usize) -> Vec<RecordId> {
-        let mut expired: Vec<(Timestamp, RecordId)> = self
+        let expiry = |r: &Record| r.expires_at().filter(|_| protocol::sweepable(r, now));
+        let expired: Vec<(Timestamp, &RecordId)> = self
             .records
             .iter()
-            .filter(|(_, r)| protocol::sweepable(r, now))
-            .filter_map(|(id, r)| Some((r.expires_at()?, id.clone())))
+            .filter_map(|(id, r)| Some((expiry(r)?, id)))
             .collect();
-        expired.sort();
-        expired.truncate(limit);
-        expired
-            .into_iter()
-            .map(|(_, id)| {
-                self.records.remove(&id);
-                id
-            })
-            .collect()
+        // Ids are unique, so no two entries tie.
+        let mut order =
+            crate::order::sorted_positions(expired.len(), &mut |a, b| expired[a].cmp(&expired[b]));
+        order.truncate(limit);
+        let swept: Vec<RecordId> = order
+            .iter()
+            .filter_map(|&at| Some(expired.get(at)?.1.clone()))
+            .collect();
+        // The swept records are exactly the sweepable ones up to the last taken, in
+        // (expiry, id) order.
+        let Some(&(last_at, last_id)) = order.last().and_then(|&at| expired.get(at)) else {
+            return swept;
+        };
+        let last = (last_at, last_id.clone());
+        self.records
+            .retain(|(id, r)| expiry(r).is_none_or(|at| (at, id) > (last.0, &last.1)));
+        swept
     }
 
     /// The persisted bytes of the whole receiver.
@@ -181,15 +193,20 @@ impl MemoryReceiver {
     ///
     /// # Errors
     ///
-    /// [`DecodeError`] for bytes that do not decode or hold an invalid id.
+    /// [`DecodeError`] for bytes that do not decode, hold an invalid id, a record of a
+    /// later generation than the counter, or records not in strictly ascending id order
+    /// (as `snapshot` writes them).
     pub fn restore(bytes: &[u8]) -> Result<MemoryReceiver, DecodeError> {
         let receiver: MemoryReceiver = crate::encoding::decode(bytes, "receiver snapshot")?;
-        if receiver.records.keys().any(|id| id.validate().is_err())
-            || receiver
-                .records
-                .values()
-                .any(|r| r.generation > receiver.generation)
-        {
+        let mut previous: Option<&RecordId> = None;
+        let mut invalid = false;
+        for (id, record) in &receiver.records {
+            invalid |= id.validate().is_err()
+                || record.generation > receiver.generation
+                || previous.is_some_and(|p| p >= id);
+            previous = Some(id);
+        }
+        if invalid {
             return Err(DecodeError::Invalid {
                 what: "receiver snapshot",
             });
@@ -197,15 +214,160 @@ impl MemoryReceiver {
         Ok(receiver)
     }
 
+    /// Where `id` is in `records`: `Ok` with its index, or `Err` with where it would go.
+    fn position(&self, id: &RecordId) -> Result<usize, usize> {
+        self.records.binary_search_by(|(other, _)| other.cmp(id))
+    }
+
     fn apply(&mut self, id: &RecordId, write: Write) {
         match write {
             Write::Nothing => {}
-            Write::Put(record) => {
-                self.records.insert(id.clone(), record);
-            }
+            Write::Put(record) => match self.position(id) {
+                Ok(at) => self.records[at].1 = record,
+                Err(at) => self.records.insert(at, (id.clone(), record)),
+            },
             Write::Delete => {
-                self.records.remove(id);
+                if let Ok(at) = self.position(id) {
+                    self.records.remove(at);
+                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encoding::encode;
+    use alloc::collections::BTreeMap;
+
+    const T0: Timestamp = Timestamp(1_000);
+
+    fn receiver() -> MemoryReceiver {
+        MemoryReceiver::new(Config {
+            success_retention_ms: 10_000,
+            failure_retention_ms: 5_000,
+            ..Config::default()
+        })
+    }
+
+    fn id(key: &str) -> RecordId {
+        RecordId::new("t", "op", key).unwrap()
+    }
+
+    /// Claims `key` at `at` and returns the generation.
+    fn claim(r: &mut MemoryReceiver, key: &str, at: Timestamp) -> Generation {
+        match r.begin(&id(key), Fingerprint::of_bytes(b"body"), at) {
+            Decision::Claimed { generation, .. } => generation,
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+
+    /// Claims `key` at `at` and settles it with `verdict`.
+    fn settle(r: &mut MemoryReceiver, key: &str, verdict: Verdict, at: Timestamp) {
+        let generation = claim(r, key, at);
+        r.complete(&id(key), generation, verdict, Outcome::new(200, "ok"), at)
+            .unwrap();
+    }
+
+    fn keys(r: &MemoryReceiver) -> Vec<&str> {
+        r.iter().map(|(id, _)| id.key()).collect()
+    }
+
+    #[test]
+    fn records_stay_ordered_by_id_whatever_the_order_of_writes() {
+        let mut r = receiver();
+        for key in ["m", "c", "x", "a", "n"] {
+            claim(&mut r, key, T0);
+        }
+        assert_eq!(keys(&r), ["a", "c", "m", "n", "x"]);
+        assert_eq!(r.get(&id("m")).unwrap().generation, Generation(1));
+        assert_eq!(r.get(&id("n")).unwrap().generation, Generation(5));
+        assert_eq!(r.get(&id("b")), None);
+
+        r.release(&id("m"), Generation(1)).unwrap();
+        r.complete(
+            &id("c"),
+            Generation(2),
+            Verdict::Failed,
+            Outcome::new(1, ""),
+            T0,
+        )
+        .unwrap();
+        assert_eq!(keys(&r), ["a", "c", "n", "x"]);
+        assert_eq!(r.get(&id("c")).unwrap().state(), crate::State::Failed);
+        assert_eq!(r.get(&id("m")), None);
+        assert_eq!(
+            r.release(&id("m"), Generation(1)),
+            Err(Refusal::NotFound),
+            "a released record is gone"
+        );
+    }
+
+    #[test]
+    fn sweep_takes_the_oldest_expiry_first_then_the_smallest_id() {
+        let mut r = receiver();
+        settle(&mut r, "a", Verdict::Succeeded, T0); // expires T0 + 10 000
+        settle(&mut r, "c", Verdict::Failed, T0); // expires T0 + 5 000
+        settle(&mut r, "b", Verdict::Failed, T0); // expires T0 + 5 000
+        settle(&mut r, "d", Verdict::Succeeded, T0.plus_millis(1)); // T0 + 10 001
+        claim(&mut r, "p", T0);
+        let at = |ms| T0.plus_millis(ms);
+
+        assert_eq!(r.sweep(at(4_999), 10), []);
+        assert_eq!(r.sweep(at(7_000), 1), [id("b")]);
+        assert_eq!(
+            keys(&r),
+            ["a", "c", "d", "p"],
+            "c has b's expiry but is past the limit"
+        );
+        assert_eq!(r.sweep(at(7_000), 10), [id("c")]);
+        assert_eq!(r.sweep(at(20_000), 0), []);
+        assert_eq!(r.sweep(at(20_000), 10), [id("a"), id("d")]);
+        assert_eq!(keys(&r), ["p"], "a pending record is never swept");
+    }
+
+    /// The shape of the receiver when its records were a `BTreeMap`.
+    #[derive(Serialize)]
+    struct MapShaped<'a> {
+        config: &'a Config,
+        generation: Generation,
+        records: BTreeMap<&'a RecordId, &'a Record>,
+    }
+
+    #[test]
+    fn snapshot_bytes_are_those_of_a_map_of_records() {
+        let mut r = receiver();
+        settle(&mut r, "z", Verdict::Succeeded, T0);
+        claim(&mut r, "k", T0);
+        settle(&mut r, "a", Verdict::Failed, T0);
+        let map = MapShaped {
+            config: r.config(),
+            generation: r.generation(),
+            records: r.iter().collect(),
+        };
+        assert_eq!(r.snapshot(), encode(&map));
+        assert_eq!(MemoryReceiver::restore(&r.snapshot()), Ok(r));
+    }
+
+    #[test]
+    fn restore_refuses_records_out_of_order_twice_or_ahead_of_the_counter() {
+        let mut r = receiver();
+        claim(&mut r, "a", T0);
+        claim(&mut r, "b", T0);
+        assert_eq!(MemoryReceiver::restore(&r.snapshot()).as_ref(), Ok(&r));
+        let invalid = Err(DecodeError::Invalid {
+            what: "receiver snapshot",
+        });
+
+        let mut swapped = r.clone();
+        swapped.records.swap(0, 1);
+        assert_eq!(MemoryReceiver::restore(&swapped.snapshot()), invalid);
+        let mut twice = r.clone();
+        twice.records[1] = twice.records[0].clone();
+        assert_eq!(MemoryReceiver::restore(&twice.snapshot()), invalid);
+        let mut behind = r.clone();
+        behind.generation = Generation(1);
+        assert_eq!(MemoryReceiver::restore(&behind.snapshot()), invalid);
     }
 }

@@ -1,6 +1,8 @@
 //! Conversions between JS values and the core's plain data, each check naming its field.
 
+use core::fmt;
 use idem_core::Timestamp;
+use idem_core::quote::Quoted;
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 
@@ -127,6 +129,21 @@ pub(crate) fn random_bytes<const N: usize>(field: &str) -> Result<[u8; N], JsErr
     Ok(out)
 }
 
+/// Names separated by ", " (what `[&str]::join` makes, without its generic code).
+struct Listed<'a>(&'a [&'a str]);
+
+impl fmt::Display for Listed<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, name) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(name)?;
+        }
+        Ok(())
+    }
+}
+
 /// A plain options object whose members are read by name.
 pub(crate) struct Fields<'a> {
     what: &'a str,
@@ -153,8 +170,9 @@ impl<'a> Fields<'a> {
                 return Err(invalid(
                     what,
                     &format!(
-                        "unknown member {name:?}, expected one of {}",
-                        known.join(", ")
+                        "unknown member {}, expected one of {}",
+                        Quoted(&name),
+                        Listed(known)
                     ),
                 ));
             }

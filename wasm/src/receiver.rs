@@ -3,6 +3,7 @@
 
 use idem_core::memory::MemoryReceiver as Core;
 use idem_core::protocol::{Decision as CoreDecision, Resolution};
+use idem_core::quote::Quoted;
 use idem_core::{Config, Fingerprint, Generation, LeaseExpiry, Outcome, Record, RecordId, Status};
 use idem_core::{Timestamp, Verdict};
 use js_sys::Array;
@@ -50,7 +51,7 @@ impl MemoryReceiver {
             Some(other) => {
                 return Err(js::invalid(
                     "options.onLeaseExpiry",
-                    &format!("{other:?}, expected \"unknown\" or \"takeover\""),
+                    &format!("{}, expected \"unknown\" or \"takeover\"", Quoted(other)),
                 ));
             }
         };
@@ -136,7 +137,7 @@ impl MemoryReceiver {
             other => {
                 return Err(js::invalid(
                     "verdict",
-                    &format!("{other:?}, expected \"succeeded\" or \"failed\""),
+                    &format!("{}, expected \"succeeded\" or \"failed\"", Quoted(other)),
                 ));
             }
         };
@@ -206,7 +207,10 @@ impl MemoryReceiver {
             other => {
                 return Err(js::invalid(
                     "resolution",
-                    &format!("{other:?}, expected \"succeeded\", \"failed\" or \"not_executed\""),
+                    &format!(
+                        "{}, expected \"succeeded\", \"failed\" or \"not_executed\"",
+                        Quoted(other)
+                    ),
                 ));
             }
         };

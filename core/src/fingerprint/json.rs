@@ -16,6 +16,10 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::{self, Write as _};
 
+use crate::quote::Quoted;
+
+mod number;
+
 /// Deepest nesting of arrays and objects accepted.
 const MAX_DEPTH: usize = 128;
 /// Longest number literal quoted whole in an error; longer ones are cut.
@@ -92,7 +96,11 @@ impl fmt::Display for JsonError {
                 "json: nesting at byte {offset} is deeper than {limit} arrays and objects"
             ),
             JsonError::DuplicateMember { name, offset } => {
-                write!(f, "json: duplicate member name {name:?} at byte {offset}")
+                write!(
+                    f,
+                    "json: duplicate member name {} at byte {offset}",
+                    Quoted(name)
+                )
             }
             JsonError::LoneSurrogate { offset, code_unit } => write!(
                 f,
@@ -109,7 +117,7 @@ impl fmt::Display for JsonError {
                  which cannot be ignored"
             ),
             JsonError::InvalidPath { path, reason } => {
-                write!(f, "ignored path {path:?}: {reason}")
+                write!(f, "ignored path {}: {reason}", Quoted(path))
             }
         }
     }
@@ -263,8 +271,20 @@ impl Parser<'_> {
                 _ => return Err(self.syntax("',' or '}'")),
             }
         }
-        // Stable: equal names keep their order, so the later one is the duplicate.
-        members.sort_by(|a, b| a.name.encode_utf16().cmp(b.name.encode_utf16()));
+        // By UTF-16 code units, equal names in text order (the offsets make the order
+        // total), so the later of two equal names is the duplicate.
+        let order = crate::order::sorted_positions(members.len(), &mut |a, b| {
+            let (a, b) = (&members[a], &members[b]);
+            a.name
+                .encode_utf16()
+                .cmp(b.name.encode_utf16())
+                .then(a.offset.cmp(&b.offset))
+        });
+        let mut slots: Vec<Option<Member>> = members.into_iter().map(Some).collect();
+        let members: Vec<Member> = order
+            .into_iter()
+            .filter_map(|at| slots.get_mut(at)?.take())
+            .collect();
         let duplicate = members
             .windows(2)
             .filter_map(|pair| match pair {
@@ -401,9 +421,8 @@ impl Parser<'_> {
             self.digits()?;
         }
         let literal = self.text.get(start..self.pos).unwrap_or_default();
-        // The grammar above admits only forms that core's parser reads, rounding correctly.
-        match literal.parse::<f64>() {
-            Ok(n) if n.is_finite() => Ok(Value::Number(n)),
+        match number::parse(literal) {
+            n if n.is_finite() => Ok(Value::Number(n)),
             _ => {
                 let mut quoted = String::from(literal.get(..MAX_QUOTED).unwrap_or(literal));
                 if quoted.len() < literal.len() {

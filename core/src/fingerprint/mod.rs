@@ -19,15 +19,66 @@ mod json;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+use crate::quote::Quoted;
 
 #[cfg(feature = "json")]
 pub use json::JsonError;
 
 /// SHA-256 of a request's business input, 32 bytes; shown as 64 lower-case hex digits.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+///
+/// Serialized as the derive would: a newtype struct around a tuple of 32 bytes (in
+/// postcard, the 32 bytes as they are). [`Deserialize`] is written by hand only to read
+/// the bytes in a loop: serde's impl for `[u8; 32]` unrolls it, 2.4 KB of wasm.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct Fingerprint(pub [u8; 32]);
+
+impl<'de> Deserialize<'de> for Fingerprint {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Fingerprint, D::Error> {
+        /// The newtype around the bytes.
+        struct Newtype;
+        /// The 32 bytes, as a tuple.
+        struct Bytes;
+
+        impl<'de> Visitor<'de> for Newtype {
+            type Value = Fingerprint;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a fingerprint")
+            }
+
+            fn visit_newtype_struct<D: Deserializer<'de>>(
+                self,
+                deserializer: D,
+            ) -> Result<Fingerprint, D::Error> {
+                deserializer.deserialize_tuple(32, Bytes)
+            }
+        }
+
+        impl<'de> Visitor<'de> for Bytes {
+            type Value = Fingerprint;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of length 32")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Fingerprint, A::Error> {
+                let mut out = [0u8; 32];
+                for (i, byte) in out.iter_mut().enumerate() {
+                    *byte = seq
+                        .next_element()?
+                        .ok_or_else(|| de::Error::invalid_length(i, &self))?;
+                }
+                Ok(Fingerprint(out))
+            }
+        }
+
+        deserializer.deserialize_newtype_struct("Fingerprint", Newtype)
+    }
+}
 
 /// Input that cannot be fingerprinted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +105,8 @@ impl fmt::Display for FingerprintError {
             FingerprintError::DuplicateField { name } => {
                 write!(
                     f,
-                    "fields: name {name:?} appears twice, names must be unique"
+                    "fields: name {} appears twice, names must be unique",
+                    Quoted(name)
                 )
             }
             FingerprintError::BadHex { len } => write!(
@@ -89,8 +141,11 @@ impl Fingerprint {
     ///
     /// [`FingerprintError::DuplicateField`] when a name repeats.
     pub fn of_fields(fields: &[(&str, &[u8])]) -> Result<Fingerprint, FingerprintError> {
-        let mut sorted: Vec<&(&str, &[u8])> = fields.iter().collect();
-        sorted.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let order = crate::order::sorted_positions(fields.len(), &mut |a, b| {
+            fields[a].0.as_bytes().cmp(fields[b].0.as_bytes())
+        });
+        let sorted: Vec<&(&str, &[u8])> =
+            order.into_iter().filter_map(|at| fields.get(at)).collect();
         if let Some(pair) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
             return Err(FingerprintError::DuplicateField {
                 name: pair[0].0.into(),

@@ -258,6 +258,18 @@ fn restore_refuses_damaged_snapshots() {
         Ledger::restore(&twice),
         Err(DecodeError::Invalid { what: WHAT })
     );
+    let mut intents: Vec<&Intent> = ledger.iter().collect();
+    intents.reverse();
+    let reversed = encoding::encode(&SnapshotRef {
+        config: ledger.config(),
+        rng: BackoffRng::new(0),
+        intents,
+    });
+    assert_eq!(
+        Ledger::restore(&reversed),
+        Err(DecodeError::Invalid { what: WHAT }),
+        "snapshot writes intents by key, so another order is damage"
+    );
     let bad_config = LedgerConfig {
         base_backoff_ms: 0,
         ..config()
