@@ -16,6 +16,9 @@ Exit status: 0 done (claimed, replay, settled, found) · 1 runtime error (I/O, c
 
 Durations: 500ms, 30s, 15m, 24h, 7d. Defaults: lease 30s, retention 24h.
 
+get, list, stats, export and sweep --dry-run only read: they change no byte of the file,
+work on a read-only file or mount, and never wait for a process writing it.
+
 Examples:
   idem demo                                   # the whole story in one screen
   idem exec shop-7 nightly-report 2025-03-01 -- ./report.sh
@@ -226,6 +229,10 @@ Example:
     /// Verify the file: every table, record and index decodes and agrees.
     #[command(after_help = "\
 Exit status 1 when a problem is found.
+
+Needs the file writable: redb verifies every page under the write lock (other processes'
+writes wait for it) and repairs what it can. After a crash it also recovers the file, so
+that the read commands can open it again.
 
 Example:
   idem check")]

@@ -20,7 +20,7 @@ use idem_store::{Executed, ListFilter, Store};
 
 use crate::exit::{Ending, Exit, Failure};
 use crate::output::verdict_state;
-use crate::session::{Session, open_store, store_failure};
+use crate::session::{Access, Session, open_store, store_failure};
 use crate::time::format_span;
 
 /// The terminal's business table: how many times each sale's effect was applied.
@@ -50,7 +50,7 @@ pub(crate) fn run(session: &Session) -> Ending {
         .map_err(|e| Failure::runtime(format!("demo: temporary directory: {e}")))?;
     let path = dir.path().join("terminal.redb");
     let mut story = Story {
-        store: Some(open_store(&path, Config::default())?),
+        store: Some(open_store(&path, Config::default(), Access::Create)?),
         now: session.now(),
         intents: 0,
         requests: 0,
@@ -175,7 +175,7 @@ impl Story {
         );
         let before = self.store().generation().map_err(store_failure)?;
         self.store = None;
-        self.store = Some(open_store(path, Config::default())?);
+        self.store = Some(open_store(path, Config::default(), Access::Create)?);
         let after = self.store().generation().map_err(store_failure)?;
         say(&format!(
             "   reopened: generation counter {after} (was {before}), nothing lost"

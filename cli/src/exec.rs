@@ -22,7 +22,7 @@ use crate::args::{IdArgs, RequestArgs};
 use crate::exit::{Ending, Exit, Failure};
 use crate::input;
 use crate::keyed::config;
-use crate::session::{Create, Session, key_failure};
+use crate::session::{Access, Session, key_failure};
 use crate::time::{Clock, format_instant};
 
 /// Longest pause between two polls of `--wait`.
@@ -51,7 +51,7 @@ pub(crate) fn exec(session: &Session, request: &ExecRequest<'_>) -> Ending {
         return Err(Failure::usage("PROGRAM: missing; give it after --"));
     };
     let config = config(request.lease, None);
-    let store = session.open(config.clone(), Create::Yes)?;
+    let store = session.open(config.clone(), Access::Create)?;
     let generation = match claim(session, &store, &id, fingerprint, request.wait)? {
         Claim::Held(generation) => generation,
         Claim::Settled(verdict, outcome) => {

@@ -1,6 +1,9 @@
 //! Exit statuses of the CLI contract and the one-line failure that goes with them.
 
 use std::fmt;
+use std::panic;
+use std::path::{Component, Path};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// An exit status of the CLI contract (DESIGN §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +84,42 @@ impl fmt::Display for Failure {
 /// status for `exec`), or a failure to report.
 pub(crate) type Ending = Result<i32, Failure>;
 
+/// Set by the panic hook of [`quiet_redb_panics`]: whether the last panic was redb's.
+static REDB_PANICKED: AtomicBool = AtomicBool::new(false);
+
+/// Keeps redb's panics off stderr; every other panic is reported as before.
+///
+/// redb may panic on a file damaged outside it. The store turns such a panic into a
+/// corrupt-file error, which the command reports on its one line; a panic the store did
+/// not catch ends the command with [`redb_panicked`]'s failure instead. Either way the
+/// default report (a message and a backtrace hint, several lines) is not wanted.
+pub(crate) fn quiet_redb_panics() {
+    let report = panic::take_hook();
+    panic::set_hook(Box::new(move |info| {
+        let in_redb = info.location().is_some_and(|at| in_redb(at.file()));
+        REDB_PANICKED.store(in_redb, Ordering::Relaxed);
+        if !in_redb {
+            report(info);
+        }
+    }));
+}
+
+/// True when the last panic since [`quiet_redb_panics`] was redb's.
+pub(crate) fn redb_panicked() -> bool {
+    REDB_PANICKED.load(Ordering::Relaxed)
+}
+
+/// True for a source file of the redb crate: under `redb-<version>/` (crates.io) or
+/// `redb/` (a checkout or a vendored copy).
+fn in_redb(file: &str) -> bool {
+    Path::new(file).components().any(|part| match part {
+        Component::Normal(name) => name
+            .to_str()
+            .is_some_and(|name| name == "redb" || name.starts_with("redb-")),
+        _ => false,
+    })
+}
+
 /// The one line of a clap error: its first paragraph, without the `error: ` prefix.
 pub(crate) fn clap_line(err: &clap::Error) -> String {
     let text = err.render().to_string();
@@ -101,6 +140,16 @@ pub(crate) fn clap_line(err: &clap::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redb_sources_are_recognized() {
+        assert!(in_redb(
+            "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/redb-4.6.0/src/tree_store/btree.rs"
+        ));
+        assert!(in_redb("vendor/redb/src/db.rs"));
+        assert!(!in_redb("cli/src/main.rs"));
+        assert!(!in_redb("/home/u/redbook/src/main.rs"));
+    }
 
     #[test]
     fn failures_print_on_one_line() {

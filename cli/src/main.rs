@@ -19,12 +19,14 @@ mod progress;
 mod session;
 mod time;
 
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+
 use clap::Parser;
 use clap::error::ErrorKind;
 
 use crate::args::{Cli, Command};
 use crate::exec::ExecRequest;
-use crate::exit::{Ending, clap_line};
+use crate::exit::{Ending, Exit, Failure, clap_line, quiet_redb_panics, redb_panicked};
 use crate::keyed::Reconciled;
 use crate::session::Session;
 use crate::time::Clock;
@@ -47,7 +49,21 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let code = match run(&cli) {
+    quiet_redb_panics();
+    let ending = catch_unwind(AssertUnwindSafe(|| run(&cli))).unwrap_or_else(|panic| {
+        if !redb_panicked() {
+            resume_unwind(panic);
+        }
+        let db = input::db_path(cli.db.as_deref());
+        Err(Failure::new(
+            Exit::Runtime,
+            format!(
+                "{}: corrupt store file: redb could not read its structure (idem check verifies the file)",
+                db.display()
+            ),
+        ))
+    });
+    let code = match ending {
         Ok(code) => code,
         Err(failure) => {
             eprintln!("idem: {failure}");

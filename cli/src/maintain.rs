@@ -10,7 +10,7 @@ use idem_store::{ListFilter, RecordView, Stats, SweepReport};
 
 use crate::exit::{Ending, Exit, Failure};
 use crate::progress::{self, CountingReader, Unit};
-use crate::session::{Create, Session, store_failure};
+use crate::session::{Access, Session, store_failure};
 use crate::time::format_span;
 
 /// Records swept per call while a progress bar is shown.
@@ -25,7 +25,7 @@ pub(crate) fn list(session: &Session, filter: ListFilter) -> Ending {
     );
     idem_core::RecordId::new(probe.0, probe.1, "k")
         .map_err(|e| Failure::usage(format!("--{e}")))?;
-    let store = session.open(Config::default(), Create::No)?;
+    let store = session.open(Config::default(), Access::Read)?;
     let printer = session.printer();
     let mut rows = Vec::new();
     let mut printed = Ok(());
@@ -52,7 +52,7 @@ pub(crate) fn list(session: &Session, filter: ListFilter) -> Ending {
 
 /// `idem stats`
 pub(crate) fn stats(session: &Session) -> Ending {
-    let store = session.open(Config::default(), Create::No)?;
+    let store = session.open(Config::default(), Access::Read)?;
     let stats = store.stats(session.now()).map_err(store_failure)?;
     session.printer().either(&stats, || stats_text(&stats))?;
     Ok(Exit::Done.code())
@@ -104,7 +104,10 @@ fn stats_text(stats: &Stats) -> String {
 
 /// `idem sweep [--limit N] [--dry-run]`
 pub(crate) fn sweep(session: &Session, limit: Option<usize>, dry_run: bool) -> Ending {
-    let store = session.open(Config::default(), Create::No)?;
+    let store = session.open(
+        Config::default(),
+        if dry_run { Access::Read } else { Access::Write },
+    )?;
     let now = session.now();
     let limit = limit.unwrap_or(usize::MAX);
     let report = if dry_run {
@@ -153,7 +156,7 @@ pub(crate) fn sweep(session: &Session, limit: Option<usize>, dry_run: bool) -> E
 
 /// `idem check`: exit 1 when a problem is found.
 pub(crate) fn check(session: &Session) -> Ending {
-    let store = session.open(Config::default(), Create::No)?;
+    let store = session.open(Config::default(), Access::Write)?;
     let report = store.check().map_err(store_failure)?;
     let printer = session.printer();
     if printer.json {
@@ -186,7 +189,7 @@ pub(crate) fn check(session: &Session) -> Ending {
 
 /// `idem compact`
 pub(crate) fn compact(session: &Session) -> Ending {
-    let mut store = session.open(Config::default(), Create::No)?;
+    let mut store = session.open(Config::default(), Access::Write)?;
     let before = file_size(&session.db)?;
     let moved = store.compact().map_err(store_failure)?;
     drop(store);
@@ -205,7 +208,7 @@ pub(crate) fn compact(session: &Session) -> Ending {
 /// `idem export [--out FILE]`: JSON lines to the file or stdout; the count is reported on
 /// stdout with `--out`, on stderr without (stdout then carries the records).
 pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
-    let store = session.open(Config::default(), Create::No)?;
+    let store = session.open(Config::default(), Access::Read)?;
     let records = store.stats(session.now()).map_err(store_failure)?.records();
     let bar = progress::bar(Some(records), "exporting", Unit::Items);
     let count = match out {
@@ -246,14 +249,14 @@ pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
 pub(crate) fn import(session: &Session, file: &Path) -> Ending {
     // Open the input before the store: a missing file must not create an empty store.
     let count = if file == Path::new("-") {
-        let store = session.open(Config::default(), Create::Yes)?;
+        let store = session.open(Config::default(), Access::Create)?;
         store.import(io::stdin().lock()).map_err(store_failure)?
     } else {
         let input = File::open(file)
             .map_err(|e| Failure::usage(format!("FILE: cannot read {}: {e}", file.display())))?;
         let size = input.metadata().map(|m| m.len()).ok();
         let bar = progress::bar(size, "importing", Unit::Bytes);
-        let store = session.open(Config::default(), Create::Yes)?;
+        let store = session.open(Config::default(), Access::Create)?;
         let count = store
             .import(BufReader::new(CountingReader::new(input, bar.clone())))
             .map_err(store_failure)?;

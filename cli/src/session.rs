@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use idem_core::{Config, RecordId, Refusal, Timestamp};
-use idem_store::{Error, OpenError, Store};
+use idem_store::{Error, OpenError, Store, StoreBuilder};
 
 use crate::exit::{Exit, Failure};
 use crate::output::Printer;
@@ -15,13 +15,18 @@ use crate::time::Clock;
 /// the CLI runs next to a live application and a few dozen scripts may start at once.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Whether a command may create the store file when it does not exist.
+/// How a command opens the store file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Create {
+pub(crate) enum Access {
     /// `begin`, `exec`, `import`: the first use of a store makes it.
-    Yes,
-    /// Every other command: a missing file is reported, not made.
-    No,
+    Create,
+    /// The other commands that write (`complete`, `sweep`, `check`, `compact`, ...): a
+    /// missing file is reported, not made.
+    Write,
+    /// `get`, `list`, `stats`, `export`, `sweep --dry-run`: a read-only open, which
+    /// changes no byte of the file, works on a read-only file or mount, and does not wait
+    /// for the processes writing it. A missing file is reported.
+    Read,
 }
 
 /// The settings every command shares.
@@ -51,33 +56,47 @@ impl Session {
 
     /// Opens the store with `config`. Call only after every argument has been checked:
     /// opening may create the file.
-    pub(crate) fn open(&self, config: Config, create: Create) -> Result<Store, Failure> {
-        if create == Create::No && !self.db.exists() {
+    pub(crate) fn open(&self, config: Config, access: Access) -> Result<Store, Failure> {
+        if access != Access::Create && !self.db.exists() {
             return Err(Failure::runtime(format!(
                 "{}: no store file here (begin, exec and import create one; --db or $IDEM_DB choose another)",
                 self.db.display()
             )));
         }
-        open_store(&self.db, config)
+        open_store(&self.db, config, access)
     }
 
-    /// Opens the store for a command about one key. A missing file means the key has no
-    /// record: exit 7.
-    pub(crate) fn open_for_key(&self, config: Config, id: &RecordId) -> Result<Store, Failure> {
+    /// Opens the store for a command about one key. A missing file, or one without a
+    /// store yet, means the key has no record: exit 7.
+    pub(crate) fn open_for_key(
+        &self,
+        config: Config,
+        id: &RecordId,
+        access: Access,
+    ) -> Result<Store, Failure> {
         if !self.db.exists() {
             return Err(not_found(id).with_note(&format!("no store file at {}", self.db.display())));
         }
-        open_store(&self.db, config)
+        match builder(config, access).open(&self.db) {
+            // An empty file, or one without idem's tables, read without creating them.
+            Err(OpenError::NoStore { .. }) => {
+                Err(not_found(id).with_note(&format!("no store in {}", self.db.display())))
+            }
+            opened => opened.map_err(open_failure),
+        }
     }
 }
 
-/// Opens `path` with `config` and the CLI's lock timeout.
-pub(crate) fn open_store(path: &Path, config: Config) -> Result<Store, Failure> {
+/// Opens `path` with `config` and the CLI's lock timeout, read-only for [`Access::Read`].
+pub(crate) fn open_store(path: &Path, config: Config, access: Access) -> Result<Store, Failure> {
+    builder(config, access).open(path).map_err(open_failure)
+}
+
+fn builder(config: Config, access: Access) -> StoreBuilder {
     Store::builder()
         .config(config)
         .lock_timeout(LOCK_TIMEOUT)
-        .open(path)
-        .map_err(open_failure)
+        .read_only(access == Access::Read)
 }
 
 /// An open error as a failure: a bad config is input (2), everything else is the file
@@ -85,6 +104,9 @@ pub(crate) fn open_store(path: &Path, config: Config) -> Result<Store, Failure> 
 pub(crate) fn open_failure(e: OpenError) -> Failure {
     match e {
         OpenError::Config(_) | OpenError::Options(_) => Failure::usage(e.to_string()),
+        OpenError::NeedsRecovery { .. } => Failure::runtime(format!(
+            "{e}: idem check (or any command that writes) recovers and verifies it"
+        )),
         other => Failure::runtime(other.to_string()),
     }
 }

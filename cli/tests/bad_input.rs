@@ -182,6 +182,43 @@ fn a_damaged_store_exits_1_and_is_not_touched() {
     assert_eq!(run.code, 1, "stdout {} stderr {}", run.stdout, run.stderr);
     run.one_error_line(&["idem.redb"]);
     assert!(idem.db_bytes() == bytes, "a damaged file was changed");
+    // The read commands open it read-only, which cannot verify it: each answers from the
+    // pages it reads, or meets the damage and says so on one line; none panics.
+    let mut corrupt = 0;
+    for args in [
+        vec!["get", "t", "o", "k"],
+        vec!["list"],
+        vec!["stats"],
+        vec!["export"],
+        vec!["sweep", "--dry-run"],
+    ] {
+        let run = idem.run(&args);
+        if run.code != 0 {
+            run.code(1).one_error_line(&["corrupt"]);
+            corrupt += 1;
+        }
+        assert!(idem.db_bytes() == bytes, "{args:?} changed a damaged file");
+    }
+    assert!(corrupt > 0, "no read command met the damage");
+}
+
+#[test]
+fn after_a_crash_read_commands_say_what_recovers_the_file() {
+    let (idem, _) = store_with_a_record();
+    // The program kills the idem process running it: the store file stays open, as after
+    // a crash of the application writing it.
+    let run = idem.run(&["exec", "t", "o", "crash", "--", "sh", "-c", "kill -9 $PPID"]);
+    assert_eq!(run.code, -1, "killed by a signal: {run:?}");
+    let crashed = idem.db_bytes();
+    for args in [vec!["list"], vec!["get", "t", "o", "k"]] {
+        idem.run(&args)
+            .code(1)
+            .one_error_line(&["did not close it cleanly", "idem check"]);
+        assert!(idem.db_bytes() == crashed, "{args:?} changed the file");
+    }
+    idem.run(&["check"]).code(0);
+    idem.run(&["get", "t", "o", "k"]).code(0);
+    idem.run(&["get", "t", "o", "crash"]).code(0);
 }
 
 #[test]

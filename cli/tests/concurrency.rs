@@ -1,10 +1,13 @@
-//! Many processes at once: the store file is shared, and exactly one claim wins.
+//! Many processes at once: the store file is shared, exactly one claim wins, and the read
+//! commands read beside a process that has the file open for writing.
 
 mod common;
 
 use std::process::Stdio;
+use std::thread;
+use std::time::{Duration, Instant};
 
-use common::{Idem, Run, T0};
+use common::{Idem, Run, T0, claim};
 
 #[test]
 fn fifty_processes_begin_one_key_and_exactly_one_claims() {
@@ -40,4 +43,51 @@ fn fifty_processes_begin_one_key_and_exactly_one_claims() {
             "every loser names the winner"
         );
     }
+}
+
+#[test]
+fn read_commands_read_beside_a_running_writer() {
+    let idem = Idem::new();
+    claim(&idem, T0, "before");
+    // `exec` keeps the store open for writing while its program runs; the program waits
+    // for the file `go`.
+    let started = idem.path("started");
+    let go = idem.path("go");
+    let script = format!(
+        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.02; done; echo done",
+        started.display(),
+        go.display()
+    );
+    let writer = idem
+        .command(&["exec", "t", "o", "running", "--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let give_up = Instant::now() + Duration::from_secs(120);
+    while !started.exists() {
+        assert!(Instant::now() < give_up, "exec never ran its program");
+        thread::sleep(Duration::from_millis(10));
+    }
+    // The writer's claim is committed; the reads see it, and change nothing.
+    let before = idem.db_bytes();
+    let listed = idem.at(T0, &["list", "--state", "pending"]);
+    listed.code(0);
+    let keys: Vec<String> = listed
+        .json_lines()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(keys, ["before", "running"]);
+    idem.at(T0, &["get", "t", "o", "running"]).code(0);
+    assert_eq!(idem.at(T0, &["stats"]).json()["pending"], 2);
+    assert!(idem.db_bytes() == before, "a read changed the file");
+    std::fs::write(&go, b"").expect("go");
+    let run = Run::of(writer.wait_with_output().expect("wait"));
+    run.code(0);
+    assert_eq!(run.stdout, "done\n");
+    assert_eq!(
+        idem.at(T0, &["get", "t", "o", "running"]).json()["state"],
+        "succeeded"
+    );
 }

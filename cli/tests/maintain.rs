@@ -228,6 +228,93 @@ fn check_compact_export_and_import_round_trip() {
     assert_eq!(via_stdin.run(&["export"]).stdout, exported);
 }
 
+/// The commands that only read: each runs with a read-only open.
+const READS: [&[&str]; 8] = [
+    &["get", "t", "o", "b"],
+    &["get", "t", "o", "nobody"],
+    &["list"],
+    &["list", "--state", "unknown", "--limit", "1"],
+    &["stats"],
+    &["export"],
+    &["export", "--out", "backup.jsonl"],
+    &["sweep", "--dry-run"],
+];
+
+/// What a read printed, with `--json` and without; the exit status checked.
+fn read_answers(idem: &Idem) -> Vec<(String, String)> {
+    let now = (T0 + 2 * HOUR + 4).to_string();
+    let mut answers = Vec::new();
+    for args in READS {
+        for json in [false, true] {
+            let mut all = vec!["--now", now.as_str()];
+            if json {
+                all.push("--json");
+            }
+            all.extend_from_slice(args);
+            let run = idem.run(&all);
+            let expected = if args[1..] == ["t", "o", "nobody"] {
+                7
+            } else {
+                0
+            };
+            run.code(expected);
+            answers.push((run.stdout, run.stderr));
+        }
+    }
+    answers
+}
+
+#[test]
+fn read_commands_change_no_byte_of_the_file() {
+    let idem = populated();
+    let before = idem.db_bytes();
+    read_answers(&idem);
+    assert!(
+        idem.db_bytes() == before,
+        "a read command changed the store file"
+    );
+    // Unlike the maintenance commands, which open it for writing.
+    idem.run(&["check"]).code(0);
+    assert!(
+        idem.db_bytes() != before,
+        "check wrote nothing: is it still a writable open?"
+    );
+}
+
+#[test]
+fn read_commands_work_on_a_read_only_file_and_writes_are_refused() {
+    let idem = populated();
+    let answers = read_answers(&idem);
+    let mut permissions = fs::metadata(&idem.db).expect("db").permissions();
+    permissions.set_readonly(true);
+    fs::set_permissions(&idem.db, permissions).expect("chmod");
+    let before = idem.db_bytes();
+    // The same answers: no "read-only" refusal (even for root, whom the permission
+    // bits would not stop, the file's bytes tell that nothing wrote).
+    assert_eq!(read_answers(&idem), answers);
+    assert!(
+        idem.db_bytes() == before,
+        "a read command changed the store file"
+    );
+    let backup = idem.path("backup.jsonl").to_string_lossy().into_owned();
+    for args in [
+        vec!["begin", "t", "o", "new"],
+        vec!["complete", "t", "o", "a", "--generation", "1"],
+        vec!["sweep"],
+        vec!["check"],
+        vec!["compact"],
+        vec!["import", &backup],
+    ] {
+        idem.run(&args)
+            .code(1)
+            .one_error_line(&["idem.redb", "read-only"]);
+    }
+    assert!(
+        idem.db_bytes() == before,
+        "a refused command changed the store file"
+    );
+}
+
 #[test]
 fn every_command_has_help_with_an_example() {
     let idem = Idem::new();

@@ -19,7 +19,8 @@ pub enum OpenError {
         /// The path given.
         path: PathBuf,
     },
-    /// The file (or its file system) is read-only; the store needs to write to it.
+    /// The file (or its file system) is read-only; the store needs to write to it. A
+    /// read-only open ([`crate::StoreBuilder::read_only`]) reads such a file.
     #[error(
         "{}: the file is read-only, and a store writes to its file (check the permissions and the mount)",
         path.display()
@@ -47,6 +48,28 @@ pub enum OpenError {
         path.display()
     )]
     IncompatibleProcess {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// A read-only open ([`crate::StoreBuilder::read_only`]) found no store to read: the
+    /// file is missing or empty, or holds no idem tables yet. Only a writable open
+    /// creates them.
+    #[error(
+        "{}: holds no idem store (the file is missing, empty or without idem's tables), and a read-only open creates none",
+        path.display()
+    )]
+    NoStore {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// A read-only open found that the last process that wrote the file did not close it
+    /// (it crashed or was killed), and that none has it open now: the file must be
+    /// recovered, which writes to it, so only a writable open can.
+    #[error(
+        "{}: the last process that wrote the file did not close it cleanly, and only a writable open recovers it",
+        path.display()
+    )]
+    NeedsRecovery {
         /// The path given.
         path: PathBuf,
     },
@@ -121,6 +144,15 @@ pub enum Error {
     /// writes until it is reopened (redb's rule after a failed commit).
     #[error("commit failed, the outcome of this call is unknown; reopen the store: {0}")]
     CommitFailed(#[source] redb::CommitError),
+    /// The store was opened read-only ([`crate::StoreBuilder::read_only`]) and the
+    /// operation writes; nothing was written.
+    #[error(
+        "{operation}: refused, the store was opened read-only and {operation} writes to the file"
+    )]
+    ReadOnly {
+        /// The refused operation: the method's name (`begin`, `sweep`, `check`, ...).
+        operation: &'static str,
+    },
     /// An earlier commit or I/O failed; reopen the store before writing again.
     #[error("an earlier commit or I/O error failed this store; drop it and open the file again")]
     NeedsReopen,
@@ -242,6 +274,10 @@ mod tests {
         assert_eq!(
             import.to_string(),
             "import line 3: fingerprint: 10 characters, expected 64 hex digits (0-9, a-f)"
+        );
+        assert_eq!(
+            Error::ReadOnly { operation: "begin" }.to_string(),
+            "begin: refused, the store was opened read-only and begin writes to the file"
         );
         let work: ExecuteError<&str> = ExecuteError::Work("card declined");
         assert_eq!(

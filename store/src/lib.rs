@@ -163,9 +163,25 @@
 //! redb opens under the write lock; the store keeps its own transactions short (one
 //! input each, an `execute` closure being the caller's to keep short).
 //!
+//! Writes are not served in the order they started waiting: a process writing back to
+//! back can keep another process's write waiting through several of its transactions
+//! (a waiting process tries for the lock every millisecond); the lock timeout bounds
+//! that wait.
+//!
 //! Every process sharing a file must use the same mode. A process that needs
 //! [`redb::Durability::None`] must use [`redb::ConcurrencyMode::ExclusiveWriter`], and
 //! then has the file to itself.
+//!
+//! # Reading without writing
+//!
+//! A store opened with [`StoreBuilder::read_only`] reads through a read-only redb handle:
+//! it answers every read ([`Store::get`], [`Store::list`], [`Store::stats`],
+//! [`Store::export`], a dry-run [`Store::sweep`]) with the latest commit of every process,
+//! changes no byte of the file, works on a read-only file or mount, and opens next to the
+//! processes writing the file without waiting for them. Every write, and
+//! [`Store::check`], is refused with [`Error::ReadOnly`]. A writable open, by contrast,
+//! writes redb's header even when nothing is committed, and verifies the whole file
+//! under the write lock ([`StoreBuilder::verify_on_open`]).
 //!
 //! # The file
 //!
@@ -188,6 +204,7 @@
 pub mod bench;
 mod error;
 mod group;
+mod handle;
 mod lock;
 mod maintain;
 mod open;

@@ -4,9 +4,10 @@ use std::fs;
 
 use idem_core::protocol::sweepable;
 use idem_core::{Generation, State, Timestamp};
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{ReadableTable, ReadableTableMetadata};
 use serde::Serialize;
 
+use crate::handle::guard_read;
 use crate::tables::{
     self, EXPIRY, GENERATION_KEY, META, RECORDS, SCHEMA_KEY, SCHEMA_VERSION, STATES, Tables,
 };
@@ -128,28 +129,12 @@ impl Store {
     /// [`Error::Corrupt`] when the expiry index disagrees with a record.
     pub fn sweep(&self, now: Timestamp, limit: usize, dry_run: bool) -> Result<SweepReport, Error> {
         if dry_run {
-            let db = self.database();
-            let txn = db.begin_read()?;
-            let expiry = txn.open_table(EXPIRY)?;
-            let mut report = SweepReport::default();
-            for entry in expiry.iter()? {
-                let (key, _) = entry?;
-                let (expires_at, _) = tables::split_timed_key(key.value())?;
-                if expires_at > now {
-                    break;
-                }
-                if usize::try_from(report.removed).is_ok_and(|n| n >= limit) {
-                    report.remaining_expired = true;
-                    break;
-                }
-                report.removed += 1;
-            }
-            return Ok(report);
+            return guard_read(|_| self.sweep_dry_run(now, limit));
         }
         let mut removed = 0usize;
         loop {
             let batch = SWEEP_BATCH.min(limit - removed);
-            let writing = self.writing()?;
+            let writing = self.writing("sweep")?;
             let (deleted, more) = {
                 let mut tables = Tables::open(&writing.txn)?;
                 // One more than the batch, to learn whether expired records remain.
@@ -197,6 +182,27 @@ impl Store {
         }
     }
 
+    /// What [`Store::sweep`] would delete.
+    fn sweep_dry_run(&self, now: Timestamp, limit: usize) -> Result<SweepReport, Error> {
+        let db = self.database();
+        let txn = db.begin_read()?;
+        let expiry = txn.open_table(EXPIRY)?;
+        let mut report = SweepReport::default();
+        for entry in expiry.iter()? {
+            let (key, _) = entry?;
+            let (expires_at, _) = tables::split_timed_key(key.value())?;
+            if expires_at > now {
+                break;
+            }
+            if usize::try_from(report.removed).is_ok_and(|n| n >= limit) {
+                report.remaining_expired = true;
+                break;
+            }
+            report.removed += 1;
+        }
+        Ok(report)
+    }
+
     /// Counts by state, Pending records past their lease, the age of the oldest Pending
     /// and Unknown record, expired records awaiting sweep, the file size and the
     /// generation counter, from one snapshot.
@@ -208,6 +214,10 @@ impl Store {
     ///
     /// Storage or decode errors; [`Error::Io`] reading the file size.
     pub fn stats(&self, now: Timestamp) -> Result<Stats, Error> {
+        guard_read(|_| self.stats_guarded(now))
+    }
+
+    fn stats_guarded(&self, now: Timestamp) -> Result<Stats, Error> {
         let db = self.database();
         let txn = db.begin_read()?;
         let records = txn.open_table(RECORDS)?;
@@ -263,12 +273,14 @@ impl Store {
     ///
     /// Storage or decode errors.
     pub fn generation(&self) -> Result<Generation, Error> {
-        let db = self.database();
-        let txn = db.begin_read()?;
-        let meta = txn.open_table(META)?;
-        Ok(Generation(
-            tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0),
-        ))
+        guard_read(|_| {
+            let db = self.database();
+            let txn = db.begin_read()?;
+            let meta = txn.open_table(META)?;
+            Ok(Generation(
+                tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0),
+            ))
+        })
     }
 
     /// Verifies the file: redb's integrity check (every page checksum, repairing what it
@@ -281,13 +293,21 @@ impl Store {
     /// finish, and holds the redb write lock while redb verifies, so other processes'
     /// writes wait for it too: about a millisecond per megabyte of file.
     ///
+    /// It needs a writable store: redb's integrity check takes the database to itself
+    /// and may repair (write) it, which a read-only handle cannot.
+    ///
     /// # Errors
     ///
     /// [`Error::Corrupt`] when redb cannot repair the file; [`Error::Busy`] when this
-    /// process kept the store busy past the lock timeout; storage errors.
+    /// process kept the store busy past the lock timeout; [`Error::ReadOnly`] on a
+    /// read-only store; storage errors.
     pub fn check(&self) -> Result<CheckReport, Error> {
+        self.ensure_writable("check")?;
         let mut db = self.database_exclusive()?;
-        let redb_repaired = !db.check_integrity()?;
+        let redb_repaired = match db.writable_mut() {
+            Some(writable) => !writable.check_integrity()?,
+            None => return Err(Error::ReadOnly { operation: "check" }),
+        };
         let txn = db.begin_read()?;
         let records = txn.open_table(RECORDS)?;
         let expiry = txn.open_table(EXPIRY)?;
@@ -391,9 +411,15 @@ impl Store {
     /// [`Error::CompactionBusy`] while any transaction is open in this or another
     /// process; [`Error::NeedsReopen`] after a failed commit; storage errors.
     pub fn compact(&mut self) -> Result<bool, Error> {
+        self.ensure_writable("compact")?;
         if self.needs_reopen() {
             return Err(Error::NeedsReopen);
         }
-        Ok(self.database_mut().compact()?)
+        match self.database_mut().writable_mut() {
+            Some(db) => Ok(db.compact()?),
+            None => Err(Error::ReadOnly {
+                operation: "compact",
+            }),
+        }
     }
 }

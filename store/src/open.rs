@@ -9,6 +9,9 @@
 //! that so far holds only the application's own tables) gets them; a file whose
 //! `idem.records` table holds records but whose `idem.meta` table is gone is refused as
 //! corrupt.
+//!
+//! A read-only open ([`StoreBuilder::read_only`]) is that first read-only open alone: it
+//! checks the schema, keeps the handle, and never writes.
 
 use std::fs;
 use std::io;
@@ -23,6 +26,7 @@ use redb::{
     StorageError, TableError,
 };
 
+use crate::handle::Handle;
 use crate::lock::{self, begin_write};
 use crate::tables::{self, META, RECORDS, SCHEMA_KEY, SCHEMA_VERSION, Tables};
 use crate::{Error, OpenError, Store};
@@ -52,6 +56,7 @@ pub struct StoreBuilder {
     concurrency: ConcurrencyMode,
     cache_size: Option<usize>,
     verify_on_open: bool,
+    read_only: bool,
 }
 
 impl Default for StoreBuilder {
@@ -63,6 +68,7 @@ impl Default for StoreBuilder {
             concurrency: ConcurrencyMode::MultiWriter,
             cache_size: None,
             verify_on_open: true,
+            read_only: false,
         }
     }
 }
@@ -116,15 +122,41 @@ impl StoreBuilder {
         self
     }
 
-    /// Opens the store file at `path`, creating it when it does not exist.
+    /// Open the file only to read it. Default false.
+    ///
+    /// A read-only store answers [`Store::get`], [`Store::list`], [`Store::stats`],
+    /// [`Store::generation`], [`Store::export`], a dry-run [`Store::sweep`],
+    /// [`Store::read`] and the outbox's reads like any store, from the latest commit of
+    /// every process, and refuses every write (and [`Store::check`], whose integrity
+    /// check needs the file for writing) with [`Error::ReadOnly`]. It changes no byte of
+    /// the file: it reads a file that is read-only, or on a read-only mount, and opens
+    /// beside processes that write it (in the same [concurrency
+    /// mode](StoreBuilder::concurrency)) without waiting for them.
+    ///
+    /// Opening read-only creates nothing ([`OpenError::NoStore`] when there is no store
+    /// yet), cannot recover a file whose last writer crashed ([`OpenError::NeedsRecovery`]
+    /// until a writable open has), and does not verify the file
+    /// ([`StoreBuilder::verify_on_open`] needs a writable open; [`Store::check`] on a
+    /// writable store does it).
+    pub fn read_only(mut self, read_only: bool) -> StoreBuilder {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Opens the store file at `path`, creating it when it does not exist (unless
+    /// [`StoreBuilder::read_only`]).
     ///
     /// # Errors
     ///
     /// [`OpenError`]: a directory, a read-only file, a lock held past the lock timeout, a
-    /// newer schema, a corrupt file, an invalid config or contradictory options. In every
-    /// one of these cases the file is left byte for byte as it was.
+    /// newer schema, a corrupt file, an invalid config or contradictory options; for a
+    /// read-only open, no store in the file or a file that needs recovery. In every one
+    /// of these cases the file is left byte for byte as it was.
     pub fn open(self, path: impl AsRef<Path>) -> Result<Store, OpenError> {
         self.config.validate()?;
+        if self.read_only {
+            return self.open_read_only(path.as_ref());
+        }
         if matches!(self.durability, Durability::None)
             && self.concurrency != ConcurrencyMode::ExclusiveWriter
         {
@@ -149,7 +181,7 @@ impl StoreBuilder {
         let db = self.open_for_writing(&path, &deadline)?;
         self.initialize(&db, &path, &deadline)?;
         Ok(Store::from_parts(
-            db,
+            Handle::Writable(db),
             path,
             self.config,
             self.durability,
@@ -169,17 +201,60 @@ impl StoreBuilder {
     /// Reads the schema of an existing file through a read-only open, which writes
     /// nothing, so a newer or damaged file is refused untouched.
     fn precheck(&self, path: &Path, deadline: &Deadline) -> Result<(), OpenError> {
+        match self.open_without_writing(path, deadline)? {
+            Some(db) => {
+                let schema = guarded(path, || read_schema(&db))?;
+                check_schema(path, schema.map_err(|e| storage(path, e))?)
+            }
+            // An unclean shutdown: only a writable open repairs it, and then the schema
+            // is checked inside the writable open.
+            None => Ok(()),
+        }
+    }
+
+    /// The store for [`StoreBuilder::read_only`]: the file's schema checked through a
+    /// read-only open, which it keeps.
+    fn open_read_only(self, path: &Path) -> Result<Store, OpenError> {
+        let path = path.to_path_buf();
+        let deadline = Deadline::new(self.lock_timeout);
+        match fs::metadata(&path) {
+            Ok(meta) if meta.is_dir() => return Err(OpenError::IsDirectory { path }),
+            Ok(meta) if meta.len() > 0 => {}
+            Ok(_) => return Err(OpenError::NoStore { path }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(OpenError::NoStore { path });
+            }
+            Err(source) => return Err(OpenError::Io { path, source }),
+        }
+        let Some(db) = self.open_without_writing(&path, &deadline)? else {
+            return Err(OpenError::NeedsRecovery { path });
+        };
+        match guarded(&path, || read_schema(&db))?.map_err(|e| storage(&path, e))? {
+            Ok(None) => return Err(OpenError::NoStore { path }),
+            schema => check_schema(&path, schema)?,
+        }
+        Ok(Store::from_parts(
+            Handle::ReadOnly(db),
+            path,
+            self.config,
+            self.durability,
+            self.lock_timeout,
+        ))
+    }
+
+    /// Opens `path` read-only, waiting (until the deadline) for a process that holds it
+    /// exclusively; `None` when the file needs a recovery, which only a writable open
+    /// does.
+    fn open_without_writing(
+        &self,
+        path: &Path,
+        deadline: &Deadline,
+    ) -> Result<Option<redb::ReadOnlyDatabase>, OpenError> {
         let builder = self.redb_builder();
         loop {
-            let opened = guarded(path, || builder.open_read_only(path));
-            match opened? {
-                Ok(db) => {
-                    let schema = guarded(path, || read_schema(&db))?;
-                    return check_schema(path, schema.map_err(|e| storage(path, e))?);
-                }
-                // An unclean shutdown: only a writable open repairs it, and then the
-                // schema is checked inside the writable open.
-                Err(DatabaseError::RepairAborted) => return Ok(()),
+            match guarded(path, || builder.open_read_only(path))? {
+                Ok(db) => return Ok(Some(db)),
+                Err(DatabaseError::RepairAborted) => return Ok(None),
                 Err(DatabaseError::DatabaseAlreadyOpen) if deadline.wait() => {}
                 Err(e) => return Err(open_error(path, e, deadline)),
             }

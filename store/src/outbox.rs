@@ -25,8 +25,9 @@ use idem_core::{
     Attempt, Effect, Fingerprint, Intent, IntentState, LedgerConfig, LedgerConfigError,
     LedgerError, Reply, Timestamp,
 };
-use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 
+use crate::handle::guard_read;
 use crate::tables::META;
 use crate::{Error, Store};
 
@@ -192,9 +193,10 @@ impl<'s> Outbox<'s> {
         random: [u8; 16],
         work: impl FnOnce(&WriteTransaction, &Intent) -> Result<T, E>,
     ) -> Result<(Intent, T), EnqueueError<E>> {
+        self.store.ensure_writable("enqueue")?;
         let intent = Intent::new(operation, payload, fingerprint, now, random, &self.config)
             .map_err(OutboxError::from)?;
-        let writing = self.store.writing()?;
+        let writing = self.store.writing("enqueue")?;
         if let Err(e) = insert(&writing.txn, &intent) {
             self.store.finish(writing, false)?;
             return Err(e.into());
@@ -242,7 +244,7 @@ impl<'s> Outbox<'s> {
     ///
     /// Storage or decode errors; nothing changed.
     pub fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<Attempt>, Error> {
-        let writing = self.store.writing()?;
+        let writing = self.store.writing("due")?;
         let mut attempts = Vec::new();
         let mut changed = false;
         {
@@ -284,7 +286,7 @@ impl<'s> Outbox<'s> {
         reply: Reply,
         now: Timestamp,
     ) -> Result<Effect, OutboxError> {
-        self.transition(key, |intent, config, rng| {
+        self.transition("record_reply", key, |intent, config, rng| {
             intent.on_reply(reply, now, config, rng)
         })
     }
@@ -297,7 +299,7 @@ impl<'s> Outbox<'s> {
     ///
     /// [`LedgerError::UnknownKey`] when no intent has `key`; storage errors.
     pub fn record_transport_error(&self, key: &str, now: Timestamp) -> Result<Effect, OutboxError> {
-        self.transition(key, |intent, config, rng| {
+        self.transition("record_transport_error", key, |intent, config, rng| {
             intent.on_transport_error(now, config, rng)
         })
     }
@@ -311,7 +313,7 @@ impl<'s> Outbox<'s> {
     ///
     /// Storage or decode errors; nothing changed.
     pub fn restart(&self) -> Result<usize, Error> {
-        let writing = self.store.writing()?;
+        let writing = self.store.writing("restart")?;
         let mut requeued = 0;
         {
             let mut tables = IntentTables::open(&writing.txn)?;
@@ -345,7 +347,7 @@ impl<'s> Outbox<'s> {
     ///
     /// [`LedgerError::UnknownKey`], [`LedgerError::NotTerminal`]; storage errors.
     pub fn forget(&self, key: &str) -> Result<Intent, OutboxError> {
-        let writing = self.store.writing()?;
+        let writing = self.store.writing("forget")?;
         let found = {
             let mut tables = IntentTables::open(&writing.txn)?;
             match tables.get(key)? {
@@ -372,15 +374,17 @@ impl<'s> Outbox<'s> {
     ///
     /// Storage errors.
     pub fn next_wakeup(&self) -> Result<Option<Timestamp>, Error> {
-        let db = self.store.database();
-        let txn = db.begin_read()?;
-        let Some(due) = open_read(&txn, DUE)? else {
-            return Ok(None);
-        };
-        match due.first()? {
-            Some((key, _)) => Ok(Some(split_due_key(key.value())?.0)),
-            None => Ok(None),
-        }
+        guard_read(|_| {
+            let db = self.store.database();
+            let txn = db.begin_read()?;
+            let Some(due) = open_read(&txn, DUE)? else {
+                return Ok(None);
+            };
+            match due.first()? {
+                Some((key, _)) => Ok(Some(split_due_key(key.value())?.0)),
+                None => Ok(None),
+            }
+        })
     }
 
     /// The intent with `key`.
@@ -389,12 +393,14 @@ impl<'s> Outbox<'s> {
     ///
     /// Storage or decode errors.
     pub fn intent(&self, key: &str) -> Result<Option<Intent>, Error> {
-        let db = self.store.database();
-        let txn = db.begin_read()?;
-        let Some(intents) = open_read(&txn, INTENTS)? else {
-            return Ok(None);
-        };
-        read_intent(&intents, key)
+        guard_read(|_| {
+            let db = self.store.database();
+            let txn = db.begin_read()?;
+            let Some(intents) = open_read(&txn, INTENTS)? else {
+                return Ok(None);
+            };
+            read_intent(&intents, key)
+        })
     }
 
     /// The intents that match `filter`, oldest first (by key: UUIDv7 keys sort by
@@ -404,6 +410,10 @@ impl<'s> Outbox<'s> {
     ///
     /// Storage or decode errors.
     pub fn intents(&self, filter: &IntentFilter) -> Result<Vec<Intent>, Error> {
+        guard_read(|_| self.intents_guarded(filter))
+    }
+
+    fn intents_guarded(&self, filter: &IntentFilter) -> Result<Vec<Intent>, Error> {
         let limit = filter.limit.unwrap_or(usize::MAX);
         let db = self.store.database();
         let txn = db.begin_read()?;
@@ -452,13 +462,14 @@ impl<'s> Outbox<'s> {
     }
 
     /// Reads the intent `key`, applies `step` with the persisted backoff generator, and
-    /// commits what changed.
+    /// commits what changed; `operation` names the call for a read-only store's refusal.
     fn transition(
         &self,
+        operation: &'static str,
         key: &str,
         step: impl FnOnce(&mut Intent, &LedgerConfig, &mut BackoffRng) -> Effect,
     ) -> Result<Effect, OutboxError> {
-        let writing = self.store.writing()?;
+        let writing = self.store.writing(operation)?;
         let outcome = (|| -> Result<(Effect, bool), OutboxError> {
             let mut tables = IntentTables::open(&writing.txn)?;
             let mut meta = writing.txn.open_table(META).map_err(Error::from)?;

@@ -9,7 +9,6 @@
 
 use idem_core::protocol::{self, Decision};
 use idem_core::{Fingerprint, Timestamp, Transition, Write};
-use redb::ReadableDatabase;
 
 use crate::tables::{self, RECORDS};
 use crate::{Error, Store};

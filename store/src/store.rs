@@ -20,12 +20,10 @@ use idem_core::{
     Config, Fingerprint, Generation, Outcome, Record, RecordId, State, Timestamp, Transition,
     Verdict, Write,
 };
-use redb::{
-    CommitError, Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable,
-    WriteTransaction,
-};
+use redb::{CommitError, Durability, ReadTransaction, ReadableTable, WriteTransaction};
 
 use crate::group::{Committer, Step};
+use crate::handle::{Caller, Handle, guard_read};
 use crate::lock::{Deadline, Gate, Turn, begin_write};
 use crate::tables::{self, RECORDS, STATES, Tables};
 use crate::{Error, ExecuteError, StoreBuilder};
@@ -34,11 +32,15 @@ use crate::{Error, ExecuteError, StoreBuilder};
 /// (`&Store` or `Arc<Store>`) and, with the default [`redb::ConcurrencyMode::MultiWriter`],
 /// by other processes that open the same file.
 ///
-/// See the [crate documentation](crate) for the two ways to use it.
+/// See the [crate documentation](crate) for the two ways to use it. A store opened with
+/// [`StoreBuilder::read_only`] reads like any other and refuses every write with
+/// [`Error::ReadOnly`].
 pub struct Store {
     // Check takes it exclusively (redb's integrity check needs `&mut Database`); every
     // other operation shares it.
-    db: RwLock<Database>,
+    db: RwLock<Handle>,
+    // Opened with `StoreBuilder::read_only`: every write is refused.
+    read_only: bool,
     // Serializes this process's write transactions, so that waiting for the redb write
     // lock only ever waits for another process; both waits are bounded.
     gate: Gate,
@@ -56,6 +58,7 @@ impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Store")
             .field("path", &self.path)
+            .field("read_only", &self.read_only)
             .field("config", &self.config)
             .field("durability", &self.durability)
             .field("lock_timeout", &self.lock_timeout)
@@ -139,7 +142,7 @@ pub(crate) struct Writing<'s> {
     // Declared first so it drops before the guards.
     pub(crate) txn: WriteTransaction,
     _turn: Turn<'s>,
-    _db: RwLockReadGuard<'s, Database>,
+    _db: RwLockReadGuard<'s, Handle>,
 }
 
 impl Store {
@@ -159,13 +162,14 @@ impl Store {
     }
 
     pub(crate) fn from_parts(
-        db: Database,
+        db: Handle,
         path: PathBuf,
         config: Config,
         durability: Durability,
         lock_timeout: Duration,
     ) -> Store {
         Store {
+            read_only: db.writable().is_none(),
             db: RwLock::new(db),
             gate: Gate::default(),
             broken: AtomicBool::new(false),
@@ -195,14 +199,30 @@ impl Store {
         self.broken.load(Ordering::Acquire)
     }
 
-    pub(crate) fn database(&self) -> RwLockReadGuard<'_, Database> {
+    /// True when the store was opened with [`StoreBuilder::read_only`]: it reads, and
+    /// refuses every write with [`Error::ReadOnly`].
+    #[must_use]
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Refuses `operation`, which writes, on a read-only store. Called first by every
+    /// write, so that a read-only store refuses it the same way whatever the file holds.
+    pub(crate) fn ensure_writable(&self, operation: &'static str) -> Result<(), Error> {
+        if self.read_only {
+            return Err(Error::ReadOnly { operation });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn database(&self) -> RwLockReadGuard<'_, Handle> {
         self.db.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The database to itself, for redb's integrity check. Polls rather than queueing on
     /// the lock, so that a thread holding a shared guard (a `list` visitor, an `execute`
     /// closure) that reads again is never stuck behind this waiting writer.
-    pub(crate) fn database_exclusive(&self) -> Result<RwLockWriteGuard<'_, Database>, Error> {
+    pub(crate) fn database_exclusive(&self) -> Result<RwLockWriteGuard<'_, Handle>, Error> {
         let deadline = Deadline::after(self.lock_timeout);
         loop {
             match self.db.try_write() {
@@ -216,18 +236,24 @@ impl Store {
         }
     }
 
-    pub(crate) fn database_mut(&mut self) -> &mut Database {
+    pub(crate) fn database_mut(&mut self) -> &mut Handle {
         self.db.get_mut().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn writing(&self) -> Result<Writing<'_>, Error> {
+    /// Begins this process's write transaction for `operation`, waiting for this
+    /// process's other writers and then for other processes, until the lock timeout.
+    pub(crate) fn writing(&self, operation: &'static str) -> Result<Writing<'_>, Error> {
+        self.ensure_writable(operation)?;
         if self.needs_reopen() {
             return Err(Error::NeedsReopen);
         }
         let deadline = Deadline::after(self.lock_timeout);
         let db = self.database();
+        let Some(writable) = db.writable() else {
+            return Err(Error::ReadOnly { operation });
+        };
         let turn = self.gate.enter(deadline)?;
-        let mut txn = begin_write(&db, deadline)?;
+        let mut txn = begin_write(writable, deadline)?;
         if !matches!(self.durability, Durability::Immediate) {
             txn.set_durability(self.durability)?;
         }
@@ -267,10 +293,16 @@ impl Store {
         }
     }
 
-    /// Runs one protocol input: `step` reads and returns the core's write with the
-    /// answer; the write is applied and committed, through group commit, before the
-    /// answer is returned. `step` may run more than once (see `group.rs`).
-    fn input<R: Send + 'static>(&self, id: &RecordId, step: impl Step<R>) -> Result<R, Error> {
+    /// Runs one protocol input, `operation`: `step` reads and returns the core's write
+    /// with the answer; the write is applied and committed, through group commit, before
+    /// the answer is returned. `step` may run more than once (see `group.rs`).
+    fn input<R: Send + 'static>(
+        &self,
+        operation: &'static str,
+        id: &RecordId,
+        step: impl Step<R>,
+    ) -> Result<R, Error> {
+        self.ensure_writable(operation)?;
         self.grouped_input(id, step)
     }
 
@@ -288,10 +320,11 @@ impl Store {
         fingerprint: Fingerprint,
         now: Timestamp,
     ) -> Result<Decision, Error> {
+        self.ensure_writable("begin")?;
         if let Some(decision) = self.begin_from_snapshot(&id.to_key_bytes(), fingerprint, now)? {
             return Ok(decision);
         }
-        self.input(id, move |tables, current, config| {
+        self.input("begin", id, move |tables, current, config| {
             let next = tables.next_generation()?;
             let Transition { decision, write } =
                 protocol::begin(current, fingerprint, next, now, config);
@@ -314,7 +347,7 @@ impl Store {
         generation: Generation,
         now: Timestamp,
     ) -> Result<Record, Error> {
-        self.input(id, move |_, current, config| {
+        self.input("heartbeat", id, move |_, current, config| {
             let write = protocol::heartbeat(current, generation, now, config)?;
             let record = put_record(&write);
             Ok((write, record))
@@ -335,7 +368,7 @@ impl Store {
         outcome: Outcome,
         now: Timestamp,
     ) -> Result<Record, Error> {
-        self.input(id, move |_, current, config| {
+        self.input("complete", id, move |_, current, config| {
             let write =
                 protocol::complete(current, generation, verdict, outcome.clone(), now, config)?;
             let record = put_record(&write);
@@ -357,7 +390,7 @@ impl Store {
     ) -> Result<(), Error> {
         // The core's release needs no clock; `now` keeps the inputs uniform.
         let _ = now;
-        self.input(id, move |_, current, _| {
+        self.input("release", id, move |_, current, _| {
             Ok((protocol::release(current, generation)?, ()))
         })
     }
@@ -374,7 +407,7 @@ impl Store {
         generation: Generation,
         now: Timestamp,
     ) -> Result<Record, Error> {
-        self.input(id, move |_, current, _| {
+        self.input("mark_unknown", id, move |_, current, _| {
             let write = protocol::mark_unknown(current, generation, now)?;
             let record = put_record(&write);
             Ok((write, record))
@@ -393,7 +426,7 @@ impl Store {
         resolution: Resolution,
         now: Timestamp,
     ) -> Result<Option<Record>, Error> {
-        self.input(id, move |_, current, config| {
+        self.input("resolve", id, move |_, current, config| {
             let write = protocol::resolve(current, resolution.clone(), now, config)?;
             let record = match &write {
                 Write::Put(record) => Some(record.clone()),
@@ -429,11 +462,12 @@ impl Store {
         now: Timestamp,
         work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
     ) -> Result<Executed<T>, ExecuteError<E>> {
+        self.ensure_writable("execute")?;
         let id_key = id.to_key_bytes();
         if let Some(decision) = self.begin_from_snapshot(&id_key, fingerprint, now)? {
             return Ok(Executed::NotRun(decision));
         }
-        let writing = self.writing()?;
+        let writing = self.writing("execute")?;
         let (current, pending) = {
             let mut tables = Tables::open(&writing.txn)?;
             let current = tables.get(&id_key)?;
@@ -490,10 +524,12 @@ impl Store {
     ///
     /// Storage or decode errors.
     pub fn get(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        let db = self.database();
-        let txn = db.begin_read()?;
-        let records = txn.open_table(RECORDS)?;
-        tables::read_record(&records, &id.to_key_bytes())
+        guard_read(|_| {
+            let db = self.database();
+            let txn = db.begin_read()?;
+            let records = txn.open_table(RECORDS)?;
+            tables::read_record(&records, &id.to_key_bytes())
+        })
     }
 
     /// Reads the file in one read transaction, for the application's own tables (a
@@ -522,13 +558,23 @@ impl Store {
     pub fn list(
         &self,
         filter: &ListFilter,
-        mut visit: impl FnMut(RecordId, Record) -> ControlFlow<()>,
+        visit: impl FnMut(RecordId, Record) -> ControlFlow<()>,
     ) -> Result<(), Error> {
         filter.validate()?;
         let limit = filter.limit.unwrap_or(usize::MAX);
         if limit == 0 {
             return Ok(());
         }
+        guard_read(|caller| self.list_guarded(filter, limit, caller, visit))
+    }
+
+    fn list_guarded(
+        &self,
+        filter: &ListFilter,
+        limit: usize,
+        caller: &mut Caller,
+        mut visit: impl FnMut(RecordId, Record) -> ControlFlow<()>,
+    ) -> Result<(), Error> {
         let db = self.database();
         let txn = db.begin_read()?;
         let records = txn.open_table(RECORDS)?;
@@ -540,7 +586,8 @@ impl Store {
             }
             let record = tables::decode_record(id_key, bytes)?;
             seen += 1;
-            if visit(id, record).is_break() || seen >= limit {
+            let visited = caller.call(|| visit(id, record));
+            if visited.is_none_or(|flow| flow.is_break()) || seen >= limit {
                 return Ok(ControlFlow::Break(()));
             }
             Ok(ControlFlow::Continue(()))

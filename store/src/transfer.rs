@@ -12,13 +12,14 @@
 //! byte for byte, and the generation counter raised to at least the header's and every
 //! record's generation, so generations keep increasing after a restore.
 
-use std::io::{BufRead, Write as _};
+use std::io::{self, BufRead, BufWriter, Write};
 
 use idem_core::Generation;
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{ReadableTable, ReadableTableMetadata};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::handle::{Caller, guard_read};
 use crate::tables::{self, GENERATION_KEY, META, RECORDS, Tables};
 use crate::view::{ViewError, unsigned, view_error};
 use crate::{Error, RecordView, Store};
@@ -41,8 +42,11 @@ impl Store {
     /// # Errors
     ///
     /// Storage or decode errors; [`Error::Io`] writing `out`.
-    pub fn export(&self, out: impl std::io::Write) -> Result<u64, Error> {
-        let mut out = std::io::BufWriter::new(out);
+    pub fn export(&self, out: impl Write) -> Result<u64, Error> {
+        guard_read(|caller| self.export_guarded(BufWriter::new(CallerWriter { caller, out })))
+    }
+
+    fn export_guarded(&self, mut out: impl Write) -> Result<u64, Error> {
         let db = self.database();
         let txn = db.begin_read()?;
         let records = txn.open_table(RECORDS)?;
@@ -52,7 +56,7 @@ impl Store {
             generation: tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0),
             records: records.len()?,
         };
-        serde_json::to_writer(&mut out, &header).map_err(std::io::Error::from)?;
+        serde_json::to_writer(&mut out, &header).map_err(io::Error::from)?;
         out.write_all(b"\n")?;
         let mut count = 0;
         for entry in records.iter()? {
@@ -60,7 +64,7 @@ impl Store {
             let id = tables::decode_id(key.value())?;
             let record = tables::decode_record(key.value(), bytes.value())?;
             serde_json::to_writer(&mut out, &RecordView::new(&id, &record))
-                .map_err(std::io::Error::from)?;
+                .map_err(io::Error::from)?;
             out.write_all(b"\n")?;
             count += 1;
         }
@@ -79,7 +83,7 @@ impl Store {
     ///
     /// [`Error::Import`] naming the line and the field; storage errors.
     pub fn import(&self, input: impl BufRead) -> Result<u64, Error> {
-        let writing = self.writing()?;
+        let writing = self.writing("import")?;
         let mut count = 0u64;
         let mut announced = None;
         let mut last_line = 0u64;
@@ -138,6 +142,28 @@ impl Store {
         }
         self.commit(writing)?;
         Ok(count)
+    }
+}
+
+/// The caller's writer, called through [`Caller::call`]: its panic is its own.
+struct CallerWriter<'c, W> {
+    caller: &'c mut Caller,
+    out: W,
+}
+
+impl<W: Write> Write for CallerWriter<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let out = &mut self.out;
+        self.caller
+            .call(|| out.write(buf))
+            .unwrap_or_else(|| Err(io::Error::other("the writer panicked")))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let out = &mut self.out;
+        self.caller
+            .call(|| out.flush())
+            .unwrap_or_else(|| Err(io::Error::other("the writer panicked")))
     }
 }
 

@@ -222,6 +222,7 @@ impl Store {
         E: Send + 'static,
         W: FnMut(&WriteTransaction) -> Result<(Verdict, Outcome, T), E> + Send + 'static,
     {
+        self.ensure_writable("execute_grouped")?;
         let id_key = id.to_key_bytes();
         if let Some(decision) = self.begin_from_snapshot(&id_key, fingerprint, now)? {
             return Ok(Executed::NotRun(decision));
@@ -274,7 +275,8 @@ impl Store {
         // Inputs that failed after writing: answered, rolled back, out of the batch.
         let mut failed = Vec::new();
         while !batch.is_empty() {
-            let writing = match self.writing() {
+            // Every input was refused before it queued on a read-only store.
+            let writing = match self.writing("write") {
                 Ok(writing) => writing,
                 Err(error) => {
                     fail_all(&mut batch, error);

@@ -66,7 +66,8 @@ pub fn seed(test: &str) -> u64 {
 }
 
 /// Starts this test binary again, running only the ignored test `entry`, with `env`.
-/// The child's report lines are those starting with `@@`.
+/// The child's report lines are those starting with `@@`; its stdin is a pipe, for
+/// [`tell`].
 pub fn spawn_child(entry: &str, env: &[(&str, String)]) -> Child {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
@@ -77,7 +78,7 @@ pub fn spawn_child(entry: &str, env: &[(&str, String)]) -> Child {
             "--nocapture",
             "--test-threads=1",
         ])
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     for (name, value) in env {
@@ -123,6 +124,30 @@ pub fn expect_report(receiver: &mpsc::Receiver<String>, prefix: &str, timeout: D
             Err(e) => panic!("no report {prefix:?} from the child: {e}"),
         }
     }
+}
+
+/// Sends a line to a child's stdin, which it reads with [`told`].
+pub fn tell(child: &mut Child, text: &str) {
+    use std::io::Write;
+    let stdin = child
+        .stdin
+        .as_mut()
+        .expect("a child of spawn_child has a piped stdin");
+    writeln!(stdin, "{text}").unwrap();
+    stdin.flush().unwrap();
+}
+
+/// In a child: waits for a line from the parent ([`tell`]), at most `timeout`; `None`
+/// when none came (the parent also closes the pipe when it drops the child, or dies).
+pub fn told(timeout: Duration) -> Option<String> {
+    let (sender, receiver) = mpsc::channel();
+    thread::spawn(move || {
+        let mut line = String::new();
+        if std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {
+            let _ = sender.send(line.trim_end().to_string());
+        }
+    });
+    receiver.recv_timeout(timeout).ok()
 }
 
 /// Prints a report line for the parent: the marker, the text, a newline, flushed.
