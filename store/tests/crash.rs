@@ -10,16 +10,16 @@ use std::path::Path;
 use std::thread;
 use std::time::Duration;
 
-use common::{Rng, T0, expect_report, fp, id, report, reports, seed, spawn_child};
+use common::{
+    Rng, T0, accounts, add_credit, expect_report, fp, id, report, reports, seed, spawn_child,
+};
 use idem_core::protocol::Decision;
 use idem_core::{Outcome, State, Status, Timestamp, Verdict};
-use idem_store::redb::{ReadableTable, TableDefinition, WriteTransaction};
+use idem_store::redb::WriteTransaction;
 use idem_store::{ExecuteError, Executed, ListFilter, Store};
 
-/// The business table: credits per key. Every settled key must hold exactly 1.
-const ACCOUNTS: TableDefinition<&str, u64> = TableDefinition::new("crash.accounts");
-/// One running total across all keys, which must equal the number of records.
-const TOTAL: TableDefinition<&str, u64> = TableDefinition::new("crash.total");
+// The business tables are common::ACCOUNTS (credits per key: every settled key must
+// hold exactly 1) and common::TOTAL (must equal the number of records).
 
 const KILLS: usize = 24;
 
@@ -32,23 +32,7 @@ fn outcome_body(k: u64) -> Vec<u8> {
 }
 
 fn credit(txn: &WriteTransaction, k: u64, fail: bool) -> Result<(Verdict, Outcome, ()), String> {
-    let name = name(k);
-    let mut accounts = txn.open_table(ACCOUNTS).map_err(|e| e.to_string())?;
-    let credits = accounts
-        .get(name.as_str())
-        .map_err(|e| e.to_string())?
-        .map_or(0, |v| v.value());
-    accounts
-        .insert(name.as_str(), credits + 1)
-        .map_err(|e| e.to_string())?;
-    let mut total = txn.open_table(TOTAL).map_err(|e| e.to_string())?;
-    let sum = total
-        .get("credits")
-        .map_err(|e| e.to_string())?
-        .map_or(0, |v| v.value());
-    total
-        .insert("credits", sum + 1)
-        .map_err(|e| e.to_string())?;
+    add_credit(txn, &name(k))?;
     if fail {
         // After the writes, to show they roll back with the claim.
         return Err("declined".into());
@@ -186,26 +170,7 @@ fn verify(
             ControlFlow::Continue(())
         })
         .unwrap();
-    let (accounts, total) = store
-        .read(|txn| {
-            let accounts: BTreeMap<String, u64> = match txn.open_table(ACCOUNTS) {
-                Ok(table) => table
-                    .iter()
-                    .unwrap()
-                    .map(|e| {
-                        let (k, v) = e.unwrap();
-                        (k.value().to_string(), v.value())
-                    })
-                    .collect(),
-                Err(_) => BTreeMap::new(),
-            };
-            let total = match txn.open_table(TOTAL) {
-                Ok(table) => table.get("credits").unwrap().map_or(0, |v| v.value()),
-                Err(_) => 0,
-            };
-            (accounts, total)
-        })
-        .unwrap();
+    let (accounts, total) = accounts(&store);
 
     // Every key the child acknowledged is settled with its outcome.
     for &k in acknowledged {

@@ -15,16 +15,13 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Rng, T0, expect_report, fp, id, report, reports, seed, spawn_child};
+use common::{
+    Rng, T0, accounts, add_credit, expect_report, fp, id, report, reports, seed, spawn_child,
+};
 use idem_core::protocol::Decision;
 use idem_core::{Outcome, Refusal, State, Status, Timestamp, Verdict};
-use idem_store::redb::{ReadableTable, TableDefinition, WriteTransaction};
+use idem_store::redb::WriteTransaction;
 use idem_store::{Error, ExecuteError, Executed, ListFilter, Store};
-
-/// The business table: credits per key.
-const ACCOUNTS: TableDefinition<&str, u64> = TableDefinition::new("group.accounts");
-/// One running total over all keys.
-const TOTAL: TableDefinition<&str, u64> = TableDefinition::new("group.total");
 
 const NOW: Timestamp = Timestamp(T0);
 
@@ -38,50 +35,11 @@ fn credit(
     key: &str,
     fail: bool,
 ) -> Result<(Verdict, Outcome, u64), String> {
-    let mut accounts = txn.open_table(ACCOUNTS).map_err(|e| e.to_string())?;
-    let credits = accounts
-        .get(key)
-        .map_err(|e| e.to_string())?
-        .map_or(0, |v| v.value());
-    accounts
-        .insert(key, credits + 1)
-        .map_err(|e| e.to_string())?;
-    let mut total = txn.open_table(TOTAL).map_err(|e| e.to_string())?;
-    let sum = total
-        .get("credits")
-        .map_err(|e| e.to_string())?
-        .map_or(0, |v| v.value());
-    total
-        .insert("credits", sum + 1)
-        .map_err(|e| e.to_string())?;
+    let credits = add_credit(txn, key)?;
     if fail {
         return Err(format!("{key}: declined"));
     }
-    Ok((Verdict::Succeeded, Outcome::new(200, key), credits + 1))
-}
-
-/// Credits per key and the running total, as committed.
-fn accounts(store: &Store) -> (BTreeMap<String, u64>, u64) {
-    store
-        .read(|txn| {
-            let accounts = match txn.open_table(ACCOUNTS) {
-                Ok(table) => table
-                    .iter()
-                    .unwrap()
-                    .map(|e| {
-                        let (k, v) = e.unwrap();
-                        (k.value().to_string(), v.value())
-                    })
-                    .collect(),
-                Err(_) => BTreeMap::new(),
-            };
-            let total = match txn.open_table(TOTAL) {
-                Ok(table) => table.get("credits").unwrap().map_or(0, |v| v.value()),
-                Err(_) => 0,
-            };
-            (accounts, total)
-        })
-        .unwrap()
+    Ok((Verdict::Succeeded, Outcome::new(200, key), credits))
 }
 
 /// Holds the store's write lock from another thread until the returned sender is used

@@ -7,7 +7,11 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use std::collections::BTreeMap;
+
 use idem_core::{Fingerprint, RecordId};
+use idem_store::Store;
+use idem_store::redb::{ReadableTable, TableDefinition, WriteTransaction};
 
 /// A fixed base time, so records never expire by accident during a test.
 pub const T0: u64 = 1_700_000_000_000;
@@ -156,4 +160,56 @@ pub fn report(text: &str) {
     let mut out = std::io::stdout().lock();
     writeln!(out, "@@{text}").unwrap();
     out.flush().unwrap();
+}
+
+/// The business table of the credit tests: credits per account.
+pub const ACCOUNTS: TableDefinition<&str, u64> = TableDefinition::new("test.accounts");
+/// The running total of every credit, under the key "credits".
+pub const TOTAL: TableDefinition<&str, u64> = TableDefinition::new("test.total");
+
+/// Credits `account` once and adds one to the running total; returns the account's
+/// credits after this one. The writes happen in the caller's transaction.
+pub fn add_credit(txn: &WriteTransaction, account: &str) -> Result<u64, String> {
+    let mut accounts = txn.open_table(ACCOUNTS).map_err(|e| e.to_string())?;
+    let credits = accounts
+        .get(account)
+        .map_err(|e| e.to_string())?
+        .map_or(0, |v| v.value())
+        + 1;
+    accounts
+        .insert(account, credits)
+        .map_err(|e| e.to_string())?;
+    let mut total = txn.open_table(TOTAL).map_err(|e| e.to_string())?;
+    let sum = total
+        .get("credits")
+        .map_err(|e| e.to_string())?
+        .map_or(0, |v| v.value());
+    total
+        .insert("credits", sum + 1)
+        .map_err(|e| e.to_string())?;
+    Ok(credits)
+}
+
+/// Credits per account and the running total, as committed.
+pub fn accounts(store: &Store) -> (BTreeMap<String, u64>, u64) {
+    store
+        .read(|txn| {
+            let accounts = match txn.open_table(ACCOUNTS) {
+                Ok(table) => table
+                    .iter()
+                    .unwrap()
+                    .map(|e| {
+                        let (k, v) = e.unwrap();
+                        (k.value().to_string(), v.value())
+                    })
+                    .collect(),
+                Err(_) => BTreeMap::new(),
+            };
+            let total = match txn.open_table(TOTAL) {
+                Ok(table) => table.get("credits").unwrap().map_or(0, |v| v.value()),
+                Err(_) => 0,
+            };
+            (accounts, total)
+        })
+        .unwrap()
 }
