@@ -202,6 +202,7 @@
 
 #[cfg(feature = "bench")]
 pub mod bench;
+mod cache;
 mod error;
 mod group;
 mod handle;
@@ -215,6 +216,7 @@ mod tables;
 mod transfer;
 mod view;
 
+pub use cache::{DEFAULT_REPLAY_CACHE, REPLAY_CACHE_BYTES, REPLAY_CACHE_MAX_BODY};
 pub use error::{Error, ExecuteError, OpenError};
 pub use group::{CommitCounts, MAX_BATCH};
 pub use maintain::{CheckReport, SWEEP_BATCH, Stats, SweepReport};

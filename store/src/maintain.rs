@@ -131,10 +131,14 @@ impl Store {
         if dry_run {
             return guard_read(|_| self.sweep_dry_run(now, limit));
         }
+        // From here on, no record this sweep may delete is answered from the replay
+        // cache (`cache.rs`).
+        self.cache.raise_horizon(now);
         let mut removed = 0usize;
         loop {
             let batch = SWEEP_BATCH.min(limit - removed);
             let writing = self.writing("sweep")?;
+            let mut deleted_keys = Vec::new();
             let (deleted, more) = {
                 let mut tables = Tables::open(&writing.txn)?;
                 // One more than the batch, to learn whether expired records remain.
@@ -157,6 +161,7 @@ impl Store {
                                 && sweepable(&record, now) =>
                         {
                             tables.delete(id_key, &record)?;
+                            deleted_keys.push(id_key.to_vec());
                         }
                         other => {
                             return Err(Error::Corrupt {
@@ -172,6 +177,7 @@ impl Store {
                 (take, keys.len() > take)
             };
             self.finish(writing, deleted > 0)?;
+            self.cache.remove(deleted_keys.iter().map(Vec::as_slice));
             removed += deleted;
             if !more || removed >= limit {
                 return Ok(SweepReport {

@@ -26,6 +26,7 @@ use redb::{
     StorageError, TableError,
 };
 
+use crate::cache::DEFAULT_REPLAY_CACHE;
 use crate::handle::Handle;
 use crate::lock::{self, begin_write};
 use crate::tables::{self, META, RECORDS, SCHEMA_KEY, SCHEMA_VERSION, Tables};
@@ -55,6 +56,7 @@ pub struct StoreBuilder {
     lock_timeout: Duration,
     concurrency: ConcurrencyMode,
     cache_size: Option<usize>,
+    replay_cache: usize,
     verify_on_open: bool,
     read_only: bool,
 }
@@ -67,6 +69,7 @@ impl Default for StoreBuilder {
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             concurrency: ConcurrencyMode::MultiWriter,
             cache_size: None,
+            replay_cache: DEFAULT_REPLAY_CACHE,
             verify_on_open: true,
             read_only: false,
         }
@@ -108,6 +111,22 @@ impl StoreBuilder {
     /// The most memory redb uses to cache pages, in bytes. Default: redb's.
     pub fn cache_size(mut self, bytes: usize) -> StoreBuilder {
         self.cache_size = Some(bytes);
+        self
+    }
+
+    /// How many settled records the store keeps in memory to answer a begin (or an
+    /// execute) on a settled key without a redb transaction. Default
+    /// [`DEFAULT_REPLAY_CACHE`] (4096); 0 turns the cache off.
+    ///
+    /// Answers are the same with or without it: a settled record never changes before
+    /// it expires, and an entry is never used at or past its `expires_at` (see the
+    /// source of `cache.rs` for the argument, several processes included). Records enter
+    /// when a begin reads them or a commit settles them, and leave first in, first out.
+    /// Memory is bounded by the entry count and by [`crate::REPLAY_CACHE_BYTES`] of keys
+    /// and outcome bodies; a body over [`crate::REPLAY_CACHE_MAX_BODY`] is not kept.
+    /// [`Store::get`] does not use it.
+    pub fn replay_cache(mut self, entries: usize) -> StoreBuilder {
+        self.replay_cache = entries;
         self
     }
 
@@ -186,6 +205,7 @@ impl StoreBuilder {
             self.config,
             self.durability,
             self.lock_timeout,
+            self.replay_cache,
         ))
     }
 
@@ -239,6 +259,7 @@ impl StoreBuilder {
             self.config,
             self.durability,
             self.lock_timeout,
+            self.replay_cache,
         ))
     }
 

@@ -6,9 +6,13 @@
 //! the snapshot. It never waits for the write lock, and costs no write transaction.
 //! Every other decision (a claim, a lease that expired) goes to the write path, where
 //! it is made again under the write lock.
+//!
+//! Before the snapshot, the replay cache (`cache.rs`) is asked: a settled record it
+//! holds answers the same decision without any redb transaction; a settled record read
+//! here is kept in it.
 
 use idem_core::protocol::{self, Decision};
-use idem_core::{Fingerprint, Timestamp, Transition, Write};
+use idem_core::{Fingerprint, Record, Timestamp, Transition, Write};
 
 use crate::tables::{self, RECORDS};
 use crate::{Error, Store};
@@ -25,6 +29,14 @@ impl Store {
         if self.needs_reopen() {
             return Ok(None);
         }
+        if let Some(cached) = self.cache.lookup(id_key, now) {
+            // Settled and live at `now` (the cache serves nothing else): Replay or
+            // Conflict, which write nothing; see `cache.rs`.
+            if let Some(decision) = self.decide_without_writing(&cached, fingerprint, now) {
+                return Ok(Some(decision));
+            }
+        }
+        let epoch = self.cache.epoch();
         let db = self.database();
         let txn = db.begin_read()?;
         let records = txn.open_table(RECORDS)?;
@@ -32,15 +44,30 @@ impl Store {
             // Absent: a claim, which writes.
             return Ok(None);
         };
+        let decision = self.decide_without_writing(&current, fingerprint, now);
+        if decision.is_some() {
+            // Kept only when settled (the cache refuses other states).
+            self.cache.insert(id_key, &current, epoch);
+        }
+        Ok(decision)
+    }
+
+    /// The core's begin on `current` when it writes nothing.
+    fn decide_without_writing(
+        &self,
+        current: &Record,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Option<Decision> {
         // The core puts the next generation only into a claim, which writes and so is
         // never answered from here: the record's own generation stands in for it.
         let Transition { decision, write } = protocol::begin(
-            Some(&current),
+            Some(current),
             fingerprint,
             current.generation,
             now,
             self.config(),
         );
-        Ok(matches!(write, Write::Nothing).then_some(decision))
+        matches!(write, Write::Nothing).then_some(decision)
     }
 }

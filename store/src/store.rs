@@ -22,6 +22,7 @@ use idem_core::{
 };
 use redb::{CommitError, Durability, ReadTransaction, ReadableTable, WriteTransaction};
 
+use crate::cache::ReplayCache;
 use crate::group::{Committer, Step};
 use crate::handle::{Caller, Handle, guard_read};
 use crate::lock::{Deadline, Gate, Turn, begin_write};
@@ -48,6 +49,8 @@ pub struct Store {
     broken: AtomicBool,
     // The group-commit queue and the commit counters.
     pub(crate) committer: Committer,
+    // Settled records in memory, for answers without a redb transaction (`cache.rs`).
+    pub(crate) cache: ReplayCache,
     path: PathBuf,
     config: Config,
     durability: Durability,
@@ -167,6 +170,7 @@ impl Store {
         config: Config,
         durability: Durability,
         lock_timeout: Duration,
+        replay_cache: usize,
     ) -> Store {
         Store {
             read_only: db.writable().is_none(),
@@ -174,6 +178,7 @@ impl Store {
             gate: Gate::default(),
             broken: AtomicBool::new(false),
             committer: Committer::default(),
+            cache: ReplayCache::new(replay_cache),
             path,
             config,
             durability,
@@ -368,12 +373,16 @@ impl Store {
         outcome: Outcome,
         now: Timestamp,
     ) -> Result<Record, Error> {
-        self.input("complete", id, move |_, current, config| {
+        let epoch = self.cache.epoch();
+        let record = self.input("complete", id, move |_, current, config| {
             let write =
                 protocol::complete(current, generation, verdict, outcome.clone(), now, config)?;
             let record = put_record(&write);
             Ok((write, record))
-        })
+        })?;
+        // Committed: a retry is answered from memory.
+        self.cache.insert(&id.to_key_bytes(), &record, epoch);
+        Ok(record)
     }
 
     /// The executor holding `generation` did nothing: the record is deleted and a retry
@@ -426,14 +435,19 @@ impl Store {
         resolution: Resolution,
         now: Timestamp,
     ) -> Result<Option<Record>, Error> {
-        self.input("resolve", id, move |_, current, config| {
+        let epoch = self.cache.epoch();
+        let record = self.input("resolve", id, move |_, current, config| {
             let write = protocol::resolve(current, resolution.clone(), now, config)?;
             let record = match &write {
                 Write::Put(record) => Some(record.clone()),
                 Write::Delete | Write::Nothing => None,
             };
             Ok((write, record))
-        })
+        })?;
+        if let Some(record) = &record {
+            self.cache.insert(&id.to_key_bytes(), record, epoch);
+        }
+        Ok(record)
     }
 
     /// Atomic execute: claims `id`, runs `work` inside the same write transaction, and
@@ -464,6 +478,7 @@ impl Store {
     ) -> Result<Executed<T>, ExecuteError<E>> {
         self.ensure_writable("execute")?;
         let id_key = id.to_key_bytes();
+        let epoch = self.cache.epoch();
         if let Some(decision) = self.begin_from_snapshot(&id_key, fingerprint, now)? {
             return Ok(Executed::NotRun(decision));
         }
@@ -512,6 +527,7 @@ impl Store {
             tables.put(&id_key, current.as_ref(), &settled)?;
         }
         self.commit(writing)?;
+        self.cache.insert(&id_key, &settled, epoch);
         Ok(Executed::Ran {
             value,
             record: settled,
@@ -644,6 +660,81 @@ pub(crate) fn put_record(write: &Write) -> Record {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
+
+    fn settle(store: &Store, id: &RecordId, fp: Fingerprint) {
+        let ran = store
+            .execute(id, fp, Timestamp(1), |_| {
+                Ok::<_, ()>((Verdict::Succeeded, Outcome::new(200, id.key()), ()))
+            })
+            .unwrap();
+        assert!(matches!(ran, Executed::Ran { .. }));
+    }
+
+    #[test]
+    fn a_cached_replay_needs_no_redb_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("idem.redb")).unwrap();
+        let id = RecordId::new("t", "o", "k").unwrap();
+        let fp = Fingerprint::of_bytes(b"x");
+        settle(&store, &id, fp);
+        let stored = store.get(&id).unwrap().unwrap();
+        // With the database taken exclusively, only the cache can answer.
+        let db = store.database_exclusive().unwrap();
+        let (send, answered) = mpsc::channel();
+        thread::scope(|scope| {
+            scope.spawn(|| {
+                let replay = store.begin(&id, fp, Timestamp(2)).unwrap();
+                let conflict = store
+                    .begin(&id, Fingerprint::of_bytes(b"y"), Timestamp(2))
+                    .unwrap();
+                send.send((replay, conflict)).unwrap();
+            });
+            let (replay, conflict) = answered.recv_timeout(Duration::from_secs(10)).unwrap();
+            drop(db);
+            let expected = protocol::begin(
+                Some(&stored),
+                fp,
+                stored.generation,
+                Timestamp(2),
+                &store.config,
+            );
+            assert_eq!(replay, expected.decision);
+            assert!(matches!(replay, Decision::Replay { .. }));
+            assert!(matches!(conflict, Decision::Conflict { .. }));
+        });
+    }
+
+    #[test]
+    fn the_cache_holds_at_most_its_capacity() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::builder()
+            .replay_cache(8)
+            .open(dir.path().join("idem.redb"))
+            .unwrap();
+        let ids: Vec<RecordId> = (0..50)
+            .map(|n| RecordId::new("t", "o", &format!("k{n}")).unwrap())
+            .collect();
+        for id in &ids {
+            settle(&store, id, Fingerprint::of_bytes(id.key().as_bytes()));
+            assert!(store.cache.len() <= 8);
+        }
+        for id in ids.iter().rev() {
+            let fp = Fingerprint::of_bytes(id.key().as_bytes());
+            assert!(matches!(
+                store.begin(id, fp, Timestamp(2)).unwrap(),
+                Decision::Replay { .. }
+            ));
+            assert!(store.cache.len() <= 8);
+        }
+        assert_eq!(store.cache.len(), 8);
+        let off = Store::builder()
+            .replay_cache(0)
+            .open(dir.path().join("off.redb"))
+            .unwrap();
+        settle(&off, &ids[0], Fingerprint::of_bytes(b"k0"));
+        assert_eq!(off.cache.len(), 0);
+    }
 
     #[test]
     fn after_a_failed_commit_writes_are_refused_and_reads_work() {

@@ -87,6 +87,7 @@ impl Store {
         let mut count = 0u64;
         let mut announced = None;
         let mut last_line = 0u64;
+        let mut written = Vec::new();
         {
             let mut tables = Tables::open(&writing.txn)?;
             for (index, line) in input.lines().enumerate() {
@@ -126,7 +127,10 @@ impl Store {
                             "{id}: the store already holds a different record under this id"
                         )));
                     }
-                    None => tables.put(&id_key, None, &record)?,
+                    None => {
+                        tables.put(&id_key, None, &record)?;
+                        written.push(id_key);
+                    }
                 }
                 tables.raise_generation(record.generation)?;
                 count += 1;
@@ -141,6 +145,9 @@ impl Store {
             });
         }
         self.commit(writing)?;
+        // Defensive: the replay cache holds no record of a key the file did not hold,
+        // unless another process swept it; it must not shadow the imported one.
+        self.cache.invalidate(written.iter().map(Vec::as_slice));
         Ok(count)
     }
 }

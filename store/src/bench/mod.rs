@@ -6,6 +6,7 @@
 //! fsync. Nothing is extrapolated; a row's rate is its calls over its wall time, and its
 //! median and 99th percentile are of single calls. Only built with the `bench` feature.
 
+use std::collections::HashSet;
 use std::convert::Infallible;
 use std::error::Error as StdError;
 use std::fs;
@@ -399,10 +400,15 @@ fn file_figures(
         .collect::<Result<_, _>>()?;
     let mut rows = Vec::new();
     progress("replay lookups");
+    // Reopened with a replay cache that holds every looked-up key, so that the second
+    // pass measures answers from memory and the first the reads from the file.
+    drop(store);
+    let store = Store::builder().replay_cache(ids.len()).open(&path)?;
     rows.extend(lookups(&store, &ids, "")?);
     drop(store);
     let exclusive = Store::builder()
         .concurrency(ConcurrencyMode::ExclusiveWriter)
+        .replay_cache(ids.len())
         .open(&path)?;
     rows.extend(lookups(&exclusive, &ids, ", single process")?);
     drop(exclusive);
@@ -440,20 +446,27 @@ fn file_figures(
     ))
 }
 
-/// A begin that replays, and a plain get, of each id, on one caller.
-fn lookups(store: &Store, ids: &[RecordId], mode: &str) -> Result<[Row; 2], BenchError> {
+/// A begin that replays each id twice (the first from the file, which fills the replay
+/// cache, the second from memory), and a plain get (which the cache does not serve), on
+/// one caller. The store's replay cache must hold every id.
+fn lookups(store: &Store, ids: &[RecordId], mode: &str) -> Result<[Row; 3], BenchError> {
     let count = u32::try_from(ids.len())?;
+    let distinct = ids.iter().collect::<HashSet<_>>().len();
     let fingerprints: Vec<Fingerprint> = ids
         .iter()
         .map(|id| Fingerprint::of_bytes(id.key().as_bytes()))
         .collect();
-    let begin = measure(1, count, |_, n| {
-        let id = &ids[n as usize];
-        match store.begin(id, fingerprints[n as usize], NOW)? {
-            Decision::Replay { .. } => Ok(()),
-            other => Err(format!("{id}: expected a replay, got {other:?}").into()),
-        }
-    })?;
+    let replay = || {
+        measure(1, count, |_, n| {
+            let id = &ids[n as usize];
+            match store.begin(id, fingerprints[n as usize], NOW)? {
+                Decision::Replay { .. } => Ok(()),
+                other => Err(format!("{id}: expected a replay, got {other:?}").into()),
+            }
+        })
+    };
+    let first = replay()?;
+    let begin = replay()?;
     let get = measure(1, count, |_, n| {
         let id = &ids[n as usize];
         match store.get(id)? {
@@ -468,11 +481,21 @@ fn lookups(store: &Store, ids: &[RecordId], mode: &str) -> Result<[Row; 2], Benc
     Ok([
         Row::new(
             if single {
+                "replay_begin_first_exclusive"
+            } else {
+                "replay_begin_first"
+            },
+            &format!("replay: first begin on a settled key, from the file{mode}"),
+            1,
+            &first,
+        ),
+        Row::new(
+            if single {
                 "replay_begin_exclusive"
             } else {
                 "replay_begin"
             },
-            &format!("replay: begin on a settled key{mode}"),
+            &format!("replay: begin on a settled key, cached ({distinct} keys){mode}"),
             1,
             &begin,
         ),
@@ -543,8 +566,10 @@ mod tests {
             ("execute_grouped_no_fsync", 1),
             ("execute_single_process", 1),
             ("execute_grouped_single_process", 3),
+            ("replay_begin_first", 1),
             ("replay_begin", 1),
             ("get", 1),
+            ("replay_begin_first_exclusive", 1),
             ("replay_begin_exclusive", 1),
             ("get_exclusive", 1),
             ("core_begin", 1),

@@ -224,18 +224,24 @@ impl Store {
     {
         self.ensure_writable("execute_grouped")?;
         let id_key = id.to_key_bytes();
+        let epoch = self.cache.epoch();
         if let Some(decision) = self.begin_from_snapshot(&id_key, fingerprint, now)? {
             return Ok(Executed::NotRun(decision));
         }
-        self.submit(|reply| {
+        let executed = self.submit(|reply| {
             Box::new(Execution {
-                id_key,
+                id_key: id_key.clone(),
                 fingerprint,
                 now,
                 work,
                 reply,
             })
-        })
+        })?;
+        // Answered only after its batch committed: a retry is answered from memory.
+        if let Executed::Ran { record, .. } = &executed {
+            self.cache.insert(&id_key, record, epoch);
+        }
+        Ok(executed)
     }
 
     /// Queues a job and waits for its answer, leading batches while no one else does.
