@@ -172,10 +172,12 @@ fn a_corrupt_store_exits_1_and_is_not_touched() {
 #[test]
 fn a_damaged_store_exits_1_and_is_not_touched() {
     let (idem, mut bytes) = store_with_a_record();
-    // Flip bytes in the middle of the file, past redb's header.
-    let middle = bytes.len() / 2;
-    for b in &mut bytes[middle..middle + 64] {
-        *b ^= 0xa5;
+    // Flip bytes in every page past redb's header page, so the damage hits the pages
+    // that hold data wherever the allocator put them.
+    for page in bytes.chunks_mut(4096).skip(1) {
+        for b in page.iter_mut().take(64) {
+            *b ^= 0xa5;
+        }
     }
     fs::write(&idem.db, &bytes).expect("write");
     let run = idem.run(&["begin", "t", "o", "k"]);

@@ -17,6 +17,7 @@ use std::fs;
 use std::io;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::Duration;
 
@@ -194,9 +195,10 @@ impl StoreBuilder {
             Err(e) if e.kind() == io::ErrorKind::NotFound => false,
             Err(source) => return Err(OpenError::Io { path, source }),
         };
-        if existing {
-            self.precheck(&path, &deadline)?;
+        if !existing {
+            self.create_atomically(&path, &deadline)?;
         }
+        self.precheck(&path, &deadline)?;
         let db = self.open_for_writing(&path, &deadline)?;
         self.initialize(&db, &path, &deadline)?;
         Ok(Store::from_parts(
@@ -282,6 +284,46 @@ impl StoreBuilder {
         }
     }
 
+    /// Makes a new store file whole or not at all: the file is built and initialized
+    /// under a temporary name beside `path`, then linked into place. A crash while
+    /// creating leaves no half-made file at `path` (redb writes its header in steps, and
+    /// a file cut short between them is refused as "not a redb database" on every later
+    /// open). When another process created `path` first, its file is kept.
+    fn create_atomically(&self, path: &Path, deadline: &Deadline) -> Result<(), OpenError> {
+        static CREATING: AtomicU64 = AtomicU64::new(0);
+        let io_error = |source| OpenError::Io {
+            path: path.into(),
+            source,
+        };
+        let name = path
+            .file_name()
+            .map_or_else(|| "idem".into(), |n| n.to_string_lossy());
+        let scratch = path.with_file_name(format!(
+            ".{name}.creating-{}-{}",
+            std::process::id(),
+            CREATING.fetch_add(1, Ordering::Relaxed)
+        ));
+        let built = self
+            .open_for_writing(&scratch, deadline)
+            .and_then(|db| self.initialize(&db, &scratch, deadline));
+        let placed = built.and_then(|()| {
+            match fs::metadata(path) {
+                // An empty file at `path` holds nothing: replace it.
+                Ok(meta) if meta.len() == 0 => fs::rename(&scratch, path).map_err(io_error),
+                Ok(_) => Ok(()),
+                Err(_) => match fs::hard_link(&scratch, path) {
+                    // Created meanwhile by another process: use that one.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                    linked => linked.map_err(io_error),
+                },
+            }
+        });
+        // The scratch name is gone after a rename; after a link it is a second name.
+        let _ = fs::remove_file(&scratch);
+        placed?;
+        sync_parent(path).map_err(io_error)
+    }
+
     fn open_for_writing(&self, path: &Path, deadline: &Deadline) -> Result<Database, OpenError> {
         let mut builder = self.redb_builder();
         builder.set_check_integrity_on_open(self.verify_on_open);
@@ -351,6 +393,14 @@ impl StoreBuilder {
                 txn.commit().map_err(|e| storage(path, e.into()))
             }
         }
+    }
+}
+
+/// Makes the directory entry of `path` durable.
+fn sync_parent(path: &Path) -> io::Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => fs::File::open(dir)?.sync_all(),
+        _ => fs::File::open(".")?.sync_all(),
     }
 }
 
