@@ -312,9 +312,13 @@ impl StoreBuilder {
                 Ok(meta) if meta.len() == 0 => fs::rename(&scratch, path).map_err(io_error),
                 Ok(_) => Ok(()),
                 Err(_) => match fs::hard_link(&scratch, path) {
+                    Ok(()) => Ok(()),
                     // Created meanwhile by another process: use that one.
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-                    linked => linked.map_err(io_error),
+                    // A filesystem without hard links (FAT on a memory card): a rename,
+                    // which could replace a file another process created a moment ago.
+                    Err(_) if !path.exists() => fs::rename(&scratch, path).map_err(io_error),
+                    Err(_) => Ok(()),
                 },
             }
         });
