@@ -20,7 +20,7 @@ use idem_store::{Executed, ListFilter, Store};
 
 use crate::exit::{Ending, Exit, Failure};
 use crate::output::verdict_state;
-use crate::session::{Access, Session, open_store, store_failure};
+use crate::session::{Access, Session, maintain_failure, open_store, store_failure};
 use crate::time::format_span;
 
 /// The terminal's business table: how many times each sale's effect was applied.
@@ -300,7 +300,7 @@ impl Story {
         say("\n6. A day later the retention of every outcome has ended; sweep cleans up.");
         self.now = self.now.plus_millis(24 * HOUR + SECOND);
         let store = self.store();
-        let before = store.stats(self.now).map_err(store_failure)?;
+        let before = store.stats(self.now).map_err(maintain_failure)?;
         say(&format!(
             "   before: {} records, {} past retention",
             before.records(),
@@ -309,7 +309,7 @@ impl Story {
         let report = store
             .sweep(self.now, usize::MAX, false)
             .map_err(store_failure)?;
-        let after = store.stats(self.now).map_err(store_failure)?;
+        let after = store.stats(self.now).map_err(maintain_failure)?;
         say(&format!(
             "   sweep removed {}; after: {} records",
             report.removed,

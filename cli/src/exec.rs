@@ -19,7 +19,7 @@ use idem_core::{Config, Fingerprint, Generation, Outcome, RecordId, Verdict};
 use idem_store::Store;
 
 use crate::args::{IdArgs, RequestArgs};
-use crate::exit::{Ending, Exit, Failure};
+use crate::exit::{Ending, Exit, Failure, with_causes};
 use crate::input;
 use crate::keyed::config;
 use crate::session::{Access, Session, key_failure};
@@ -171,7 +171,10 @@ fn run_with_heartbeat(
         scope.spawn(move || {
             while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
                 if let Err(e) = store.heartbeat(id, generation, clock.now()) {
-                    eprintln!("idem: warning: {id}: lease renewal refused, the outcome may not be stored: {e}");
+                    eprintln!(
+                        "idem: warning: {id}: lease renewal refused, the outcome may not be stored: {}",
+                        with_causes(&e)
+                    );
                     return;
                 }
             }

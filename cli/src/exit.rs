@@ -74,6 +74,19 @@ impl Failure {
     }
 }
 
+/// `error` and every cause in its chain, joined by ": ": what a store error says in
+/// full (its message names the operation, its sources say why, each once).
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
+}
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.one_line())

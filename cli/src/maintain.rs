@@ -10,7 +10,7 @@ use idem_store::{ListFilter, RecordView, Stats, SweepReport};
 
 use crate::exit::{Ending, Exit, Failure};
 use crate::progress::{self, CountingReader, Unit};
-use crate::session::{Access, Session, store_failure};
+use crate::session::{Access, Session, import_failure, maintain_failure, store_failure};
 use crate::time::format_span;
 
 /// Records swept per call while a progress bar is shown.
@@ -53,7 +53,7 @@ pub(crate) fn list(session: &Session, filter: ListFilter) -> Ending {
 /// `idem stats`
 pub(crate) fn stats(session: &Session) -> Ending {
     let store = session.open(Config::default(), Access::Read)?;
-    let stats = store.stats(session.now()).map_err(store_failure)?;
+    let stats = store.stats(session.now()).map_err(maintain_failure)?;
     session.printer().either(&stats, || stats_text(&stats))?;
     Ok(Exit::Done.code())
 }
@@ -113,7 +113,7 @@ pub(crate) fn sweep(session: &Session, limit: Option<usize>, dry_run: bool) -> E
     let report = if dry_run {
         store.sweep(now, limit, true).map_err(store_failure)?
     } else {
-        let expired = store.stats(now).map_err(store_failure)?.expired;
+        let expired = store.stats(now).map_err(maintain_failure)?.expired;
         let total = expired.min(u64::try_from(limit).unwrap_or(u64::MAX));
         let bar = if total == 0 {
             indicatif::ProgressBar::hidden()
@@ -191,7 +191,7 @@ pub(crate) fn check(session: &Session) -> Ending {
 pub(crate) fn compact(session: &Session) -> Ending {
     let mut store = session.open(Config::default(), Access::Write)?;
     let before = file_size(&session.db)?;
-    let moved = store.compact().map_err(store_failure)?;
+    let moved = store.compact().map_err(maintain_failure)?;
     drop(store);
     let after = file_size(&session.db)?;
     let value = serde_json::json!({ "compacted": moved, "file_bytes_before": before, "file_bytes_after": after });
@@ -209,7 +209,10 @@ pub(crate) fn compact(session: &Session) -> Ending {
 /// stdout with `--out`, on stderr without (stdout then carries the records).
 pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
     let store = session.open(Config::default(), Access::Read)?;
-    let records = store.stats(session.now()).map_err(store_failure)?.records();
+    let records = store
+        .stats(session.now())
+        .map_err(maintain_failure)?
+        .records();
     let bar = progress::bar(Some(records), "exporting", Unit::Items);
     let count = match out {
         Some(path) => {
@@ -217,7 +220,7 @@ pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
                 Failure::runtime(format!("--out: cannot create {}: {e}", path.display()))
             })?;
             let mut writer = BufWriter::new(CountingLines::new(file, bar.clone()));
-            let count = store.export(&mut writer).map_err(store_failure)?;
+            let count = store.export(&mut writer).map_err(maintain_failure)?;
             writer
                 .flush()
                 .map_err(|e| Failure::runtime(format!("--out: writing {}: {e}", path.display())))?;
@@ -225,7 +228,7 @@ pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
         }
         None => {
             let mut writer = BufWriter::new(CountingLines::new(io::stdout().lock(), bar.clone()));
-            let count = store.export(&mut writer).map_err(store_failure)?;
+            let count = store.export(&mut writer).map_err(maintain_failure)?;
             writer
                 .flush()
                 .map_err(|e| Failure::runtime(format!("stdout: {e}")))?;
@@ -250,7 +253,7 @@ pub(crate) fn import(session: &Session, file: &Path) -> Ending {
     // Open the input before the store: a missing file must not create an empty store.
     let count = if file == Path::new("-") {
         let store = session.open(Config::default(), Access::Create)?;
-        store.import(io::stdin().lock()).map_err(store_failure)?
+        store.import(io::stdin().lock()).map_err(import_failure)?
     } else {
         let input = File::open(file)
             .map_err(|e| Failure::usage(format!("FILE: cannot read {}: {e}", file.display())))?;
@@ -259,7 +262,7 @@ pub(crate) fn import(session: &Session, file: &Path) -> Ending {
         let store = session.open(Config::default(), Access::Create)?;
         let count = store
             .import(BufReader::new(CountingReader::new(input, bar.clone())))
-            .map_err(store_failure)?;
+            .map_err(import_failure)?;
         bar.finish_and_clear();
         count
     };

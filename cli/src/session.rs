@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use idem_core::{Config, RecordId, Refusal, Timestamp};
-use idem_store::{Error, OpenError, Store, StoreBuilder};
+use idem_store::{Error, ImportError, MaintainError, OpenError, Store, StoreBuilder};
 
-use crate::exit::{Exit, Failure};
+use crate::exit::{Exit, Failure, with_causes};
 use crate::output::Printer;
 use crate::time::Clock;
 
@@ -102,25 +102,42 @@ fn builder(config: Config, access: Access) -> StoreBuilder {
 /// An open error as a failure: a bad config is input (2), everything else is the file
 /// or the system (1).
 pub(crate) fn open_failure(e: OpenError) -> Failure {
+    let message = with_causes(&e);
     match e {
-        OpenError::Config(_) | OpenError::Options(_) => Failure::usage(e.to_string()),
+        OpenError::Config(_) | OpenError::Options(_) => Failure::usage(message),
         OpenError::NeedsRecovery { .. } => Failure::runtime(format!(
-            "{e}: idem check (or any command that writes) recovers and verifies it"
+            "{message}: idem check (or any command that writes) recovers and verifies it"
         )),
-        other => Failure::runtime(other.to_string()),
+        _ => Failure::runtime(message),
     }
 }
 
 /// A store error as a failure with the exit status of the contract.
 pub(crate) fn store_failure(e: Error) -> Failure {
     let exit = match &e {
-        Error::Id(_) | Error::Import { .. } => Exit::Usage,
+        Error::Id(_) => Exit::Usage,
         Error::Refused(Refusal::NotFound) => Exit::NotFound,
         Error::Refused(Refusal::Stale { .. } | Refusal::WrongState { .. }) => Exit::Stale,
         Error::Refused(_) => Exit::Usage,
         _ => Exit::Runtime,
     };
-    Failure::new(exit, e.to_string())
+    Failure::new(exit, with_causes(&e))
+}
+
+/// A failed stats, export or compact as a failure: exit 1, or the store error's status.
+pub(crate) fn maintain_failure(e: MaintainError) -> Failure {
+    match e {
+        MaintainError::Store(e) => store_failure(e),
+        other => Failure::runtime(with_causes(&other)),
+    }
+}
+
+/// A failed import as a failure: a bad line is input (2), a store error its status.
+pub(crate) fn import_failure(e: ImportError) -> Failure {
+    match e {
+        ImportError::Store(e) => store_failure(e),
+        other => Failure::usage(with_causes(&other)),
+    }
 }
 
 /// A store error about `id`: the refusal's message gets the key in front.

@@ -82,8 +82,8 @@ impl MemoryReceiver {
         generation: Generation,
         now: Timestamp,
     ) -> Result<(), Refusal> {
-        let write = protocol::heartbeat(self.get(id), generation, now, &self.config)?;
-        self.apply(id, write);
+        let record = protocol::heartbeat(self.get(id), generation, now, &self.config)?;
+        self.apply(id, Write::Put(record));
         Ok(())
     }
 
@@ -100,7 +100,7 @@ impl MemoryReceiver {
         outcome: Outcome,
         now: Timestamp,
     ) -> Result<(), Refusal> {
-        let write = protocol::complete(
+        let record = protocol::complete(
             self.get(id),
             generation,
             verdict,
@@ -108,7 +108,7 @@ impl MemoryReceiver {
             now,
             &self.config,
         )?;
-        self.apply(id, write);
+        self.apply(id, Write::Put(record));
         Ok(())
     }
 
@@ -118,8 +118,8 @@ impl MemoryReceiver {
     ///
     /// The [`Refusal`]; nothing changes.
     pub fn release(&mut self, id: &RecordId, generation: Generation) -> Result<(), Refusal> {
-        let write = protocol::release(self.get(id), generation)?;
-        self.apply(id, write);
+        let protocol::Delete = protocol::release(self.get(id), generation)?;
+        self.apply(id, Write::Delete);
         Ok(())
     }
 
@@ -134,8 +134,8 @@ impl MemoryReceiver {
         generation: Generation,
         now: Timestamp,
     ) -> Result<(), Refusal> {
-        let write = protocol::mark_unknown(self.get(id), generation, now)?;
-        self.apply(id, write);
+        let record = protocol::mark_unknown(self.get(id), generation, now)?;
+        self.apply(id, Write::Put(record));
         Ok(())
     }
 
@@ -150,7 +150,10 @@ impl MemoryReceiver {
         resolution: Resolution,
         now: Timestamp,
     ) -> Result<(), Refusal> {
-        let write = protocol::resolve(self.get(id), resolution, now, &self.config)?;
+        let write = match protocol::resolve(self.get(id), resolution, now, &self.config)? {
+            Some(record) => Write::Put(record),
+            None => Write::Delete,
+        };
         self.apply(id, write);
         Ok(())
     }

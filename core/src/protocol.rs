@@ -23,6 +23,11 @@
 //! Heartbeat, complete, release and mark-unknown with any other generation or state are
 //! refused as [`Refusal::Stale`]: a late executor never overwrites a newer one or a
 //! settled outcome.
+//!
+//! Each function returns the type of write it can make, and no other: [`begin`] a
+//! [`Write`] (it may put, or write nothing), [`heartbeat`], [`complete`] and
+//! [`mark_unknown`] the [`Record`] to put, [`release`] a [`Delete`], and [`resolve`] the
+//! record to put or `None` to delete.
 
 use core::fmt;
 
@@ -42,6 +47,11 @@ pub enum Write {
     /// Remove the record.
     Delete,
 }
+
+/// The one write [`release`] makes: delete the record under the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "the record must be deleted before answering"]
+pub struct Delete;
 
 /// A decision with the write that makes it true.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,7 +241,8 @@ pub fn begin(
     }
 }
 
-/// The executor holding `generation` extends its lease to `now + lease`.
+/// The executor holding `generation` extends its lease to `now + lease`. Returns the
+/// record to put under the key.
 ///
 /// # Errors
 ///
@@ -241,18 +252,19 @@ pub fn heartbeat(
     generation: Generation,
     now: Timestamp,
     config: &Config,
-) -> Result<Write, Refusal> {
+) -> Result<Record, Refusal> {
     let record = held(current, generation)?;
     let lease_until = now.plus_millis(config.lease_ms);
-    Ok(Write::Put(Record {
+    Ok(Record {
         updated_at: now,
         status: Status::Pending { lease_until },
         ..record.clone()
-    }))
+    })
 }
 
 /// The executor holding `generation` settles the key with `verdict` and `outcome`; it is
-/// replayed until `now` plus the verdict's retention.
+/// replayed until `now` plus the verdict's retention. Returns the settled record to put
+/// under the key.
 ///
 /// # Errors
 ///
@@ -264,7 +276,7 @@ pub fn complete(
     outcome: Outcome,
     now: Timestamp,
     config: &Config,
-) -> Result<Write, Refusal> {
+) -> Result<Record, Refusal> {
     let record = held(current, generation)?;
     settle(record, verdict, outcome, now, config)
 }
@@ -274,12 +286,13 @@ pub fn complete(
 /// # Errors
 ///
 /// [`Refusal::NotFound`] or [`Refusal::Stale`].
-pub fn release(current: Option<&Record>, generation: Generation) -> Result<Write, Refusal> {
+pub fn release(current: Option<&Record>, generation: Generation) -> Result<Delete, Refusal> {
     held(current, generation)?;
-    Ok(Write::Delete)
+    Ok(Delete)
 }
 
-/// The executor holding `generation` cannot tell whether its effect happened.
+/// The executor holding `generation` cannot tell whether its effect happened. Returns
+/// the Unknown record to put under the key.
 ///
 /// # Errors
 ///
@@ -288,16 +301,17 @@ pub fn mark_unknown(
     current: Option<&Record>,
     generation: Generation,
     now: Timestamp,
-) -> Result<Write, Refusal> {
+) -> Result<Record, Refusal> {
     let record = held(current, generation)?;
-    Ok(Write::Put(Record {
+    Ok(Record {
         updated_at: now,
         status: Status::Unknown,
         ..record.clone()
-    }))
+    })
 }
 
-/// A reconciler settles an Unknown record.
+/// A reconciler settles an Unknown record. Returns the settled record to put under the
+/// key, or `None` for [`Resolution::NotExecuted`]: delete the record.
 ///
 /// # Errors
 ///
@@ -308,7 +322,7 @@ pub fn resolve(
     resolution: Resolution,
     now: Timestamp,
     config: &Config,
-) -> Result<Write, Refusal> {
+) -> Result<Option<Record>, Refusal> {
     let record = current.ok_or(Refusal::NotFound)?;
     if record.status != Status::Unknown {
         return Err(Refusal::WrongState {
@@ -317,9 +331,13 @@ pub fn resolve(
         });
     }
     match resolution {
-        Resolution::Succeeded(outcome) => settle(record, Verdict::Succeeded, outcome, now, config),
-        Resolution::Failed(outcome) => settle(record, Verdict::Failed, outcome, now, config),
-        Resolution::NotExecuted => Ok(Write::Delete),
+        Resolution::Succeeded(outcome) => {
+            settle(record, Verdict::Succeeded, outcome, now, config).map(Some)
+        }
+        Resolution::Failed(outcome) => {
+            settle(record, Verdict::Failed, outcome, now, config).map(Some)
+        }
+        Resolution::NotExecuted => Ok(None),
     }
 }
 
@@ -348,7 +366,7 @@ fn settle(
     outcome: Outcome,
     now: Timestamp,
     config: &Config,
-) -> Result<Write, Refusal> {
+) -> Result<Record, Refusal> {
     outcome
         .check_size(config.max_outcome_bytes)
         .map_err(Refusal::OutcomeTooLarge)?;
@@ -356,7 +374,7 @@ fn settle(
         Verdict::Succeeded => config.success_retention_ms,
         Verdict::Failed => config.failure_retention_ms,
     };
-    Ok(Write::Put(Record {
+    Ok(Record {
         updated_at: now,
         status: Status::Settled {
             verdict,
@@ -365,7 +383,7 @@ fn settle(
             expires_at: now.plus_millis(retention),
         },
         ..record.clone()
-    }))
+    })
 }
 
 #[cfg(test)]

@@ -259,7 +259,7 @@ mod tests {
         let idem_core::Write::Put(pending) = pending else {
             unreachable!()
         };
-        let idem_core::Write::Put(mut record) = protocol::complete(
+        let mut record = protocol::complete(
             Some(&pending),
             pending.generation,
             Verdict::Succeeded,
@@ -267,9 +267,7 @@ mod tests {
             Timestamp(0),
             &config,
         )
-        .unwrap() else {
-            unreachable!()
-        };
+        .unwrap();
         if let idem_core::Status::Settled { expires_at: at, .. } = &mut record.status {
             *at = Timestamp(expires_at);
         }

@@ -1,7 +1,12 @@
-//! What can go wrong: [`OpenError`] when opening a file, [`Error`] for every operation
-//! on an open store, [`ExecuteError`] for [`crate::Store::execute`].
+//! What can go wrong, by operation: [`OpenError`] when opening a file, [`Error`] for the
+//! protocol and every other operation on an open store, [`ExecuteError`] for
+//! [`crate::Store::execute`], [`ImportError`] for [`crate::Store::import`], and
+//! [`MaintainError`] for stats, export and compaction.
 //!
 //! Each variant is one cause, and its message names it: the path, the field, the rule.
+//! A message never repeats its cause: where a variant wraps another error, that error is
+//! its [`source`](std::error::Error::source), and a reader that prints the whole chain
+//! (as the `idem` CLI does) shows each part once.
 
 use std::io;
 use std::path::PathBuf;
@@ -96,13 +101,13 @@ pub enum OpenError {
         detail: String,
     },
     /// The protocol settings cannot work.
-    #[error("config: {0}")]
+    #[error("config")]
     Config(#[from] ConfigError),
     /// The builder's options contradict each other.
     #[error("options: {0}")]
     Options(&'static str),
     /// The operating system refused an operation on the file.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         /// The path given.
         path: PathBuf,
@@ -110,7 +115,7 @@ pub enum OpenError {
         source: io::Error,
     },
     /// redb failed for another reason.
-    #[error("{}: storage: {source}", path.display())]
+    #[error("{}: storage", path.display())]
     Storage {
         /// The path given.
         path: PathBuf,
@@ -124,11 +129,11 @@ pub enum OpenError {
 #[non_exhaustive]
 pub enum Error {
     /// A tenant, operation or key breaks its rule.
-    #[error("{0}")]
+    #[error(transparent)]
     Id(#[from] IdError),
     /// The protocol refused the input (stale generation, wrong state, not found, outcome
     /// too large); nothing was written.
-    #[error("{0}")]
+    #[error(transparent)]
     Refused(#[from] Refusal),
     /// The write lock stayed taken, by another process or another thread of this one,
     /// for longer than the lock timeout.
@@ -142,7 +147,7 @@ pub enum Error {
     },
     /// A commit failed. Its changes may or may not be durable; the store refuses further
     /// writes until it is reopened (redb's rule after a failed commit).
-    #[error("commit failed, the outcome of this call is unknown; reopen the store: {0}")]
+    #[error("commit failed, the outcome of this call is unknown; reopen the store")]
     CommitFailed(#[source] redb::CommitError),
     /// The store was opened read-only ([`crate::StoreBuilder::read_only`]) and the
     /// operation writes; nothing was written.
@@ -157,7 +162,7 @@ pub enum Error {
     #[error("an earlier commit or I/O error failed this store; drop it and open the file again")]
     NeedsReopen,
     /// Bytes in the file do not decode.
-    #[error("{what}: {source}")]
+    #[error("{what} does not decode")]
     Decode {
         /// What was being decoded, with its key.
         what: String,
@@ -173,24 +178,8 @@ pub enum Error {
     /// The generation counter reached `u64::MAX`; no new claim can be fenced.
     #[error("generation counter exhausted: no generation after 18446744073709551615")]
     GenerationsExhausted,
-    /// A line of an import is invalid; nothing was imported.
-    #[error("import line {line}: {message}")]
-    Import {
-        /// 1-based line number.
-        line: u64,
-        /// The field and the rule it broke.
-        message: String,
-    },
-    /// Compaction needs every transaction, in this and every other process, to be finished.
-    #[error(
-        "compaction refused: a transaction is in progress in this or another process; retry when the store is idle"
-    )]
-    CompactionBusy,
-    /// Reading an import or writing an export failed.
-    #[error("I/O: {0}")]
-    Io(#[from] io::Error),
     /// redb failed for another reason.
-    #[error("storage: {0}")]
+    #[error("storage")]
     Storage(#[source] redb::Error),
 }
 
@@ -222,11 +211,50 @@ via_redb_error!(
     redb::DatabaseError
 );
 
-impl From<redb::CompactionError> for Error {
-    fn from(e: redb::CompactionError) -> Error {
+/// [`crate::Store::import`] failed; nothing was imported.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    /// A line of the input is invalid (or cannot be read).
+    #[error("import line {line}: {message}")]
+    Line {
+        /// 1-based line number.
+        line: u64,
+        /// The field and the rule it broke.
+        message: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] Error),
+}
+
+/// [`crate::Store::stats`], [`crate::Store::export`] or [`crate::Store::compact`]
+/// failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MaintainError {
+    /// Compaction needs every transaction, in this and every other process, to be
+    /// finished.
+    #[error(
+        "compaction refused: a transaction is in progress in this or another process; retry when the store is idle"
+    )]
+    CompactionBusy,
+    /// Writing the export failed.
+    #[error("writing the export")]
+    Export(#[source] io::Error),
+    /// Reading the size of the store file failed.
+    #[error("reading the size of the store file")]
+    FileSize(#[source] io::Error),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] Error),
+}
+
+impl From<redb::CompactionError> for MaintainError {
+    fn from(e: redb::CompactionError) -> MaintainError {
         match e {
-            redb::CompactionError::TransactionInProgress => Error::CompactionBusy,
-            other => Error::from(redb::Error::from(other)),
+            redb::CompactionError::TransactionInProgress => MaintainError::CompactionBusy,
+            other => MaintainError::Store(Error::from(redb::Error::from(other))),
         }
     }
 }
@@ -255,6 +283,65 @@ mod tests {
         assert_send_sync::<Error>();
         assert_send_sync::<OpenError>();
         assert_send_sync::<ExecuteError<io::Error>>();
+        assert_send_sync::<ImportError>();
+        assert_send_sync::<MaintainError>();
+    }
+
+    /// Every message of a chain, joined: what a reader that prints causes shows.
+    fn chain(error: &dyn std::error::Error) -> Vec<String> {
+        let mut messages = vec![error.to_string()];
+        let mut cause = error.source();
+        while let Some(e) = cause {
+            messages.push(e.to_string());
+            cause = e.source();
+        }
+        messages
+    }
+
+    #[test]
+    fn no_message_repeats_its_cause() {
+        let io = || io::Error::new(io::ErrorKind::StorageFull, "no space left on device");
+        let errors: Vec<Box<dyn std::error::Error>> = vec![
+            Box::new(Error::CommitFailed(redb::CommitError::Storage(
+                redb::StorageError::Io(io()),
+            ))),
+            Box::new(Error::Storage(redb::Error::Io(io()))),
+            Box::new(Error::Decode {
+                what: "record t/o/k".into(),
+                source: DecodeError::Invalid { what: "record" },
+            }),
+            Box::new(OpenError::Io {
+                path: "/tmp/x.redb".into(),
+                source: io(),
+            }),
+            Box::new(OpenError::Storage {
+                path: "/tmp/x.redb".into(),
+                source: redb::Error::Io(io()),
+            }),
+            Box::new(MaintainError::Export(io())),
+            Box::new(MaintainError::FileSize(io())),
+            Box::new(ImportError::Store(Error::Storage(redb::Error::Io(io())))),
+        ];
+        for error in &errors {
+            let messages = chain(error.as_ref());
+            assert!(messages.len() >= 2, "{messages:?} has no cause");
+            for (i, outer) in messages.iter().enumerate() {
+                for inner in &messages[i + 1..] {
+                    assert!(
+                        !outer.contains(inner.as_str()),
+                        "{outer:?} repeats its cause {inner:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            chain(&Error::CommitFailed(redb::CommitError::Storage(
+                redb::StorageError::Io(io())
+            )))
+            .first()
+            .map(String::as_str),
+            Some("commit failed, the outcome of this call is unknown; reopen the store")
+        );
     }
 
     #[test]
@@ -267,7 +354,7 @@ mod tests {
             locked.to_string(),
             "/tmp/x.redb: another process holds the file locked exclusively; gave up after 250 ms (lock timeout)"
         );
-        let import = Error::Import {
+        let import = ImportError::Line {
             line: 3,
             message: "fingerprint: 10 characters, expected 64 hex digits (0-9, a-f)".into(),
         };

@@ -10,7 +10,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, TransactionError};
 
-use crate::Error;
+use crate::error::Error;
 
 /// The redb database a store works on.
 pub(crate) enum Handle {
@@ -54,9 +54,9 @@ impl Handle {
 /// read-only one cannot, so its reads may be the first to meet the damage. The caller's
 /// own code inside the read (a visitor, a writer) runs through [`Caller::call`], and its
 /// panic is resumed as its own, never taken for damage.
-pub(crate) fn guard_read<T>(
-    read: impl FnOnce(&mut Caller) -> Result<T, Error>,
-) -> Result<T, Error> {
+pub(crate) fn guard_read<T, E: From<Error>>(
+    read: impl FnOnce(&mut Caller) -> Result<T, E>,
+) -> Result<T, E> {
     let mut caller = Caller(None);
     let result = catch_unwind(AssertUnwindSafe(|| read(&mut caller)));
     if let Some(panic) = caller.0 {
@@ -70,7 +70,8 @@ pub(crate) fn guard_read<T>(
             .unwrap_or("no message");
         Err(Error::Corrupt {
             detail: format!("redb could not read the file's structure ({what})"),
-        })
+        }
+        .into())
     })
 }
 

@@ -204,25 +204,32 @@
 pub mod bench;
 mod cache;
 mod error;
+mod execute;
 mod group;
 mod handle;
 mod lock;
 mod maintain;
 mod open;
 mod outbox;
+mod read;
 mod snapshot;
 mod store;
 mod tables;
 mod transfer;
+mod two_phase;
 mod view;
+mod wait;
+mod writer;
 
 pub use cache::{DEFAULT_REPLAY_CACHE, REPLAY_CACHE_BYTES, REPLAY_CACHE_MAX_BODY};
-pub use error::{Error, ExecuteError, OpenError};
+pub use error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
+pub use execute::Executed;
 pub use group::{CommitCounts, MAX_BATCH};
 pub use maintain::{CheckReport, SWEEP_BATCH, Stats, SweepReport};
 pub use open::{DEFAULT_LOCK_TIMEOUT, StoreBuilder};
 pub use outbox::{EnqueueError, IntentFilter, Outbox, OutboxError};
-pub use store::{Executed, ListFilter, Store};
+pub use read::ListFilter;
+pub use store::Store;
 pub use transfer::EXPORT_VERSION;
 pub use view::{RecordView, ViewError, record_json};
 

@@ -1,48 +1,13 @@
-//! The bounded waits for the write lock: this process's threads queue on a [`Gate`],
-//! then one of them waits for other processes in [`begin_write`]; a call gives up with
-//! [`Error::Busy`] once its lock timeout has passed, counted from when it started.
+//! The two waits for the write lock: this process's threads queue on a [`Gate`], then
+//! the one at the front waits for other processes in [`begin_write`]. Both give up with
+//! [`Error::Busy`] once the call's [`Deadline`] has passed, counted from when it started.
 
 use std::sync::{Condvar, Mutex, PoisonError};
-use std::thread;
-use std::time::{Duration, Instant};
 
 use redb::{Database, TransactionError, WriteTransaction};
 
-use crate::Error;
-
-/// When a call started waiting and how long it may wait in all.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Deadline {
-    start: Instant,
-    timeout: Duration,
-}
-
-impl Deadline {
-    /// A deadline `timeout` from now.
-    pub(crate) fn after(timeout: Duration) -> Deadline {
-        Deadline {
-            start: Instant::now(),
-            timeout,
-        }
-    }
-
-    /// How long the call has waited so far.
-    pub(crate) fn waited(self) -> Duration {
-        self.start.elapsed()
-    }
-
-    /// What is left of the timeout (zero once it passed).
-    pub(crate) fn remaining(self) -> Duration {
-        self.timeout.saturating_sub(self.start.elapsed())
-    }
-
-    /// The error for a call that ran out of time.
-    pub(crate) fn busy(self) -> Error {
-        Error::Busy {
-            waited: self.waited(),
-        }
-    }
-}
+use crate::error::Error;
+use crate::wait::{Attempt, Deadline, retry_until};
 
 /// Lets one thread of this process at a time into a write transaction; the others wait,
 /// each until its own deadline.
@@ -64,7 +29,7 @@ impl Gate {
         while *busy {
             let remaining = deadline.remaining();
             if remaining.is_zero() {
-                return Err(deadline.busy());
+                return Err(busy_error(deadline.waited()));
             }
             busy = self
                 .freed
@@ -84,54 +49,49 @@ impl Drop for Turn<'_> {
     }
 }
 
-/// The longest pause between two attempts at another process's write lock.
-///
-/// The lock is not handed to waiters in turn: a process writing back to back takes it
-/// again microseconds after each commit, and a waiter gets it only by trying in such a
-/// gap. With pauses of up to 10 ms, three processes waiting beside one writing 90
-/// transactions in a row often (8 runs in 20) got no turn at all until it was done; at
-/// 1 ms one of them got a turn during its run in all 20. A waiter then makes about a
-/// thousand non-blocking lock attempts a second (about 1% of a core).
-const MAX_PAUSE: Duration = Duration::from_millis(1);
-
-/// Begins a write transaction, polling while another process holds redb's write lock,
-/// until the deadline.
+/// Begins a write transaction, trying again while another process holds redb's write
+/// lock, until the deadline.
 pub(crate) fn begin_write(db: &Database, deadline: Deadline) -> Result<WriteTransaction, Error> {
-    let mut pause = Duration::from_micros(200);
-    loop {
-        match db.try_begin_write() {
-            Ok(txn) => return Ok(txn),
-            Err(TransactionError::WouldBlock) => {
-                let remaining = deadline.remaining();
-                if remaining.is_zero() {
-                    return Err(deadline.busy());
-                }
-                thread::sleep(pause.min(remaining));
-                pause = (pause * 2).min(MAX_PAUSE);
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+    retry_until(
+        deadline,
+        || match db.try_begin_write() {
+            Ok(txn) => Attempt::Done(Ok(txn)),
+            Err(TransactionError::WouldBlock) => Attempt::Held,
+            Err(e) => Attempt::Done(Err(e.into())),
+        },
+        busy_error,
+    )
+}
+
+/// The error of a write that waited `waited` for the lock and gave up.
+pub(crate) fn busy_error(waited: std::time::Duration) -> Error {
+    Error::Busy { waited }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
 
     #[test]
     fn a_turn_waits_for_the_previous_one_until_its_deadline() {
         let gate = Gate::default();
         let first = gate.enter(Deadline::after(Duration::ZERO)).unwrap();
-        let start = Instant::now();
         let err = gate
             .enter(Deadline::after(Duration::from_millis(50)))
             .unwrap_err();
         assert!(matches!(err, Error::Busy { waited } if waited >= Duration::from_millis(50)));
-        assert!(start.elapsed() >= Duration::from_millis(50));
         std::thread::scope(|scope| {
-            let waiter =
-                scope.spawn(|| gate.enter(Deadline::after(Duration::from_secs(10))).is_ok());
-            std::thread::sleep(Duration::from_millis(20));
+            let (started, waiting) = mpsc::channel();
+            let gate = &gate;
+            let waiter = scope.spawn(move || {
+                started.send(()).unwrap();
+                gate.enter(Deadline::after(Duration::from_secs(10))).is_ok()
+            });
+            // The waiter is running; whether it reached the condvar yet or not, it
+            // gets the turn once the first one is dropped.
+            waiting.recv().unwrap();
             drop(first);
             assert!(waiter.join().unwrap());
         });

@@ -7,20 +7,22 @@ use idem_core::{Generation, State, Timestamp};
 use redb::{ReadableTable, ReadableTableMetadata};
 use serde::Serialize;
 
+use crate::cache::ReplayCache;
+use crate::error::{Error, MaintainError};
 use crate::handle::guard_read;
 use crate::tables::{
     self, EXPIRY, GENERATION_KEY, META, RECORDS, SCHEMA_KEY, SCHEMA_VERSION, STATES, Tables,
 };
-use crate::{Error, Store};
+use crate::writer::Writer;
 
-/// Records deleted per write transaction by [`Store::sweep`], so a large sweep never
+/// Records deleted per write transaction by [`crate::Store::sweep`], so a large sweep never
 /// holds the write lock for long.
 pub const SWEEP_BATCH: usize = 256;
 
 /// Problems [`Store::check`] lists one by one; beyond this it only counts them.
 const MAX_LISTED_PROBLEMS: usize = 100;
 
-/// What [`Store::sweep`] did.
+/// What [`crate::Store::sweep`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct SweepReport {
     /// Records deleted; for a dry run, records that would be.
@@ -29,7 +31,7 @@ pub struct SweepReport {
     pub remaining_expired: bool,
 }
 
-/// Numbers for alerting, from one snapshot. See [`Store::stats`].
+/// Numbers for alerting, from one snapshot. See [`crate::Store::stats`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Stats {
     /// Records in state Pending.
@@ -73,7 +75,7 @@ impl Stats {
     }
 }
 
-/// What [`Store::check`] found.
+/// What [`crate::Store::check`] found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CheckReport {
     /// redb found damage in the file and repaired it (its integrity check returned
@@ -117,315 +119,277 @@ impl Problems {
     }
 }
 
-impl Store {
-    /// Deletes settled records whose retention ended at `now`, oldest `expires_at`
-    /// first, at most `limit`, in write transactions of at most [`SWEEP_BATCH`] records.
-    /// Pending and Unknown records are never swept. With `dry_run`, counts what would
-    /// be deleted and deletes nothing.
-    ///
-    /// # Errors
-    ///
-    /// Storage errors (batches committed before one stay committed), or
-    /// [`Error::Corrupt`] when the expiry index disagrees with a record.
-    pub fn sweep(&self, now: Timestamp, limit: usize, dry_run: bool) -> Result<SweepReport, Error> {
-        if dry_run {
-            return guard_read(|_| self.sweep_dry_run(now, limit));
-        }
-        // From here on, no record this sweep may delete is answered from the replay
-        // cache (`cache.rs`).
-        self.cache.raise_horizon(now);
-        let mut removed = 0usize;
-        loop {
-            let batch = SWEEP_BATCH.min(limit - removed);
-            let writing = self.writing("sweep")?;
-            let mut deleted_keys = Vec::new();
-            let (deleted, more) = {
-                let mut tables = Tables::open(&writing.txn)?;
-                // One more than the batch, to learn whether expired records remain.
-                let mut keys = Vec::with_capacity(batch + 1);
-                for entry in tables.expiry().iter()? {
-                    let (key, _) = entry?;
-                    let (expires_at, _) = tables::split_timed_key(key.value())?;
-                    if expires_at > now || keys.len() > batch {
-                        break;
-                    }
-                    keys.push(key.value().to_vec());
+/// Deletes settled records whose retention ended at `now`; see [`crate::Store::sweep`].
+pub(crate) fn sweep(
+    writer: &Writer,
+    cache: &ReplayCache,
+    now: Timestamp,
+    limit: usize,
+    dry_run: bool,
+) -> Result<SweepReport, Error> {
+    if dry_run {
+        return guard_read(|_| sweep_dry_run(writer, now, limit));
+    }
+    // From here on, no record this sweep may delete is answered from the replay
+    // cache (`cache.rs`).
+    cache.raise_horizon(now);
+    let mut removed = 0usize;
+    loop {
+        let batch = SWEEP_BATCH.min(limit - removed);
+        let writing = writer.writing("sweep")?;
+        let mut deleted_keys = Vec::new();
+        let (deleted, more) = {
+            let mut tables = Tables::open(&writing.txn)?;
+            // One more than the batch, to learn whether expired records remain.
+            let mut keys = Vec::with_capacity(batch + 1);
+            for entry in tables.expiry().iter()? {
+                let (key, _) = entry?;
+                let (expires_at, _) = tables::split_timed_key(key.value())?;
+                if expires_at > now || keys.len() > batch {
+                    break;
                 }
-                let take = keys.len().min(batch);
-                for key in &keys[..take] {
-                    let (expires_at, id_key) = tables::split_timed_key(key)?;
-                    let record = tables.get(id_key)?;
-                    match record {
-                        Some(record)
-                            if record.expires_at() == Some(expires_at)
-                                && sweepable(&record, now) =>
-                        {
-                            tables.delete(id_key, &record)?;
-                            deleted_keys.push(id_key.to_vec());
-                        }
-                        other => {
-                            return Err(Error::Corrupt {
-                                detail: format!(
-                                    "expiry index names {} at {expires_at}, but its record is {:?}",
-                                    tables::describe_key(id_key),
-                                    other.map(|r| r.state())
-                                ),
-                            });
-                        }
+                keys.push(key.value().to_vec());
+            }
+            let take = keys.len().min(batch);
+            for key in &keys[..take] {
+                let (expires_at, id_key) = tables::split_timed_key(key)?;
+                let record = tables.get(id_key)?;
+                match record {
+                    Some(record)
+                        if record.expires_at() == Some(expires_at) && sweepable(&record, now) =>
+                    {
+                        tables.delete(id_key, &record)?;
+                        deleted_keys.push(id_key.to_vec());
+                    }
+                    other => {
+                        return Err(Error::Corrupt {
+                            detail: format!(
+                                "expiry index names {} at {expires_at}, but its record is {:?}",
+                                tables::describe_key(id_key),
+                                other.map(|r| r.state())
+                            ),
+                        });
                     }
                 }
-                (take, keys.len() > take)
-            };
-            self.finish(writing, deleted > 0)?;
-            self.cache.remove(deleted_keys.iter().map(Vec::as_slice));
-            removed += deleted;
-            if !more || removed >= limit {
-                return Ok(SweepReport {
-                    removed: removed as u64,
-                    remaining_expired: more,
-                });
             }
-        }
-    }
-
-    /// What [`Store::sweep`] would delete.
-    fn sweep_dry_run(&self, now: Timestamp, limit: usize) -> Result<SweepReport, Error> {
-        let db = self.database();
-        let txn = db.begin_read()?;
-        let expiry = txn.open_table(EXPIRY)?;
-        let mut report = SweepReport::default();
-        for entry in expiry.iter()? {
-            let (key, _) = entry?;
-            let (expires_at, _) = tables::split_timed_key(key.value())?;
-            if expires_at > now {
-                break;
-            }
-            if usize::try_from(report.removed).is_ok_and(|n| n >= limit) {
-                report.remaining_expired = true;
-                break;
-            }
-            report.removed += 1;
-        }
-        Ok(report)
-    }
-
-    /// Counts by state, Pending records past their lease, the age of the oldest Pending
-    /// and Unknown record, expired records awaiting sweep, the file size and the
-    /// generation counter, from one snapshot.
-    ///
-    /// Counts come from the state indexes' lengths and ages from their first entries;
-    /// only the Pending records and the expired index entries are read one by one.
-    ///
-    /// # Errors
-    ///
-    /// Storage or decode errors; [`Error::Io`] reading the file size.
-    pub fn stats(&self, now: Timestamp) -> Result<Stats, Error> {
-        guard_read(|_| self.stats_guarded(now))
-    }
-
-    fn stats_guarded(&self, now: Timestamp) -> Result<Stats, Error> {
-        let db = self.database();
-        let txn = db.begin_read()?;
-        let records = txn.open_table(RECORDS)?;
-        let meta = txn.open_table(META)?;
-        let mut counts = [0u64; 4];
-        let mut oldest = [None; 4];
-        for (i, definition) in STATES.iter().enumerate() {
-            let index = txn.open_table(*definition)?;
-            counts[i] = index.len()?;
-            if let Some((key, _)) = index.first()? {
-                let (created_at, _) = tables::split_timed_key(key.value())?;
-                oldest[i] = Some(now.millis_since(created_at));
-            }
-        }
-        let mut pending_lease_expired = 0;
-        let pending = txn.open_table(STATES[tables::state_index(State::Pending)])?;
-        for entry in pending.iter()? {
-            let (key, _) = entry?;
-            let (_, id_key) = tables::split_timed_key(key.value())?;
-            let record = tables::read_record(&records, id_key)?;
-            if record
-                .and_then(|r| r.lease_until())
-                .is_some_and(|lease_until| now >= lease_until)
-            {
-                pending_lease_expired += 1;
-            }
-        }
-        let mut expired = 0;
-        for entry in txn.open_table(EXPIRY)?.iter()? {
-            let (key, _) = entry?;
-            if tables::split_timed_key(key.value())?.0 > now {
-                break;
-            }
-            expired += 1;
-        }
-        Ok(Stats {
-            pending: counts[0],
-            succeeded: counts[1],
-            failed: counts[2],
-            unknown: counts[3],
-            pending_lease_expired,
-            expired,
-            oldest_pending_age_ms: oldest[tables::state_index(State::Pending)],
-            oldest_unknown_age_ms: oldest[tables::state_index(State::Unknown)],
-            file_bytes: fs::metadata(self.path())?.len(),
-            generation: Generation(tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0)),
-        })
-    }
-
-    /// The store-wide generation counter: the last generation handed out.
-    ///
-    /// # Errors
-    ///
-    /// Storage or decode errors.
-    pub fn generation(&self) -> Result<Generation, Error> {
-        guard_read(|_| {
-            let db = self.database();
-            let txn = db.begin_read()?;
-            let meta = txn.open_table(META)?;
-            Ok(Generation(
-                tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0),
-            ))
-        })
-    }
-
-    /// Verifies the file: redb's integrity check (every page checksum, repairing what it
-    /// can), then idem's own rules: every record and id decodes, every record has exactly
-    /// its state index entry and, when settled, its expiry entry, no index entry lacks a
-    /// record, every generation is at most the counter, and the schema version is this
-    /// build's.
-    ///
-    /// It waits (at most the lock timeout) for this process's other operations to
-    /// finish, and holds the redb write lock while redb verifies, so other processes'
-    /// writes wait for it too: about a millisecond per megabyte of file.
-    ///
-    /// It needs a writable store: redb's integrity check takes the database to itself
-    /// and may repair (write) it, which a read-only handle cannot.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Corrupt`] when redb cannot repair the file; [`Error::Busy`] when this
-    /// process kept the store busy past the lock timeout; [`Error::ReadOnly`] on a
-    /// read-only store; storage errors.
-    pub fn check(&self) -> Result<CheckReport, Error> {
-        self.ensure_writable("check")?;
-        let mut db = self.database_exclusive()?;
-        let redb_repaired = match db.writable_mut() {
-            Some(writable) => !writable.check_integrity()?,
-            None => return Err(Error::ReadOnly { operation: "check" }),
+            (take, keys.len() > take)
         };
-        let txn = db.begin_read()?;
-        let records = txn.open_table(RECORDS)?;
-        let expiry = txn.open_table(EXPIRY)?;
-        let meta = txn.open_table(META)?;
-        let states = [
-            txn.open_table(STATES[0])?,
-            txn.open_table(STATES[1])?,
-            txn.open_table(STATES[2])?,
-            txn.open_table(STATES[3])?,
-        ];
-        let mut problems = Problems {
-            listed: Vec::new(),
-            more: 0,
-        };
-        match tables::read_meta(&meta, SCHEMA_KEY) {
-            Ok(Some(SCHEMA_VERSION)) => {}
-            Ok(other) => problems.push(format!(
-                "meta schema is {other:?}, expected {SCHEMA_VERSION}"
-            )),
-            Err(e) => problems.push(e.to_string()),
+        writer.finish(writing, deleted > 0)?;
+        cache.remove(deleted_keys.iter().map(Vec::as_slice));
+        removed += deleted;
+        if !more || removed >= limit {
+            return Ok(SweepReport {
+                removed: removed as u64,
+                remaining_expired: more,
+            });
         }
-        let counter = match tables::read_meta(&meta, GENERATION_KEY) {
-            Ok(counter) => counter.unwrap_or(0),
+    }
+}
+
+/// What [`sweep`] would delete.
+fn sweep_dry_run(writer: &Writer, now: Timestamp, limit: usize) -> Result<SweepReport, Error> {
+    let db = writer.read();
+    let txn = db.begin_read()?;
+    let expiry = txn.open_table(EXPIRY)?;
+    let mut report = SweepReport::default();
+    for entry in expiry.iter()? {
+        let (key, _) = entry?;
+        let (expires_at, _) = tables::split_timed_key(key.value())?;
+        if expires_at > now {
+            break;
+        }
+        if usize::try_from(report.removed).is_ok_and(|n| n >= limit) {
+            report.remaining_expired = true;
+            break;
+        }
+        report.removed += 1;
+    }
+    Ok(report)
+}
+
+/// Numbers for alerting at `now`; see [`crate::Store::stats`].
+pub(crate) fn stats(writer: &Writer, now: Timestamp) -> Result<Stats, MaintainError> {
+    let mut stats = guard_read(|_| stats_guarded(writer, now))?;
+    stats.file_bytes = fs::metadata(writer.path())
+        .map_err(MaintainError::FileSize)?
+        .len();
+    Ok(stats)
+}
+
+fn stats_guarded(writer: &Writer, now: Timestamp) -> Result<Stats, Error> {
+    let db = writer.read();
+    let txn = db.begin_read()?;
+    let records = txn.open_table(RECORDS)?;
+    let meta = txn.open_table(META)?;
+    let mut counts = [0u64; 4];
+    let mut oldest = [None; 4];
+    for (i, definition) in STATES.iter().enumerate() {
+        let index = txn.open_table(*definition)?;
+        counts[i] = index.len()?;
+        if let Some((key, _)) = index.first()? {
+            let (created_at, _) = tables::split_timed_key(key.value())?;
+            oldest[i] = Some(now.millis_since(created_at));
+        }
+    }
+    let mut pending_lease_expired = 0;
+    let pending = txn.open_table(STATES[tables::state_index(State::Pending)])?;
+    for entry in pending.iter()? {
+        let (key, _) = entry?;
+        let (_, id_key) = tables::split_timed_key(key.value())?;
+        let record = tables::read_record(&records, id_key)?;
+        if record
+            .and_then(|r| r.lease_until())
+            .is_some_and(|lease_until| now >= lease_until)
+        {
+            pending_lease_expired += 1;
+        }
+    }
+    let mut expired = 0;
+    for entry in txn.open_table(EXPIRY)?.iter()? {
+        let (key, _) = entry?;
+        if tables::split_timed_key(key.value())?.0 > now {
+            break;
+        }
+        expired += 1;
+    }
+    Ok(Stats {
+        pending: counts[0],
+        succeeded: counts[1],
+        failed: counts[2],
+        unknown: counts[3],
+        pending_lease_expired,
+        expired,
+        oldest_pending_age_ms: oldest[tables::state_index(State::Pending)],
+        oldest_unknown_age_ms: oldest[tables::state_index(State::Unknown)],
+        // Read after the snapshot, outside the guarded read.
+        file_bytes: 0,
+        generation: Generation(tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0)),
+    })
+}
+
+/// The store-wide generation counter: the last generation handed out.
+pub(crate) fn generation(writer: &Writer) -> Result<Generation, Error> {
+    guard_read(|_| {
+        let db = writer.read();
+        let txn = db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        Ok(Generation(
+            tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0),
+        ))
+    })
+}
+
+/// Verifies the file; see [`crate::Store::check`].
+pub(crate) fn check(writer: &Writer) -> Result<CheckReport, Error> {
+    writer.ensure_writable("check")?;
+    let mut db = writer.exclusive()?;
+    let redb_repaired = match db.writable_mut() {
+        Some(writable) => !writable.check_integrity()?,
+        None => return Err(Error::ReadOnly { operation: "check" }),
+    };
+    let txn = db.begin_read()?;
+    let records = txn.open_table(RECORDS)?;
+    let expiry = txn.open_table(EXPIRY)?;
+    let meta = txn.open_table(META)?;
+    let states = [
+        txn.open_table(STATES[0])?,
+        txn.open_table(STATES[1])?,
+        txn.open_table(STATES[2])?,
+        txn.open_table(STATES[3])?,
+    ];
+    let mut problems = Problems {
+        listed: Vec::new(),
+        more: 0,
+    };
+    match tables::read_meta(&meta, SCHEMA_KEY) {
+        Ok(Some(SCHEMA_VERSION)) => {}
+        Ok(other) => problems.push(format!(
+            "meta schema is {other:?}, expected {SCHEMA_VERSION}"
+        )),
+        Err(e) => problems.push(e.to_string()),
+    }
+    let counter = match tables::read_meta(&meta, GENERATION_KEY) {
+        Ok(counter) => counter.unwrap_or(0),
+        Err(e) => {
+            problems.push(e.to_string());
+            u64::MAX
+        }
+    };
+    let mut counts = [0u64; 4];
+    let mut settled = 0u64;
+    let mut total = 0u64;
+    for entry in records.iter()? {
+        let (key, bytes) = entry?;
+        total += 1;
+        let id_key = key.value();
+        if let Err(e) = tables::decode_id(id_key) {
+            problems.push(e.to_string());
+        }
+        let record = match tables::decode_record(id_key, bytes.value()) {
+            Ok(record) => record,
             Err(e) => {
                 problems.push(e.to_string());
-                u64::MAX
+                continue;
             }
         };
-        let mut counts = [0u64; 4];
-        let mut settled = 0u64;
-        let mut total = 0u64;
-        for entry in records.iter()? {
-            let (key, bytes) = entry?;
-            total += 1;
-            let id_key = key.value();
-            if let Err(e) = tables::decode_id(id_key) {
-                problems.push(e.to_string());
-            }
-            let record = match tables::decode_record(id_key, bytes.value()) {
-                Ok(record) => record,
-                Err(e) => {
-                    problems.push(e.to_string());
-                    continue;
-                }
-            };
-            let name = tables::describe_key(id_key);
-            if record.generation.0 == 0 || record.generation.0 > counter {
-                problems.push(format!(
-                    "record {name}: generation {} is outside 1..={counter} (the counter)",
-                    record.generation
-                ));
-            }
-            let state = record.state();
-            counts[tables::state_index(state)] += 1;
-            let index = &states[tables::state_index(state)];
-            if index
-                .get(tables::timed_key(record.created_at, id_key).as_slice())?
-                .is_none()
-            {
-                problems.push(format!("record {name}: missing from the {state} index"));
-            }
-            if let Some(expires_at) = record.expires_at() {
-                settled += 1;
-                if expiry
-                    .get(tables::timed_key(expires_at, id_key).as_slice())?
-                    .is_none()
-                {
-                    problems.push(format!("record {name}: missing from the expiry index"));
-                }
-            }
-        }
-        // Every record has its entries (checked above); equal lengths then mean that no
-        // entry lacks a record.
-        for (i, state) in State::ALL.into_iter().enumerate() {
-            let len = states[i].len()?;
-            if len != counts[i] {
-                problems.push(format!(
-                    "{state} index holds {len} entries for {} {state} records",
-                    counts[i]
-                ));
-            }
-        }
-        let expiry_len = expiry.len()?;
-        if expiry_len != settled {
+        let name = tables::describe_key(id_key);
+        if record.generation.0 == 0 || record.generation.0 > counter {
             problems.push(format!(
-                "expiry index holds {expiry_len} entries for {settled} settled records"
+                "record {name}: generation {} is outside 1..={counter} (the counter)",
+                record.generation
             ));
         }
-        Ok(CheckReport {
-            redb_repaired,
-            records: total,
-            problems: problems.finish(),
-        })
+        let state = record.state();
+        counts[tables::state_index(state)] += 1;
+        let index = &states[tables::state_index(state)];
+        if index
+            .get(tables::timed_key(record.created_at, id_key).as_slice())?
+            .is_none()
+        {
+            problems.push(format!("record {name}: missing from the {state} index"));
+        }
+        if let Some(expires_at) = record.expires_at() {
+            settled += 1;
+            if expiry
+                .get(tables::timed_key(expires_at, id_key).as_slice())?
+                .is_none()
+            {
+                problems.push(format!("record {name}: missing from the expiry index"));
+            }
+        }
     }
+    // Every record has its entries (checked above); equal lengths then mean that no
+    // entry lacks a record.
+    for (i, state) in State::ALL.into_iter().enumerate() {
+        let len = states[i].len()?;
+        if len != counts[i] {
+            problems.push(format!(
+                "{state} index holds {len} entries for {} {state} records",
+                counts[i]
+            ));
+        }
+    }
+    let expiry_len = expiry.len()?;
+    if expiry_len != settled {
+        problems.push(format!(
+            "expiry index holds {expiry_len} entries for {settled} settled records"
+        ));
+    }
+    Ok(CheckReport {
+        redb_repaired,
+        records: total,
+        problems: problems.finish(),
+    })
+}
 
-    /// Compacts the file, returning freed space to the file system. Returns true when
-    /// anything moved.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::CompactionBusy`] while any transaction is open in this or another
-    /// process; [`Error::NeedsReopen`] after a failed commit; storage errors.
-    pub fn compact(&mut self) -> Result<bool, Error> {
-        self.ensure_writable("compact")?;
-        if self.needs_reopen() {
-            return Err(Error::NeedsReopen);
+/// Compacts the file; see [`crate::Store::compact`].
+pub(crate) fn compact(writer: &mut Writer) -> Result<bool, MaintainError> {
+    writer.ensure_usable("compact")?;
+    match writer.handle_mut().writable_mut() {
+        Some(db) => db.compact().map_err(MaintainError::from),
+        None => Err(Error::ReadOnly {
+            operation: "compact",
         }
-        match self.database_mut().writable_mut() {
-            Some(db) => Ok(db.compact()?),
-            None => Err(Error::ReadOnly {
-                operation: "compact",
-            }),
-        }
+        .into()),
     }
 }

@@ -18,7 +18,6 @@ use std::io;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread;
 use std::time::Duration;
 
 use idem_core::Config;
@@ -28,15 +27,26 @@ use redb::{
 };
 
 use crate::cache::DEFAULT_REPLAY_CACHE;
+use crate::error::{Error, OpenError};
 use crate::handle::Handle;
-use crate::lock::{self, begin_write};
+use crate::lock::begin_write;
 use crate::tables::{self, META, RECORDS, SCHEMA_KEY, SCHEMA_VERSION, Tables};
-use crate::{Error, OpenError, Store};
+use crate::wait::{Attempt, Deadline, retry_until};
+
+/// A file opened and checked by a [`StoreBuilder`], with the settings the store keeps.
+pub(crate) struct Opened {
+    pub(crate) handle: Handle,
+    pub(crate) path: PathBuf,
+    pub(crate) config: Config,
+    pub(crate) durability: Durability,
+    pub(crate) lock_timeout: Duration,
+    pub(crate) replay_cache: usize,
+}
 
 /// The default bound on waiting for another process's lock: 5 s.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Options for [`Store::builder`]: the protocol [`Config`] and the redb settings.
+/// Options for [`crate::Store::builder`]: the protocol [`Config`] and the redb settings.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -125,7 +135,7 @@ impl StoreBuilder {
     /// when a begin reads them or a commit settles them, and leave first in, first out.
     /// Memory is bounded by the entry count and by [`crate::REPLAY_CACHE_BYTES`] of keys
     /// and outcome bodies; a body over [`crate::REPLAY_CACHE_MAX_BODY`] is not kept.
-    /// [`Store::get`] does not use it.
+    /// [`crate::Store::get`] does not use it.
     pub fn replay_cache(mut self, entries: usize) -> StoreBuilder {
         self.replay_cache = entries;
         self
@@ -144,10 +154,10 @@ impl StoreBuilder {
 
     /// Open the file only to read it. Default false.
     ///
-    /// A read-only store answers [`Store::get`], [`Store::list`], [`Store::stats`],
-    /// [`Store::generation`], [`Store::export`], a dry-run [`Store::sweep`],
-    /// [`Store::read`] and the outbox's reads like any store, from the latest commit of
-    /// every process, and refuses every write (and [`Store::check`], whose integrity
+    /// A read-only store answers [`crate::Store::get`], [`crate::Store::list`], [`crate::Store::stats`],
+    /// [`crate::Store::generation`], [`crate::Store::export`], a dry-run [`crate::Store::sweep`],
+    /// [`crate::Store::read`] and the outbox's reads like any store, from the latest commit of
+    /// every process, and refuses every write (and [`crate::Store::check`], whose integrity
     /// check needs the file for writing) with [`Error::ReadOnly`]. It changes no byte of
     /// the file: it reads a file that is read-only, or on a read-only mount, and opens
     /// beside processes that write it (in the same [concurrency
@@ -156,26 +166,18 @@ impl StoreBuilder {
     /// Opening read-only creates nothing ([`OpenError::NoStore`] when there is no store
     /// yet), cannot recover a file whose last writer crashed ([`OpenError::NeedsRecovery`]
     /// until a writable open has), and does not verify the file
-    /// ([`StoreBuilder::verify_on_open`] needs a writable open; [`Store::check`] on a
+    /// ([`StoreBuilder::verify_on_open`] needs a writable open; [`crate::Store::check`] on a
     /// writable store does it).
     pub fn read_only(mut self, read_only: bool) -> StoreBuilder {
         self.read_only = read_only;
         self
     }
 
-    /// Opens the store file at `path`, creating it when it does not exist (unless
-    /// [`StoreBuilder::read_only`]).
-    ///
-    /// # Errors
-    ///
-    /// [`OpenError`]: a directory, a read-only file, a lock held past the lock timeout, a
-    /// newer schema, a corrupt file, an invalid config or contradictory options; for a
-    /// read-only open, no store in the file or a file that needs recovery. In every one
-    /// of these cases the file is left byte for byte as it was.
-    pub fn open(self, path: impl AsRef<Path>) -> Result<Store, OpenError> {
+    /// Opens and checks the file at `path` for [`StoreBuilder::open`] (in `store.rs`).
+    pub(crate) fn open_file(self, path: &Path) -> Result<Opened, OpenError> {
         self.config.validate()?;
         if self.read_only {
-            return self.open_read_only(path.as_ref());
+            return self.open_read_only(path);
         }
         if matches!(self.durability, Durability::None)
             && self.concurrency != ConcurrencyMode::ExclusiveWriter
@@ -184,8 +186,8 @@ impl StoreBuilder {
                 "durability None needs ConcurrencyMode::ExclusiveWriter: a commit held only in this process's memory is invisible to other processes",
             ));
         }
-        let path = path.as_ref().to_path_buf();
-        let deadline = Deadline::new(self.lock_timeout);
+        let path = path.to_path_buf();
+        let deadline = Deadline::after(self.lock_timeout);
         let existing = match fs::metadata(&path) {
             Ok(meta) if meta.is_dir() => return Err(OpenError::IsDirectory { path }),
             Ok(meta) if meta.permissions().readonly() => {
@@ -196,19 +198,23 @@ impl StoreBuilder {
             Err(source) => return Err(OpenError::Io { path, source }),
         };
         if !existing {
-            self.create_atomically(&path, &deadline)?;
+            self.create_atomically(&path, deadline)?;
         }
-        self.precheck(&path, &deadline)?;
-        let db = self.open_for_writing(&path, &deadline)?;
-        self.initialize(&db, &path, &deadline)?;
-        Ok(Store::from_parts(
-            Handle::Writable(db),
+        self.precheck(&path, deadline)?;
+        let db = self.open_for_writing(&path, deadline)?;
+        self.initialize(&db, &path, deadline)?;
+        Ok(self.opened(Handle::Writable(db), path))
+    }
+
+    fn opened(self, handle: Handle, path: PathBuf) -> Opened {
+        Opened {
+            handle,
             path,
-            self.config,
-            self.durability,
-            self.lock_timeout,
-            self.replay_cache,
-        ))
+            config: self.config,
+            durability: self.durability,
+            lock_timeout: self.lock_timeout,
+            replay_cache: self.replay_cache,
+        }
     }
 
     fn redb_builder(&self) -> redb::Builder {
@@ -222,7 +228,7 @@ impl StoreBuilder {
 
     /// Reads the schema of an existing file through a read-only open, which writes
     /// nothing, so a newer or damaged file is refused untouched.
-    fn precheck(&self, path: &Path, deadline: &Deadline) -> Result<(), OpenError> {
+    fn precheck(&self, path: &Path, deadline: Deadline) -> Result<(), OpenError> {
         match self.open_without_writing(path, deadline)? {
             Some(db) => {
                 let schema = guarded(path, || read_schema(&db))?;
@@ -236,9 +242,9 @@ impl StoreBuilder {
 
     /// The store for [`StoreBuilder::read_only`]: the file's schema checked through a
     /// read-only open, which it keeps.
-    fn open_read_only(self, path: &Path) -> Result<Store, OpenError> {
+    fn open_read_only(self, path: &Path) -> Result<Opened, OpenError> {
         let path = path.to_path_buf();
-        let deadline = Deadline::new(self.lock_timeout);
+        let deadline = Deadline::after(self.lock_timeout);
         match fs::metadata(&path) {
             Ok(meta) if meta.is_dir() => return Err(OpenError::IsDirectory { path }),
             Ok(meta) if meta.len() > 0 => {}
@@ -248,21 +254,14 @@ impl StoreBuilder {
             }
             Err(source) => return Err(OpenError::Io { path, source }),
         }
-        let Some(db) = self.open_without_writing(&path, &deadline)? else {
+        let Some(db) = self.open_without_writing(&path, deadline)? else {
             return Err(OpenError::NeedsRecovery { path });
         };
         match guarded(&path, || read_schema(&db))?.map_err(|e| storage(&path, e))? {
             Ok(None) => return Err(OpenError::NoStore { path }),
             schema => check_schema(&path, schema)?,
         }
-        Ok(Store::from_parts(
-            Handle::ReadOnly(db),
-            path,
-            self.config,
-            self.durability,
-            self.lock_timeout,
-            self.replay_cache,
-        ))
+        Ok(self.opened(Handle::ReadOnly(db), path))
     }
 
     /// Opens `path` read-only, waiting (until the deadline) for a process that holds it
@@ -271,17 +270,20 @@ impl StoreBuilder {
     fn open_without_writing(
         &self,
         path: &Path,
-        deadline: &Deadline,
+        deadline: Deadline,
     ) -> Result<Option<redb::ReadOnlyDatabase>, OpenError> {
         let builder = self.redb_builder();
-        loop {
-            match guarded(path, || builder.open_read_only(path))? {
-                Ok(db) => return Ok(Some(db)),
-                Err(DatabaseError::RepairAborted) => return Ok(None),
-                Err(DatabaseError::DatabaseAlreadyOpen) if deadline.wait() => {}
-                Err(e) => return Err(open_error(path, e, deadline)),
-            }
-        }
+        retry_until(
+            deadline,
+            || match guarded(path, || builder.open_read_only(path)) {
+                Ok(Ok(db)) => Attempt::Done(Ok(Some(db))),
+                Ok(Err(DatabaseError::RepairAborted)) => Attempt::Done(Ok(None)),
+                Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => Attempt::Held,
+                Ok(Err(e)) => Attempt::Done(Err(open_error(path, e, deadline))),
+                Err(corrupt) => Attempt::Done(Err(corrupt)),
+            },
+            |waited| locked(path, waited),
+        )
     }
 
     /// Makes a new store file whole or not at all: the file is built and initialized
@@ -289,7 +291,7 @@ impl StoreBuilder {
     /// creating leaves no half-made file at `path` (redb writes its header in steps, and
     /// a file cut short between them is refused as "not a redb database" on every later
     /// open). When another process created `path` first, its file is kept.
-    fn create_atomically(&self, path: &Path, deadline: &Deadline) -> Result<(), OpenError> {
+    fn create_atomically(&self, path: &Path, deadline: Deadline) -> Result<(), OpenError> {
         static CREATING: AtomicU64 = AtomicU64::new(0);
         let io_error = |source| OpenError::Io {
             path: path.into(),
@@ -328,20 +330,23 @@ impl StoreBuilder {
         sync_parent(path).map_err(io_error)
     }
 
-    fn open_for_writing(&self, path: &Path, deadline: &Deadline) -> Result<Database, OpenError> {
+    fn open_for_writing(&self, path: &Path, deadline: Deadline) -> Result<Database, OpenError> {
         let mut builder = self.redb_builder();
         builder.set_check_integrity_on_open(self.verify_on_open);
-        loop {
-            match guarded(path, || builder.create(path))? {
-                Ok(db) => return Ok(db),
-                Err(DatabaseError::DatabaseAlreadyOpen) if deadline.wait() => {}
-                Err(e) => return Err(open_error(path, e, deadline)),
-            }
-        }
+        retry_until(
+            deadline,
+            || match guarded(path, || builder.create(path)) {
+                Ok(Ok(db)) => Attempt::Done(Ok(db)),
+                Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => Attempt::Held,
+                Ok(Err(e)) => Attempt::Done(Err(open_error(path, e, deadline))),
+                Err(corrupt) => Attempt::Done(Err(corrupt)),
+            },
+            |waited| locked(path, waited),
+        )
     }
 
     /// Creates idem's tables and schema version in a file that has none yet.
-    fn initialize(&self, db: &Database, path: &Path, deadline: &Deadline) -> Result<(), OpenError> {
+    fn initialize(&self, db: &Database, path: &Path, deadline: Deadline) -> Result<(), OpenError> {
         let to_open_error = |e: Error| match e {
             Error::Busy { waited } => OpenError::Locked {
                 path: path.into(),
@@ -352,10 +357,6 @@ impl StoreBuilder {
                 detail,
             },
             Error::Storage(source) => storage(path, source),
-            Error::Io(source) => OpenError::Io {
-                path: path.into(),
-                source,
-            },
             // Bytes in the meta table that do not decode.
             other => OpenError::Corrupt {
                 path: path.into(),
@@ -368,7 +369,7 @@ impl StoreBuilder {
             Ok(None) => {}
             known_or_bad => return check_schema(path, known_or_bad),
         }
-        let mut txn = begin_write(db, deadline.lock).map_err(to_open_error)?;
+        let mut txn = begin_write(db, deadline).map_err(to_open_error)?;
         if !matches!(self.durability, Durability::Immediate) {
             txn.set_durability(self.durability)
                 .map_err(|e| to_open_error(e.into()))?;
@@ -488,13 +489,18 @@ fn storage(path: &Path, source: redb::Error) -> OpenError {
     }
 }
 
-fn open_error(path: &Path, e: DatabaseError, deadline: &Deadline) -> OpenError {
+/// The error of an open that waited `waited` for another process's lock and gave up.
+fn locked(path: &Path, waited: Duration) -> OpenError {
+    OpenError::Locked {
+        path: path.into(),
+        waited,
+    }
+}
+
+fn open_error(path: &Path, e: DatabaseError, deadline: Deadline) -> OpenError {
     let owned: PathBuf = path.into();
     match e {
-        DatabaseError::DatabaseAlreadyOpen => OpenError::Locked {
-            path: owned,
-            waited: deadline.waited(),
-        },
+        DatabaseError::DatabaseAlreadyOpen => locked(path, deadline.waited()),
         DatabaseError::LockProtocolMismatch => OpenError::IncompatibleProcess { path: owned },
         DatabaseError::Storage(StorageError::Io(source)) => match source.kind() {
             io::ErrorKind::ReadOnlyFilesystem => OpenError::ReadOnly { path: owned },
@@ -508,37 +514,5 @@ fn open_error(path: &Path, e: DatabaseError, deadline: &Deadline) -> OpenError {
             },
         },
         other => storage(path, other.into()),
-    }
-}
-
-/// The bounded wait for another process's lock, with the pause between attempts.
-struct Deadline {
-    lock: lock::Deadline,
-    pause: std::cell::Cell<Duration>,
-}
-
-impl Deadline {
-    fn new(timeout: Duration) -> Deadline {
-        Deadline {
-            lock: lock::Deadline::after(timeout),
-            pause: std::cell::Cell::new(Duration::from_millis(1)),
-        }
-    }
-
-    fn waited(&self) -> Duration {
-        self.lock.waited()
-    }
-
-    /// Sleeps a little (1 ms, doubling up to 50 ms) and returns true, or returns false
-    /// when the timeout has passed.
-    fn wait(&self) -> bool {
-        let remaining = self.lock.remaining();
-        if remaining.is_zero() {
-            return false;
-        }
-        let pause = self.pause.get();
-        thread::sleep(pause.min(remaining));
-        self.pause.set((pause * 2).min(Duration::from_millis(50)));
-        true
     }
 }

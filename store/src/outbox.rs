@@ -27,9 +27,10 @@ use idem_core::{
 };
 use redb::{ReadableTable, WriteTransaction};
 
+use crate::error::Error;
 use crate::handle::guard_read;
 use crate::tables::META;
-use crate::{Error, Store};
+use crate::writer::Writer;
 
 mod tables;
 
@@ -44,7 +45,7 @@ use tables::{
 pub enum OutboxError {
     /// The ledger refused the input: an invalid operation, a key made twice, a key no
     /// intent has, or forgetting an intent that is not finished. Nothing was written.
-    #[error("{0}")]
+    #[error(transparent)]
     Ledger(#[from] LedgerError),
     /// The store failed; see [`Error`].
     #[error(transparent)]
@@ -81,7 +82,7 @@ pub struct IntentFilter {
 
 /// The sender's intents in this store's file, retried with one [`LedgerConfig`].
 ///
-/// Get it with [`Store::outbox`]; it borrows the store and is cheap to make. Use the
+/// Get it with [`crate::Store::outbox`]; it borrows the store and is cheap to make. Use the
 /// same config every time the file is opened: the deadline of an intent is fixed when
 /// it is created, the backoff settings apply to each retry.
 ///
@@ -123,26 +124,20 @@ pub struct IntentFilter {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Outbox<'s> {
-    store: &'s Store,
+    writer: &'s Writer,
     config: LedgerConfig,
 }
 
-impl Store {
-    /// The outbox of this store's sender, with the settings its retries follow.
-    ///
-    /// # Errors
-    ///
-    /// [`LedgerConfigError`] for settings that cannot work.
-    pub fn outbox(&self, config: LedgerConfig) -> Result<Outbox<'_>, LedgerConfigError> {
-        config.validate()?;
-        Ok(Outbox {
-            store: self,
-            config,
-        })
-    }
-}
-
 impl<'s> Outbox<'s> {
+    /// The outbox of the store whose writer is `writer`, with `config` checked.
+    pub(crate) fn new(
+        writer: &'s Writer,
+        config: LedgerConfig,
+    ) -> Result<Outbox<'s>, LedgerConfigError> {
+        config.validate()?;
+        Ok(Outbox { writer, config })
+    }
+
     /// The settings.
     #[must_use]
     pub fn config(&self) -> &LedgerConfig {
@@ -193,35 +188,35 @@ impl<'s> Outbox<'s> {
         random: [u8; 16],
         work: impl FnOnce(&WriteTransaction, &Intent) -> Result<T, E>,
     ) -> Result<(Intent, T), EnqueueError<E>> {
-        self.store.ensure_writable("enqueue")?;
+        self.writer.ensure_writable("enqueue")?;
         let intent = Intent::new(operation, payload, fingerprint, now, random, &self.config)
             .map_err(OutboxError::from)?;
-        let writing = self.store.writing("enqueue")?;
+        let writing = self.writer.writing("enqueue")?;
         if let Err(e) = insert(&writing.txn, &intent) {
-            self.store.finish(writing, false)?;
+            self.writer.finish(writing, false)?;
             return Err(e.into());
         }
         match work(&writing.txn, &intent) {
             Ok(value) => {
-                self.store.commit(writing)?;
+                self.writer.commit(writing)?;
                 Ok((intent, value))
             }
             Err(e) => {
-                self.store.finish(writing, false)?;
+                self.writer.finish(writing, false)?;
                 Err(EnqueueError::Work(e))
             }
         }
     }
 
     /// Starts a new intent inside a write transaction the caller already has, such as
-    /// the one [`Store::execute`] hands its work: a receiver that forwards what it just
+    /// the one [`crate::Store::execute`] hands its work: a receiver that forwards what it just
     /// executed commits the forwarding intent with the settled record.
     ///
     /// # Errors
     ///
     /// [`OutboxError::Ledger`] for an invalid operation or a repeated key (nothing
     /// written); storage errors, after which the transaction may hold part of the
-    /// intent: do not commit it (return an error from [`Store::execute`]'s work).
+    /// intent: do not commit it (return an error from [`crate::Store::execute`]'s work).
     pub fn enqueue_in(
         &self,
         txn: &WriteTransaction,
@@ -244,7 +239,7 @@ impl<'s> Outbox<'s> {
     ///
     /// Storage or decode errors; nothing changed.
     pub fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<Attempt>, Error> {
-        let writing = self.store.writing("due")?;
+        let writing = self.writer.writing("due")?;
         let mut attempts = Vec::new();
         let mut changed = false;
         {
@@ -270,7 +265,7 @@ impl<'s> Outbox<'s> {
                 changed = true;
             }
         }
-        self.store.finish(writing, changed)?;
+        self.writer.finish(writing, changed)?;
         Ok(attempts)
     }
 
@@ -313,7 +308,7 @@ impl<'s> Outbox<'s> {
     ///
     /// Storage or decode errors; nothing changed.
     pub fn restart(&self) -> Result<usize, Error> {
-        let writing = self.store.writing("restart")?;
+        let writing = self.writer.writing("restart")?;
         let mut requeued = 0;
         {
             let mut tables = IntentTables::open(&writing.txn)?;
@@ -335,7 +330,7 @@ impl<'s> Outbox<'s> {
                 }
             }
         }
-        self.store.finish(writing, requeued > 0)?;
+        self.writer.finish(writing, requeued > 0)?;
         Ok(requeued)
     }
 
@@ -347,7 +342,7 @@ impl<'s> Outbox<'s> {
     ///
     /// [`LedgerError::UnknownKey`], [`LedgerError::NotTerminal`]; storage errors.
     pub fn forget(&self, key: &str) -> Result<Intent, OutboxError> {
-        let writing = self.store.writing("forget")?;
+        let writing = self.writer.writing("forget")?;
         let found = {
             let mut tables = IntentTables::open(&writing.txn)?;
             match tables.get(key)? {
@@ -362,7 +357,7 @@ impl<'s> Outbox<'s> {
                 }
             }
         };
-        self.store.finish(writing, found.is_ok())?;
+        self.writer.finish(writing, found.is_ok())?;
         Ok(found?)
     }
 
@@ -375,7 +370,7 @@ impl<'s> Outbox<'s> {
     /// Storage errors.
     pub fn next_wakeup(&self) -> Result<Option<Timestamp>, Error> {
         guard_read(|_| {
-            let db = self.store.database();
+            let db = self.writer.read();
             let txn = db.begin_read()?;
             let Some(due) = open_read(&txn, DUE)? else {
                 return Ok(None);
@@ -394,7 +389,7 @@ impl<'s> Outbox<'s> {
     /// Storage or decode errors.
     pub fn intent(&self, key: &str) -> Result<Option<Intent>, Error> {
         guard_read(|_| {
-            let db = self.store.database();
+            let db = self.writer.read();
             let txn = db.begin_read()?;
             let Some(intents) = open_read(&txn, INTENTS)? else {
                 return Ok(None);
@@ -415,7 +410,7 @@ impl<'s> Outbox<'s> {
 
     fn intents_guarded(&self, filter: &IntentFilter) -> Result<Vec<Intent>, Error> {
         let limit = filter.limit.unwrap_or(usize::MAX);
-        let db = self.store.database();
+        let db = self.writer.read();
         let txn = db.begin_read()?;
         let Some(intents) = open_read(&txn, INTENTS)? else {
             return Ok(Vec::new());
@@ -469,7 +464,7 @@ impl<'s> Outbox<'s> {
         key: &str,
         step: impl FnOnce(&mut Intent, &LedgerConfig, &mut BackoffRng) -> Effect,
     ) -> Result<Effect, OutboxError> {
-        let writing = self.store.writing(operation)?;
+        let writing = self.writer.writing(operation)?;
         let outcome = (|| -> Result<(Effect, bool), OutboxError> {
             let mut tables = IntentTables::open(&writing.txn)?;
             let mut meta = writing.txn.open_table(META).map_err(Error::from)?;
@@ -494,11 +489,11 @@ impl<'s> Outbox<'s> {
         })();
         match outcome {
             Ok((effect, changed)) => {
-                self.store.finish(writing, changed)?;
+                self.writer.finish(writing, changed)?;
                 Ok(effect)
             }
             Err(e) => {
-                self.store.finish(writing, false)?;
+                self.writer.finish(writing, false)?;
                 Err(e)
             }
         }

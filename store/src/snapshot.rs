@@ -12,62 +12,60 @@
 //! here is kept in it.
 
 use idem_core::protocol::{self, Decision};
-use idem_core::{Fingerprint, Record, Timestamp, Transition, Write};
+use idem_core::{Config, Fingerprint, Record, Timestamp, Transition, Write};
 
+use crate::cache::ReplayCache;
+use crate::error::Error;
 use crate::tables::{self, RECORDS};
-use crate::{Error, Store};
+use crate::writer::Writer;
 
-impl Store {
-    /// The decision of a begin on `id_key` when it writes nothing, from a read snapshot;
-    /// `None` when it would write (or the store needs a reopen: the write path says so).
-    pub(crate) fn begin_from_snapshot(
-        &self,
-        id_key: &[u8],
-        fingerprint: Fingerprint,
-        now: Timestamp,
-    ) -> Result<Option<Decision>, Error> {
-        if self.needs_reopen() {
-            return Ok(None);
-        }
-        if let Some(cached) = self.cache.lookup(id_key, now) {
-            // Settled and live at `now` (the cache serves nothing else): Replay or
-            // Conflict, which write nothing; see `cache.rs`.
-            if let Some(decision) = self.decide_without_writing(&cached, fingerprint, now) {
-                return Ok(Some(decision));
-            }
-        }
-        let epoch = self.cache.epoch();
-        let db = self.database();
-        let txn = db.begin_read()?;
-        let records = txn.open_table(RECORDS)?;
-        let Some(current) = tables::read_record(&records, id_key)? else {
-            // Absent: a claim, which writes.
-            return Ok(None);
-        };
-        let decision = self.decide_without_writing(&current, fingerprint, now);
-        if decision.is_some() {
-            // Kept only when settled (the cache refuses other states).
-            self.cache.insert(id_key, &current, epoch);
-        }
-        Ok(decision)
+/// The decision of a begin on `id_key` when it writes nothing, from the replay cache or
+/// a read snapshot; `None` when it would write (or the store needs a reopen: the write
+/// path says so).
+pub(crate) fn begin(
+    writer: &Writer,
+    cache: &ReplayCache,
+    config: &Config,
+    id_key: &[u8],
+    fingerprint: Fingerprint,
+    now: Timestamp,
+) -> Result<Option<Decision>, Error> {
+    if writer.needs_reopen() {
+        return Ok(None);
     }
+    if let Some(cached) = cache.lookup(id_key, now) {
+        // Settled and live at `now` (the cache serves nothing else): Replay or
+        // Conflict, which write nothing; see `cache.rs`.
+        if let Some(decision) = decide_without_writing(&cached, fingerprint, now, config) {
+            return Ok(Some(decision));
+        }
+    }
+    let epoch = cache.epoch();
+    let db = writer.read();
+    let txn = db.begin_read()?;
+    let records = txn.open_table(RECORDS)?;
+    let Some(current) = tables::read_record(&records, id_key)? else {
+        // Absent: a claim, which writes.
+        return Ok(None);
+    };
+    let decision = decide_without_writing(&current, fingerprint, now, config);
+    if decision.is_some() {
+        // Kept only when settled (the cache refuses other states).
+        cache.insert(id_key, &current, epoch);
+    }
+    Ok(decision)
+}
 
-    /// The core's begin on `current` when it writes nothing.
-    fn decide_without_writing(
-        &self,
-        current: &Record,
-        fingerprint: Fingerprint,
-        now: Timestamp,
-    ) -> Option<Decision> {
-        // The core puts the next generation only into a claim, which writes and so is
-        // never answered from here: the record's own generation stands in for it.
-        let Transition { decision, write } = protocol::begin(
-            Some(current),
-            fingerprint,
-            current.generation,
-            now,
-            self.config(),
-        );
-        matches!(write, Write::Nothing).then_some(decision)
-    }
+/// The core's begin on `current` when it writes nothing.
+fn decide_without_writing(
+    current: &Record,
+    fingerprint: Fingerprint,
+    now: Timestamp,
+    config: &Config,
+) -> Option<Decision> {
+    // The core puts the next generation only into a claim, which writes and so is
+    // never answered from here: the record's own generation stands in for it.
+    let Transition { decision, write } =
+        protocol::begin(Some(current), fingerprint, current.generation, now, config);
+    matches!(write, Write::Nothing).then_some(decision)
 }

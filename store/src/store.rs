@@ -1,33 +1,46 @@
-//! [`Store`]: the receiver protocol of idem-core driven inside redb write transactions.
+//! [`Store`]: the whole public API of idem-store, each method a short delegation to the
+//! module that does the work.
+//!
+//! The layers below, each depending only on the ones after it:
+//!
+//! - features: `two_phase.rs` (the protocol inputs as steps), `group/` (group commit,
+//!   which runs them), `execute.rs` (atomic execute, one implementation for both
+//!   paths), `snapshot.rs` (answers from a read snapshot), `read.rs`, `maintain.rs`,
+//!   `transfer.rs`, `outbox.rs`;
+//! - `writer.rs`: the redb handle, the write lock, durability and the failed-commit
+//!   state;
+//! - `tables.rs`, `handle.rs`, `lock.rs`, `wait.rs`, `cache.rs`: the file layout, the
+//!   redb database, the bounded waits and the replay cache.
 //!
 //! Every input runs in a write transaction: read the record, run the core, apply its
-//! write, commit, and only then answer. The protocol inputs go through group commit
-//! (`group.rs`): concurrent callers share one transaction and one fsync. A transaction
-//! whose inputs change nothing (an InProgress or Replay answer, a refusal) is aborted
-//! instead, so it costs no fsync; a begin that writes nothing is answered from a read
-//! snapshot (`snapshot.rs`) without a write transaction at all.
+//! write, commit, and only then answer. A transaction whose inputs change nothing (an
+//! InProgress or Replay answer, a refusal) is aborted instead, so it costs no fsync; a
+//! begin that writes nothing is answered from a read snapshot without a write
+//! transaction at all.
 
 use std::fmt;
+use std::io::{BufRead, Write};
 use std::ops::ControlFlow;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
-use std::thread;
-use std::time::Duration;
+use std::path::Path;
 
-use idem_core::protocol::{self, Decision, Resolution};
+use idem_core::protocol::{Decision, Resolution};
 use idem_core::{
-    Config, Fingerprint, Generation, Outcome, Record, RecordId, State, Timestamp, Transition,
-    Verdict, Write,
+    Config, Fingerprint, Generation, LedgerConfig, LedgerConfigError, Outcome, Record, RecordId,
+    Timestamp, Verdict,
 };
-use redb::{CommitError, Durability, ReadTransaction, ReadableTable, WriteTransaction};
+use redb::{ReadTransaction, WriteTransaction};
 
 use crate::cache::ReplayCache;
-use crate::group::{Committer, Step};
-use crate::handle::{Caller, Handle, guard_read};
-use crate::lock::{Deadline, Gate, Turn, begin_write};
-use crate::tables::{self, RECORDS, STATES, Tables};
-use crate::{Error, ExecuteError, StoreBuilder};
+use crate::error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
+use crate::execute::{Executed, execute_in};
+use crate::group::{CommitCounts, Committer};
+use crate::maintain::{self, CheckReport, Stats, SweepReport};
+use crate::open::{Opened, StoreBuilder};
+use crate::outbox::Outbox;
+use crate::read::{self, ListFilter};
+use crate::tables::Tables;
+use crate::writer::Writer;
+use crate::{snapshot, transfer, two_phase};
 
 /// The durable idempotency store: one redb file, shared by every thread of the process
 /// (`&Store` or `Arc<Store>`) and, with the default [`redb::ConcurrencyMode::MultiWriter`],
@@ -37,115 +50,36 @@ use crate::{Error, ExecuteError, StoreBuilder};
 /// [`StoreBuilder::read_only`] reads like any other and refuses every write with
 /// [`Error::ReadOnly`].
 pub struct Store {
-    // Check takes it exclusively (redb's integrity check needs `&mut Database`); every
-    // other operation shares it.
-    db: RwLock<Handle>,
-    // Opened with `StoreBuilder::read_only`: every write is refused.
-    read_only: bool,
-    // Serializes this process's write transactions, so that waiting for the redb write
-    // lock only ever waits for another process; both waits are bounded.
-    gate: Gate,
-    // Set by a failed commit: redb refuses writes until the database is reopened.
-    broken: AtomicBool,
-    // The group-commit queue and the commit counters.
-    pub(crate) committer: Committer,
+    writer: Writer,
+    // The group-commit queue and its counters.
+    committer: Committer,
     // Settled records in memory, for answers without a redb transaction (`cache.rs`).
-    pub(crate) cache: ReplayCache,
-    path: PathBuf,
+    cache: ReplayCache,
     config: Config,
-    durability: Durability,
-    lock_timeout: Duration,
+}
+
+impl StoreBuilder {
+    /// Opens the store file at `path`, creating it when it does not exist (unless
+    /// [`StoreBuilder::read_only`]).
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError`]: a directory, a read-only file, a lock held past the lock timeout, a
+    /// newer schema, a corrupt file, an invalid config or contradictory options; for a
+    /// read-only open, no store in the file or a file that needs recovery. In every one
+    /// of these cases the file is left byte for byte as it was.
+    pub fn open(self, path: impl AsRef<Path>) -> Result<Store, OpenError> {
+        self.open_file(path.as_ref()).map(Store::from_opened)
+    }
 }
 
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Store")
-            .field("path", &self.path)
-            .field("read_only", &self.read_only)
+            .field("writer", &self.writer)
             .field("config", &self.config)
-            .field("durability", &self.durability)
-            .field("lock_timeout", &self.lock_timeout)
-            .field("needs_reopen", &self.broken.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
-}
-
-/// What [`Store::execute`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[must_use = "the outcome must be answered to the caller"]
-pub enum Executed<T> {
-    /// This call claimed the key and ran the work; its writes and the settled record
-    /// committed together.
-    Ran {
-        /// What the work returned besides the outcome.
-        value: T,
-        /// The settled record, as committed.
-        record: Record,
-    },
-    /// The work did not run: the key was settled ([`Decision::Replay`]), held by a
-    /// two-phase executor ([`Decision::InProgress`]), live with another fingerprint
-    /// ([`Decision::Conflict`]) or needs reconciliation
-    /// ([`Decision::NeedsReconciliation`]). Never [`Decision::Claimed`].
-    NotRun(Decision),
-}
-
-impl<T> Executed<T> {
-    /// The settled verdict and outcome: the one just committed, or the one replayed.
-    /// `None` when the work did not run and nothing is settled.
-    #[must_use]
-    pub fn outcome(&self) -> Option<(Verdict, &Outcome)> {
-        match self {
-            Executed::Ran { record, .. } => match &record.status {
-                idem_core::Status::Settled {
-                    verdict, outcome, ..
-                } => Some((*verdict, outcome)),
-                _ => None,
-            },
-            Executed::NotRun(Decision::Replay {
-                verdict, outcome, ..
-            }) => Some((*verdict, outcome)),
-            Executed::NotRun(_) => None,
-        }
-    }
-}
-
-/// Which records [`Store::list`] visits. Every field narrows; the default visits all.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ListFilter {
-    /// Only records in this state.
-    pub state: Option<State>,
-    /// Only records of this tenant.
-    pub tenant: Option<String>,
-    /// Only records of this operation.
-    pub operation: Option<String>,
-    /// Visit at most this many records.
-    pub limit: Option<usize>,
-}
-
-impl ListFilter {
-    fn matches(&self, id: &RecordId) -> bool {
-        self.tenant.as_deref().is_none_or(|t| t == id.tenant())
-            && self
-                .operation
-                .as_deref()
-                .is_none_or(|o| o == id.operation())
-    }
-
-    /// Refuses a tenant or operation that no record could have, naming the rule.
-    fn validate(&self) -> Result<(), Error> {
-        let tenant = self.tenant.as_deref().unwrap_or("t");
-        let operation = self.operation.as_deref().unwrap_or("o");
-        RecordId::new(tenant, operation, "k")?;
-        Ok(())
-    }
-}
-
-/// A write transaction with the guards that make it this process's only one.
-pub(crate) struct Writing<'s> {
-    // Declared first so it drops before the guards.
-    pub(crate) txn: WriteTransaction,
-    _turn: Turn<'s>,
-    _db: RwLockReadGuard<'s, Handle>,
 }
 
 impl Store {
@@ -154,8 +88,8 @@ impl Store {
     ///
     /// # Errors
     ///
-    /// [`crate::OpenError`]; the file is left untouched.
-    pub fn open(path: impl AsRef<Path>) -> Result<Store, crate::OpenError> {
+    /// [`OpenError`]; the file is left untouched.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, OpenError> {
         StoreBuilder::default().open(path)
     }
 
@@ -164,25 +98,17 @@ impl Store {
         StoreBuilder::default()
     }
 
-    pub(crate) fn from_parts(
-        db: Handle,
-        path: PathBuf,
-        config: Config,
-        durability: Durability,
-        lock_timeout: Duration,
-        replay_cache: usize,
-    ) -> Store {
+    fn from_opened(opened: Opened) -> Store {
         Store {
-            read_only: db.writable().is_none(),
-            db: RwLock::new(db),
-            gate: Gate::default(),
-            broken: AtomicBool::new(false),
+            writer: Writer::new(
+                opened.handle,
+                opened.path,
+                opened.durability,
+                opened.lock_timeout,
+            ),
             committer: Committer::default(),
-            cache: ReplayCache::new(replay_cache),
-            path,
-            config,
-            durability,
-            lock_timeout,
+            cache: ReplayCache::new(opened.replay_cache),
+            config: opened.config,
         }
     }
 
@@ -195,126 +121,35 @@ impl Store {
     /// The path the store was opened from.
     #[must_use]
     pub fn path(&self) -> &Path {
-        &self.path
+        self.writer.path()
     }
 
     /// True after a failed commit: writes are refused until the store is reopened.
     #[must_use]
     pub fn needs_reopen(&self) -> bool {
-        self.broken.load(Ordering::Acquire)
+        self.writer.needs_reopen()
     }
 
     /// True when the store was opened with [`StoreBuilder::read_only`]: it reads, and
     /// refuses every write with [`Error::ReadOnly`].
     #[must_use]
     pub fn is_read_only(&self) -> bool {
-        self.read_only
+        self.writer.is_read_only()
     }
 
-    /// Refuses `operation`, which writes, on a read-only store. Called first by every
-    /// write, so that a read-only store refuses it the same way whatever the file holds.
-    pub(crate) fn ensure_writable(&self, operation: &'static str) -> Result<(), Error> {
-        if self.read_only {
-            return Err(Error::ReadOnly { operation });
-        }
-        Ok(())
-    }
-
-    pub(crate) fn database(&self) -> RwLockReadGuard<'_, Handle> {
-        self.db.read().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The database to itself, for redb's integrity check. Polls rather than queueing on
-    /// the lock, so that a thread holding a shared guard (a `list` visitor, an `execute`
-    /// closure) that reads again is never stuck behind this waiting writer.
-    pub(crate) fn database_exclusive(&self) -> Result<RwLockWriteGuard<'_, Handle>, Error> {
-        let deadline = Deadline::after(self.lock_timeout);
-        loop {
-            match self.db.try_write() {
-                Ok(db) => return Ok(db),
-                Err(TryLockError::Poisoned(poisoned)) => return Ok(poisoned.into_inner()),
-                Err(TryLockError::WouldBlock) if deadline.remaining().is_zero() => {
-                    return Err(deadline.busy());
-                }
-                Err(TryLockError::WouldBlock) => thread::sleep(Duration::from_millis(1)),
-            }
-        }
-    }
-
-    pub(crate) fn database_mut(&mut self) -> &mut Handle {
-        self.db.get_mut().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Begins this process's write transaction for `operation`, waiting for this
-    /// process's other writers and then for other processes, until the lock timeout.
-    pub(crate) fn writing(&self, operation: &'static str) -> Result<Writing<'_>, Error> {
-        self.ensure_writable(operation)?;
-        if self.needs_reopen() {
-            return Err(Error::NeedsReopen);
-        }
-        let deadline = Deadline::after(self.lock_timeout);
-        let db = self.database();
-        let Some(writable) = db.writable() else {
-            return Err(Error::ReadOnly { operation });
-        };
-        let turn = self.gate.enter(deadline)?;
-        let mut txn = begin_write(writable, deadline)?;
-        if !matches!(self.durability, Durability::Immediate) {
-            txn.set_durability(self.durability)?;
-        }
-        Ok(Writing {
-            txn,
-            _turn: turn,
-            _db: db,
-        })
-    }
-
-    /// Commits, or marks the store as needing a reopen when the commit failed in a way
-    /// redb says leaves the database unable to write.
-    pub(crate) fn commit(&self, writing: Writing<'_>) -> Result<(), Error> {
-        let Writing { txn, _turn, _db } = writing;
-        match txn.commit() {
-            Ok(()) => {
-                self.committer.count_commit();
-                Ok(())
-            }
-            Err(CommitError::TransactionPoisoned) => {
-                Err(Error::Storage(CommitError::TransactionPoisoned.into()))
-            }
-            Err(e) => {
-                self.broken.store(true, Ordering::Release);
-                Err(Error::CommitFailed(e))
-            }
-        }
-    }
-
-    /// Commits when `changed`, aborts otherwise.
-    pub(crate) fn finish(&self, writing: Writing<'_>, changed: bool) -> Result<(), Error> {
-        if changed {
-            self.commit(writing)
-        } else {
-            let Writing { txn, _turn, _db } = writing;
-            Ok(txn.abort()?)
-        }
-    }
-
-    /// Runs one protocol input, `operation`: `step` reads and returns the core's write
-    /// with the answer; the write is applied and committed, through group commit, before
-    /// the answer is returned. `step` may run more than once (see `group.rs`).
-    fn input<R: Send + 'static>(
-        &self,
-        operation: &'static str,
-        id: &RecordId,
-        step: impl Step<R>,
-    ) -> Result<R, Error> {
-        self.ensure_writable(operation)?;
-        self.grouped_input(id, step)
+    /// How many commits this store made since it was opened, and how group commit
+    /// batched its inputs. `batched_inputs / batches` above 1 means callers shared
+    /// fsyncs.
+    #[must_use]
+    pub fn commit_counts(&self) -> CommitCounts {
+        self.committer.counts(self.writer.commits())
     }
 
     /// A request with `fingerprint` arrives for `id`: the first step of the two-phase
     /// path. On [`Decision::Claimed`] the Pending record is committed before this returns;
     /// execute, then [`Store::complete`], [`Store::release`] or [`Store::mark_unknown`]
-    /// with the generation.
+    /// with the generation. A key that is settled, in progress, in conflict or unknown is
+    /// answered from a read snapshot, without waiting for any writer.
     ///
     /// # Errors
     ///
@@ -325,19 +160,21 @@ impl Store {
         fingerprint: Fingerprint,
         now: Timestamp,
     ) -> Result<Decision, Error> {
-        self.ensure_writable("begin")?;
-        if let Some(decision) = self.begin_from_snapshot(&id.to_key_bytes(), fingerprint, now)? {
+        self.writer.ensure_writable("begin")?;
+        let id_key = id.to_key_bytes();
+        let answered = snapshot::begin(
+            &self.writer,
+            &self.cache,
+            &self.config,
+            &id_key,
+            fingerprint,
+            now,
+        )?;
+        if let Some(decision) = answered {
             return Ok(decision);
         }
-        self.input("begin", id, move |tables, current, config| {
-            let next = tables.next_generation()?;
-            let Transition { decision, write } =
-                protocol::begin(current, fingerprint, next, now, config);
-            if let Decision::Claimed { generation, .. } = decision {
-                tables.raise_generation(generation)?;
-            }
-            Ok((write, decision))
-        })
+        let step = two_phase::begin(fingerprint, now);
+        self.committer.input(&self.writer, &self.config, id, step)
     }
 
     /// The executor holding `generation` extends its lease to `now + lease`.
@@ -352,11 +189,9 @@ impl Store {
         generation: Generation,
         now: Timestamp,
     ) -> Result<Record, Error> {
-        self.input("heartbeat", id, move |_, current, config| {
-            let write = protocol::heartbeat(current, generation, now, config)?;
-            let record = put_record(&write);
-            Ok((write, record))
-        })
+        self.writer.ensure_writable("heartbeat")?;
+        let step = two_phase::heartbeat(generation, now);
+        self.committer.input(&self.writer, &self.config, id, step)
     }
 
     /// The executor holding `generation` settles the key; the outcome is replayed to
@@ -373,20 +208,18 @@ impl Store {
         outcome: Outcome,
         now: Timestamp,
     ) -> Result<Record, Error> {
+        self.writer.ensure_writable("complete")?;
         let epoch = self.cache.epoch();
-        let record = self.input("complete", id, move |_, current, config| {
-            let write =
-                protocol::complete(current, generation, verdict, outcome.clone(), now, config)?;
-            let record = put_record(&write);
-            Ok((write, record))
-        })?;
+        let step = two_phase::complete(generation, verdict, outcome, now);
+        let record = self.committer.input(&self.writer, &self.config, id, step)?;
         // Committed: a retry is answered from memory.
         self.cache.insert(&id.to_key_bytes(), &record, epoch);
         Ok(record)
     }
 
     /// The executor holding `generation` did nothing: the record is deleted and a retry
-    /// may claim the key.
+    /// may claim the key. `now` is not used (a delete needs no clock); it keeps the
+    /// inputs uniform.
     ///
     /// # Errors
     ///
@@ -397,11 +230,10 @@ impl Store {
         generation: Generation,
         now: Timestamp,
     ) -> Result<(), Error> {
-        // The core's release needs no clock; `now` keeps the inputs uniform.
         let _ = now;
-        self.input("release", id, move |_, current, _| {
-            Ok((protocol::release(current, generation)?, ()))
-        })
+        self.writer.ensure_writable("release")?;
+        let step = two_phase::release(generation);
+        self.committer.input(&self.writer, &self.config, id, step)
     }
 
     /// The executor holding `generation` cannot tell whether its effect happened: the
@@ -416,11 +248,9 @@ impl Store {
         generation: Generation,
         now: Timestamp,
     ) -> Result<Record, Error> {
-        self.input("mark_unknown", id, move |_, current, _| {
-            let write = protocol::mark_unknown(current, generation, now)?;
-            let record = put_record(&write);
-            Ok((write, record))
-        })
+        self.writer.ensure_writable("mark_unknown")?;
+        let step = two_phase::mark_unknown(generation, now);
+        self.committer.input(&self.writer, &self.config, id, step)
     }
 
     /// A reconciler settles an Unknown record. Returns the settled record, or `None` for
@@ -435,15 +265,10 @@ impl Store {
         resolution: Resolution,
         now: Timestamp,
     ) -> Result<Option<Record>, Error> {
+        self.writer.ensure_writable("resolve")?;
         let epoch = self.cache.epoch();
-        let record = self.input("resolve", id, move |_, current, config| {
-            let write = protocol::resolve(current, resolution.clone(), now, config)?;
-            let record = match &write {
-                Write::Put(record) => Some(record.clone()),
-                Write::Delete | Write::Nothing => None,
-            };
-            Ok((write, record))
-        })?;
+        let step = two_phase::resolve(resolution, now);
+        let record = self.committer.input(&self.writer, &self.config, id, step)?;
         if let Some(record) = &record {
             self.cache.insert(&id.to_key_bytes(), record, epoch);
         }
@@ -454,16 +279,18 @@ impl Store {
     /// commits the work's writes together with the settled record, or nothing.
     ///
     /// `work` gets the transaction to write its own tables (any name that does not start
-    /// with `idem.`) and returns the verdict, the outcome to replay to every retry, and a
-    /// value for this caller. No Pending record is ever visible on this path. If `work`
-    /// returns an error (or panics), everything rolls back and the key stays claimable.
+    /// with `idem.`; the outbox's [`Outbox::enqueue_in`] may be called with it) and
+    /// returns the verdict, the outcome to replay to every retry, and a value for this
+    /// caller. No Pending record is ever visible on this path. If `work` returns an
+    /// error (or panics), everything rolls back and the key stays claimable.
     ///
     /// `work` runs while this process holds the store's write lock: keep it short, do no
     /// network I/O in it, and do not call back into the store from it (that deadlocks).
     /// For effects outside the file, use the two-phase path ([`Store::begin`]).
     ///
     /// Each call commits on its own (one fsync); when many threads execute at once,
-    /// [`Store::execute_grouped`] shares the commit between them.
+    /// [`Store::execute_grouped`] shares the commit between them. Both run the same
+    /// code in the transaction.
     ///
     /// # Errors
     ///
@@ -476,62 +303,115 @@ impl Store {
         now: Timestamp,
         work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
     ) -> Result<Executed<T>, ExecuteError<E>> {
-        self.ensure_writable("execute")?;
+        self.writer.ensure_writable("execute")?;
         let id_key = id.to_key_bytes();
         let epoch = self.cache.epoch();
-        if let Some(decision) = self.begin_from_snapshot(&id_key, fingerprint, now)? {
+        let answered = snapshot::begin(
+            &self.writer,
+            &self.cache,
+            &self.config,
+            &id_key,
+            fingerprint,
+            now,
+        )?;
+        if let Some(decision) = answered {
             return Ok(Executed::NotRun(decision));
         }
-        let writing = self.writing("execute")?;
-        let (current, pending) = {
+        let writing = self.writer.writing("execute")?;
+        let ran = {
             let mut tables = Tables::open(&writing.txn)?;
-            let current = tables.get(&id_key)?;
-            let next = tables.next_generation()?;
-            let Transition { decision, write } =
-                protocol::begin(current.as_ref(), fingerprint, next, now, &self.config);
-            match (decision, write) {
-                (Decision::Claimed { .. }, Write::Put(pending)) => (current, pending),
-                (decision, write) => {
-                    let changed = tables.apply(&id_key, current.as_ref(), &write)?;
-                    drop(tables);
-                    self.finish(writing, changed)?;
-                    return Ok(Executed::NotRun(decision));
-                }
-            }
+            execute_in(
+                &writing.txn,
+                &mut tables,
+                &id_key,
+                fingerprint,
+                now,
+                &self.config,
+                work,
+            )
         };
-        // Our tables are closed here: the work may open its own.
-        let (verdict, outcome, value) = match work(&writing.txn) {
-            Ok(done) => done,
+        let (changed, executed) = match ran {
+            Ok(ran) => ran,
             Err(e) => {
-                self.finish(writing, false)?;
-                return Err(ExecuteError::Work(e));
+                // The work may have written before it failed: roll it all back.
+                self.writer.finish(writing, false)?;
+                return Err(e);
             }
         };
-        let settled = match protocol::complete(
-            Some(&pending),
-            pending.generation,
-            verdict,
-            outcome,
-            now,
-            &self.config,
-        ) {
-            Ok(write) => put_record(&write),
-            Err(refusal) => {
-                self.finish(writing, false)?;
-                return Err(ExecuteError::Store(refusal.into()));
-            }
-        };
-        {
-            let mut tables = Tables::open(&writing.txn)?;
-            tables.raise_generation(pending.generation)?;
-            tables.put(&id_key, current.as_ref(), &settled)?;
+        self.writer.finish(writing, changed)?;
+        if let Executed::Ran { record, .. } = &executed {
+            self.cache.insert(&id_key, record, epoch);
         }
-        self.commit(writing)?;
-        self.cache.insert(&id_key, &settled, epoch);
-        Ok(Executed::Ran {
-            value,
-            record: settled,
-        })
+        Ok(executed)
+    }
+
+    /// Atomic execute, like [`Store::execute`], with the commit shared with concurrent
+    /// callers: their claims, their work's writes and their settled records commit in
+    /// one transaction, with one fsync, and each caller is answered after it.
+    ///
+    /// Use it when many threads execute at once; with one caller it costs what
+    /// [`Store::execute`] costs. The work is the same as there (it writes its own
+    /// tables in the transaction it gets and returns the verdict, the outcome and a
+    /// value), with three differences that follow from sharing:
+    ///
+    /// - `work` may run on another caller's thread, so it is `Send + 'static`: move or
+    ///   `Arc` what it needs.
+    /// - `work` may run more than once. When another input of the same batch fails after
+    ///   writing, the transaction is rolled back and the batch runs again without it;
+    ///   only the run whose transaction commits counts. So `work` must take everything
+    ///   from the transaction and its captures, and do nothing outside the transaction
+    ///   (the rule of [`Store::execute`] already: no network I/O).
+    /// - If `work` fails or panics, only its own writes and claim are rolled back; the
+    ///   other callers of the batch commit. A panic is resumed on the caller's thread.
+    ///
+    /// A key that is settled, in progress, in conflict or unknown is answered from a
+    /// read snapshot without entering a batch. Do not call the store from `work`: it
+    /// runs while the batch holds the write lock (that deadlocks).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::execute`]: [`ExecuteError::Work`] with the work's error (rolled
+    /// back); [`ExecuteError::Store`] for storage errors, a refused outcome, or the
+    /// batch's failed commit ([`Error::CommitFailed`], for every caller of the batch).
+    pub fn execute_grouped<T, E, W>(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+        work: W,
+    ) -> Result<Executed<T>, ExecuteError<E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        W: FnMut(&WriteTransaction) -> Result<(Verdict, Outcome, T), E> + Send + 'static,
+    {
+        self.writer.ensure_writable("execute_grouped")?;
+        let id_key = id.to_key_bytes();
+        let epoch = self.cache.epoch();
+        let answered = snapshot::begin(
+            &self.writer,
+            &self.cache,
+            &self.config,
+            &id_key,
+            fingerprint,
+            now,
+        )?;
+        if let Some(decision) = answered {
+            return Ok(Executed::NotRun(decision));
+        }
+        let executed = self.committer.execute(
+            &self.writer,
+            &self.config,
+            id_key.clone(),
+            fingerprint,
+            now,
+            work,
+        )?;
+        // Answered only after its batch committed: a retry is answered from memory.
+        if let Executed::Ran { record, .. } = &executed {
+            self.cache.insert(&id_key, record, epoch);
+        }
+        Ok(executed)
     }
 
     /// The record under `id`, if any.
@@ -540,12 +420,7 @@ impl Store {
     ///
     /// Storage or decode errors.
     pub fn get(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        guard_read(|_| {
-            let db = self.database();
-            let txn = db.begin_read()?;
-            let records = txn.open_table(RECORDS)?;
-            tables::read_record(&records, &id.to_key_bytes())
-        })
+        read::get(&self.writer, id)
     }
 
     /// Reads the file in one read transaction, for the application's own tables (a
@@ -555,7 +430,7 @@ impl Store {
     ///
     /// Storage errors beginning the transaction; `read` reports its own in `R`.
     pub fn read<R>(&self, read: impl FnOnce(&ReadTransaction) -> R) -> Result<R, Error> {
-        let db = self.database();
+        let db = self.writer.read();
         let txn = db.begin_read()?;
         Ok(read(&txn))
     }
@@ -576,91 +451,121 @@ impl Store {
         filter: &ListFilter,
         visit: impl FnMut(RecordId, Record) -> ControlFlow<()>,
     ) -> Result<(), Error> {
-        filter.validate()?;
-        let limit = filter.limit.unwrap_or(usize::MAX);
-        if limit == 0 {
-            return Ok(());
-        }
-        guard_read(|caller| self.list_guarded(filter, limit, caller, visit))
+        read::list(&self.writer, filter, visit)
     }
 
-    fn list_guarded(
-        &self,
-        filter: &ListFilter,
-        limit: usize,
-        caller: &mut Caller,
-        mut visit: impl FnMut(RecordId, Record) -> ControlFlow<()>,
-    ) -> Result<(), Error> {
-        let db = self.database();
-        let txn = db.begin_read()?;
-        let records = txn.open_table(RECORDS)?;
-        let mut seen = 0usize;
-        let mut offer = |id_key: &[u8], bytes: &[u8]| -> Result<ControlFlow<()>, Error> {
-            let id = tables::decode_id(id_key)?;
-            if !filter.matches(&id) {
-                return Ok(ControlFlow::Continue(()));
-            }
-            let record = tables::decode_record(id_key, bytes)?;
-            seen += 1;
-            let visited = caller.call(|| visit(id, record));
-            if visited.is_none_or(|flow| flow.is_break()) || seen >= limit {
-                return Ok(ControlFlow::Break(()));
-            }
-            Ok(ControlFlow::Continue(()))
-        };
-        match filter.state {
-            Some(state) => {
-                let index = txn.open_table(STATES[tables::state_index(state)])?;
-                for entry in index.iter()? {
-                    let (key, _) = entry?;
-                    let (_, id_key) = tables::split_timed_key(key.value())?;
-                    let Some(bytes) = records.get(id_key)? else {
-                        return Err(Error::Corrupt {
-                            detail: format!(
-                                "{state} index names {}, which has no record",
-                                tables::describe_key(id_key)
-                            ),
-                        });
-                    };
-                    if offer(id_key, bytes.value())?.is_break() {
-                        break;
-                    }
-                }
-            }
-            None => {
-                let prefix =
-                    RecordId::prefix(filter.tenant.as_deref(), filter.operation.as_deref());
-                for entry in records.range(prefix.as_slice()..)? {
-                    let (key, bytes) = entry?;
-                    if !key.value().starts_with(&prefix) {
-                        break;
-                    }
-                    if offer(key.value(), bytes.value())?.is_break() {
-                        break;
-                    }
-                }
-            }
-        }
-        Ok(())
+    /// Deletes settled records whose retention ended at `now`, oldest `expires_at`
+    /// first, at most `limit`, in write transactions of at most
+    /// [`crate::SWEEP_BATCH`] records. Pending and Unknown records are never swept. With
+    /// `dry_run`, counts what would be deleted and deletes nothing (a read: it works on a
+    /// read-only store).
+    ///
+    /// # Errors
+    ///
+    /// Storage errors (batches committed before one stay committed), or
+    /// [`Error::Corrupt`] when the expiry index disagrees with a record.
+    pub fn sweep(&self, now: Timestamp, limit: usize, dry_run: bool) -> Result<SweepReport, Error> {
+        maintain::sweep(&self.writer, &self.cache, now, limit, dry_run)
     }
-}
 
-/// The record of a write the core returns only as a put.
-pub(crate) fn put_record(write: &Write) -> Record {
-    match write {
-        Write::Put(record) => record.clone(),
-        // The core's heartbeat, complete and mark_unknown answer Ok only with a put: a
-        // different write would be a core bug, not something a caller can cause.
-        Write::Nothing | Write::Delete => {
-            panic!("idem-core returned {write:?} where its contract promises a put")
-        }
+    /// Counts by state, Pending records past their lease, the age of the oldest Pending
+    /// and Unknown record, expired records awaiting sweep, the file size and the
+    /// generation counter, from one snapshot.
+    ///
+    /// Counts come from the state indexes' lengths and ages from their first entries;
+    /// only the Pending records and the expired index entries are read one by one.
+    ///
+    /// # Errors
+    ///
+    /// Storage or decode errors; [`MaintainError::FileSize`] reading the file size.
+    pub fn stats(&self, now: Timestamp) -> Result<Stats, MaintainError> {
+        maintain::stats(&self.writer, now)
+    }
+
+    /// The store-wide generation counter: the last generation handed out.
+    ///
+    /// # Errors
+    ///
+    /// Storage or decode errors.
+    pub fn generation(&self) -> Result<Generation, Error> {
+        maintain::generation(&self.writer)
+    }
+
+    /// Verifies the file: redb's integrity check (every page checksum, repairing what it
+    /// can), then idem's own rules: every record and id decodes, every record has exactly
+    /// its state index entry and, when settled, its expiry entry, no index entry lacks a
+    /// record, every generation is at most the counter, and the schema version is this
+    /// build's.
+    ///
+    /// It waits (at most the lock timeout) for this process's other operations to
+    /// finish, and holds the redb write lock while redb verifies, so other processes'
+    /// writes wait for it too: about a millisecond per megabyte of file.
+    ///
+    /// It needs a writable store: redb's integrity check takes the database to itself
+    /// and may repair (write) it, which a read-only handle cannot.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Corrupt`] when redb cannot repair the file; [`Error::Busy`] when this
+    /// process kept the store busy past the lock timeout; [`Error::ReadOnly`] on a
+    /// read-only store; storage errors.
+    pub fn check(&self) -> Result<CheckReport, Error> {
+        maintain::check(&self.writer)
+    }
+
+    /// Compacts the file, returning freed space to the file system. Returns true when
+    /// anything moved.
+    ///
+    /// # Errors
+    ///
+    /// [`MaintainError::CompactionBusy`] while any transaction is open in this or
+    /// another process; [`Error::NeedsReopen`] after a failed commit; storage errors.
+    pub fn compact(&mut self) -> Result<bool, MaintainError> {
+        maintain::compact(&mut self.writer)
+    }
+
+    /// Writes every record as JSON lines, after a header line with the generation
+    /// counter and the record count, from one snapshot (see the format in the source of
+    /// `transfer.rs`). Returns the number of records.
+    ///
+    /// # Errors
+    ///
+    /// Storage or decode errors; [`MaintainError::Export`] writing `out`.
+    pub fn export(&self, out: impl Write) -> Result<u64, MaintainError> {
+        transfer::export(&self.writer, out)
+    }
+
+    /// Reads what [`Store::export`] wrote, in one transaction: every line is validated,
+    /// and on the first bad one nothing is imported. A record already in the store
+    /// byte for byte is accepted as is; a different record under the same id is refused.
+    /// Raises the generation counter to at least the header's and every record's
+    /// generation. The header line is optional (JSON lines of records alone import too).
+    /// Returns the number of records read.
+    ///
+    /// # Errors
+    ///
+    /// [`ImportError::Line`] naming the line and the field; storage errors.
+    pub fn import(&self, input: impl BufRead) -> Result<u64, ImportError> {
+        transfer::import(&self.writer, &self.cache, input)
+    }
+
+    /// The outbox of this store's sender, with the settings its retries follow.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerConfigError`] for settings that cannot work.
+    pub fn outbox(&self, config: LedgerConfig) -> Result<Outbox<'_>, LedgerConfigError> {
+        Outbox::new(&self.writer, config)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use idem_core::protocol;
     use std::sync::mpsc;
+    use std::thread;
+    use std::time::Duration;
 
     fn settle(store: &Store, id: &RecordId, fp: Fingerprint) {
         let ran = store
@@ -680,7 +585,7 @@ mod tests {
         settle(&store, &id, fp);
         let stored = store.get(&id).unwrap().unwrap();
         // With the database taken exclusively, only the cache can answer.
-        let db = store.database_exclusive().unwrap();
+        let db = store.writer.exclusive().unwrap();
         let (send, answered) = mpsc::channel();
         thread::scope(|scope| {
             scope.spawn(|| {
@@ -743,8 +648,7 @@ mod tests {
         let id = RecordId::new("t", "o", "k").unwrap();
         let fp = Fingerprint::of_bytes(b"x");
         store.begin(&id, fp, Timestamp(1)).unwrap();
-        // What `commit` records when redb reports a failed commit.
-        store.broken.store(true, Ordering::Release);
+        store.writer.mark_broken();
         assert!(store.needs_reopen());
         assert!(matches!(
             store.begin(&id, fp, Timestamp(2)),
@@ -761,7 +665,10 @@ mod tests {
             ),
             Err(ExecuteError::Store(Error::NeedsReopen))
         ));
-        assert!(matches!(store.compact(), Err(Error::NeedsReopen)));
+        assert!(matches!(
+            store.compact(),
+            Err(MaintainError::Store(Error::NeedsReopen))
+        ));
         assert!(store.get(&id).unwrap().is_some());
         assert_eq!(store.stats(Timestamp(2)).unwrap().pending, 1);
         drop(store);

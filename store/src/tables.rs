@@ -19,7 +19,7 @@
 use idem_core::{Generation, Record, RecordId, State, Timestamp, Write};
 use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
 
-use crate::Error;
+use crate::error::Error;
 
 /// The schema version this build writes and reads. A file with a newer one is refused.
 pub(crate) const SCHEMA_VERSION: u64 = 1;
@@ -127,8 +127,9 @@ pub(crate) fn read_meta(
 
 /// The store's tables, opened in one write transaction.
 ///
-/// Drop it before handing the transaction to caller code: redb refuses to open a table
-/// twice in one transaction.
+/// Caller code that gets the same transaction while these are open (the work of an
+/// atomic execute) may open any other table, but not these: redb refuses to open one
+/// table twice in a transaction.
 pub(crate) struct Tables<'txn> {
     records: Table<'txn, &'static [u8], &'static [u8]>,
     expiry: Table<'txn, &'static [u8], ()>,

@@ -19,10 +19,12 @@ use redb::{ReadableTable, ReadableTableMetadata};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::cache::ReplayCache;
+use crate::error::{Error, ImportError, MaintainError};
 use crate::handle::{Caller, guard_read};
 use crate::tables::{self, GENERATION_KEY, META, RECORDS, Tables};
-use crate::view::{ViewError, unsigned, view_error};
-use crate::{Error, RecordView, Store};
+use crate::view::{RecordView, ViewError, unsigned, view_error};
+use crate::writer::Writer;
 
 /// The version of the export format, in the header's `idem_export` field.
 pub const EXPORT_VERSION: u64 = 1;
@@ -35,121 +37,109 @@ struct Header {
     records: u64,
 }
 
-impl Store {
-    /// Writes every record as JSON lines, after a header line with the generation
-    /// counter and the record count, from one snapshot. Returns the number of records.
-    ///
-    /// # Errors
-    ///
-    /// Storage or decode errors; [`Error::Io`] writing `out`.
-    pub fn export(&self, out: impl Write) -> Result<u64, Error> {
-        guard_read(|caller| self.export_guarded(BufWriter::new(CallerWriter { caller, out })))
-    }
+/// Writes every record as JSON lines; see [`crate::Store::export`].
+pub(crate) fn export(writer: &Writer, out: impl Write) -> Result<u64, MaintainError> {
+    guard_read(|caller| export_guarded(writer, BufWriter::new(CallerWriter { caller, out })))
+}
 
-    fn export_guarded(&self, mut out: impl Write) -> Result<u64, Error> {
-        let db = self.database();
-        let txn = db.begin_read()?;
-        let records = txn.open_table(RECORDS)?;
-        let meta = txn.open_table(META)?;
-        let header = Header {
-            idem_export: EXPORT_VERSION,
-            generation: tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0),
-            records: records.len()?,
-        };
-        serde_json::to_writer(&mut out, &header).map_err(io::Error::from)?;
-        out.write_all(b"\n")?;
-        let mut count = 0;
-        for entry in records.iter()? {
-            let (key, bytes) = entry?;
-            let id = tables::decode_id(key.value())?;
-            let record = tables::decode_record(key.value(), bytes.value())?;
-            serde_json::to_writer(&mut out, &RecordView::new(&id, &record))
-                .map_err(io::Error::from)?;
-            out.write_all(b"\n")?;
+fn export_guarded(writer: &Writer, mut out: impl Write) -> Result<u64, MaintainError> {
+    let db = writer.read();
+    let txn = db.begin_read().map_err(Error::from)?;
+    let records = txn.open_table(RECORDS).map_err(Error::from)?;
+    let meta = txn.open_table(META).map_err(Error::from)?;
+    let header = Header {
+        idem_export: EXPORT_VERSION,
+        generation: tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0),
+        records: records.len().map_err(Error::from)?,
+    };
+    let written = MaintainError::Export;
+    serde_json::to_writer(&mut out, &header).map_err(|e| written(io::Error::from(e)))?;
+    out.write_all(b"\n").map_err(written)?;
+    let mut count = 0;
+    for entry in records.iter().map_err(Error::from)? {
+        let (key, bytes) = entry.map_err(Error::from)?;
+        let id = tables::decode_id(key.value())?;
+        let record = tables::decode_record(key.value(), bytes.value())?;
+        serde_json::to_writer(&mut out, &RecordView::new(&id, &record))
+            .map_err(|e| written(io::Error::from(e)))?;
+        out.write_all(b"\n").map_err(written)?;
+        count += 1;
+    }
+    out.flush().map_err(written)?;
+    Ok(count)
+}
+
+/// Reads what [`export`] wrote, in one transaction; see [`crate::Store::import`].
+pub(crate) fn import(
+    writer: &Writer,
+    cache: &ReplayCache,
+    input: impl BufRead,
+) -> Result<u64, ImportError> {
+    let writing = writer.writing("import")?;
+    let mut count = 0u64;
+    let mut announced = None;
+    let mut last_line = 0u64;
+    let mut written = Vec::new();
+    {
+        let mut tables = Tables::open(&writing.txn)?;
+        for (index, line) in input.lines().enumerate() {
+            let number = index as u64 + 1;
+            last_line = number;
+            let bad = |message: String| ImportError::Line {
+                line: number,
+                message,
+            };
+            let line = line.map_err(|e| bad(format!("cannot be read: {e}")))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let object = match serde_json::from_str::<Value>(&line) {
+                Ok(Value::Object(object)) => object,
+                Ok(_) => return Err(bad("expected a JSON object".into())),
+                Err(e) => return Err(bad(format!("not JSON: {e}"))),
+            };
+            if object.contains_key("idem_export") {
+                if count > 0 || announced.is_some() {
+                    return Err(bad("a header line may only come first".into()));
+                }
+                let (generation, records) = read_header(&object).map_err(|e| bad(e.to_string()))?;
+                tables.raise_generation(Generation(generation))?;
+                announced = Some(records);
+                continue;
+            }
+            let (id, record) = RecordView::from_json(&object)
+                .and_then(|view| view.to_record())
+                .map_err(|e| bad(e.to_string()))?;
+            let id_key = id.to_key_bytes();
+            match tables.get(&id_key)? {
+                Some(existing) if existing == record => {}
+                Some(_) => {
+                    return Err(bad(format!(
+                        "{id}: the store already holds a different record under this id"
+                    )));
+                }
+                None => {
+                    tables.put(&id_key, None, &record)?;
+                    written.push(id_key);
+                }
+            }
+            tables.raise_generation(record.generation)?;
             count += 1;
         }
-        out.flush()?;
-        Ok(count)
     }
-
-    /// Reads what [`Store::export`] wrote, in one transaction: every line is validated,
-    /// and on the first bad one nothing is imported. A record already in the store
-    /// byte for byte is accepted as is; a different record under the same id is refused.
-    /// Raises the generation counter to at least the header's and every record's
-    /// generation. The header line is optional (JSON lines of records alone import too).
-    /// Returns the number of records read.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Import`] naming the line and the field; storage errors.
-    pub fn import(&self, input: impl BufRead) -> Result<u64, Error> {
-        let writing = self.writing("import")?;
-        let mut count = 0u64;
-        let mut announced = None;
-        let mut last_line = 0u64;
-        let mut written = Vec::new();
-        {
-            let mut tables = Tables::open(&writing.txn)?;
-            for (index, line) in input.lines().enumerate() {
-                let number = index as u64 + 1;
-                last_line = number;
-                let bad = |message: String| Error::Import {
-                    line: number,
-                    message,
-                };
-                let line = line.map_err(|e| bad(format!("cannot be read: {e}")))?;
-                if line.trim().is_empty() {
-                    continue;
-                }
-                let object = match serde_json::from_str::<Value>(&line) {
-                    Ok(Value::Object(object)) => object,
-                    Ok(_) => return Err(bad("expected a JSON object".into())),
-                    Err(e) => return Err(bad(format!("not JSON: {e}"))),
-                };
-                if object.contains_key("idem_export") {
-                    if count > 0 || announced.is_some() {
-                        return Err(bad("a header line may only come first".into()));
-                    }
-                    let (generation, records) =
-                        read_header(&object).map_err(|e| bad(e.to_string()))?;
-                    tables.raise_generation(Generation(generation))?;
-                    announced = Some(records);
-                    continue;
-                }
-                let (id, record) = RecordView::from_json(&object)
-                    .and_then(|view| view.to_record())
-                    .map_err(|e| bad(e.to_string()))?;
-                let id_key = id.to_key_bytes();
-                match tables.get(&id_key)? {
-                    Some(existing) if existing == record => {}
-                    Some(_) => {
-                        return Err(bad(format!(
-                            "{id}: the store already holds a different record under this id"
-                        )));
-                    }
-                    None => {
-                        tables.put(&id_key, None, &record)?;
-                        written.push(id_key);
-                    }
-                }
-                tables.raise_generation(record.generation)?;
-                count += 1;
-            }
-        }
-        if let Some(records) = announced.filter(|&n| n != count) {
-            return Err(Error::Import {
-                line: last_line,
-                message: format!(
-                    "the header announces {records} records, the input holds {count} (truncated?)"
-                ),
-            });
-        }
-        self.commit(writing)?;
-        // Defensive: the replay cache holds no record of a key the file did not hold,
-        // unless another process swept it; it must not shadow the imported one.
-        self.cache.invalidate(written.iter().map(Vec::as_slice));
-        Ok(count)
+    if let Some(records) = announced.filter(|&n| n != count) {
+        return Err(ImportError::Line {
+            line: last_line,
+            message: format!(
+                "the header announces {records} records, the input holds {count} (truncated?)"
+            ),
+        });
     }
+    writer.commit(writing)?;
+    // Defensive: the replay cache holds no record of a key the file did not hold,
+    // unless another process swept it; it must not shadow the imported one.
+    cache.invalidate(written.iter().map(Vec::as_slice));
+    Ok(count)
 }
 
 /// The caller's writer, called through [`Caller::call`]: its panic is its own.

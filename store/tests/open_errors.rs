@@ -259,8 +259,11 @@ fn contradictory_options_and_bad_configs_are_refused_before_touching_the_disk() 
         })
         .open(&path)
         .unwrap_err();
+    assert!(matches!(err, OpenError::Config(_)), "{err:?}");
+    // The message names the field; the chain says the rule once.
+    let source = std::error::Error::source(&err).expect("the config error is the source");
     assert_eq!(
-        err.to_string(),
+        format!("{err}: {source}"),
         "config: lease_ms: 0, must be at least 1 ms"
     );
     assert!(!path.exists());

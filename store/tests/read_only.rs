@@ -15,7 +15,9 @@ use common::{T0, expect_report, fp, id, report, reports, spawn_child};
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Generation, LedgerConfig, Outcome, Timestamp, Verdict};
 use idem_store::redb::{self, TableDefinition};
-use idem_store::{Error, ExecuteError, ListFilter, OpenError, OutboxError, Store};
+use idem_store::{
+    Error, ExecuteError, ImportError, ListFilter, MaintainError, OpenError, OutboxError, Store,
+};
 
 const SALES: TableDefinition<&str, u64> = TableDefinition::new("shop.sales");
 const NOW: Timestamp = Timestamp(T0);
@@ -41,6 +43,15 @@ fn store_file(path: &Path) {
     outbox
         .enqueue("sale.forward", b"{}".to_vec(), fp("{}"), NOW, [1; 16])
         .unwrap();
+}
+
+/// The store's own error inside a maintenance error.
+#[track_caller]
+fn maintain_store_error(e: MaintainError) -> Error {
+    match e {
+        MaintainError::Store(e) => e,
+        other => panic!("expected a store error, got {other:?}"),
+    }
 }
 
 /// Asserts `result` is the read-only refusal of `operation`.
@@ -127,9 +138,15 @@ fn every_write_is_refused_with_its_name_and_the_file_keeps_its_bytes() {
         }
     }
     refused("sweep", store.sweep(Timestamp(u64::MAX), 10, false));
-    refused("import", store.import(Cursor::new("")));
+    refused(
+        "import",
+        store.import(Cursor::new("")).map_err(|e| match e {
+            ImportError::Store(e) => e,
+            other => panic!("import: expected a store error, got {other:?}"),
+        }),
+    );
     refused("check", store.check());
-    refused("compact", store.compact());
+    refused("compact", store.compact().map_err(maintain_store_error));
 
     let outbox = store.outbox(LedgerConfig::with_seed(7)).unwrap();
     let key = outbox.intents(&Default::default()).unwrap()[0].key.clone();
@@ -339,8 +356,17 @@ fn a_damaged_file_is_reported_corrupt_never_a_panic() {
             "list",
             store.list(&ListFilter::default(), |_, _| ControlFlow::Continue(())),
         ),
-        ("stats", store.stats(NOW).map(drop)),
-        ("export", store.export(std::io::sink()).map(drop)),
+        (
+            "stats",
+            store.stats(NOW).map(drop).map_err(maintain_store_error),
+        ),
+        (
+            "export",
+            store
+                .export(std::io::sink())
+                .map(drop)
+                .map_err(maintain_store_error),
+        ),
         ("sweep", store.sweep(NOW, 10, true).map(drop)),
     ];
     let mut corrupt = 0;

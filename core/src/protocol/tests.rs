@@ -219,7 +219,7 @@ fn begin_on_unknown_needs_reconciliation_forever() {
 fn heartbeat_extends_the_lease() {
     let record = pending(3, T0.plus_millis(5));
     let later = T0.plus_millis(500);
-    let written = put(heartbeat(Some(&record), Generation(3), later, &config()).unwrap());
+    let written = heartbeat(Some(&record), Generation(3), later, &config()).unwrap();
     assert_eq!(
         written.status,
         Status::Pending {
@@ -234,7 +234,7 @@ fn complete_settles_with_the_verdicts_retention() {
     let record = pending(3, T0.plus_millis(5));
     for (verdict, retention) in [(Verdict::Succeeded, 10_000), (Verdict::Failed, 5_000)] {
         let outcome = Outcome::new(402, vec![1, 2, 3]);
-        let written = put(complete(
+        let written = complete(
             Some(&record),
             Generation(3),
             verdict,
@@ -242,7 +242,7 @@ fn complete_settles_with_the_verdicts_retention() {
             T0,
             &config(),
         )
-        .unwrap());
+        .unwrap();
         assert_eq!(
             written.status,
             Status::Settled {
@@ -284,13 +284,13 @@ fn complete_refuses_an_oversize_outcome() {
 #[test]
 fn release_deletes_so_a_retry_may_claim() {
     let record = pending(3, T0.plus_millis(5));
-    assert_eq!(release(Some(&record), Generation(3)), Ok(Write::Delete));
+    assert_eq!(release(Some(&record), Generation(3)), Ok(Delete));
 }
 
 #[test]
 fn mark_unknown_keeps_generation_and_fingerprint() {
     let record = pending(3, T0.plus_millis(5));
-    let written = put(mark_unknown(Some(&record), Generation(3), T0).unwrap());
+    let written = mark_unknown(Some(&record), Generation(3), T0).unwrap();
     assert_eq!(written.status, Status::Unknown);
     assert_eq!(
         (written.generation, written.fingerprint),
@@ -302,13 +302,14 @@ fn mark_unknown_keeps_generation_and_fingerprint() {
 fn resolve_settles_an_unknown_as_complete_would() {
     let record = unknown();
     let outcome = Outcome::new(200, "done");
-    let written = put(resolve(
+    let written = resolve(
         Some(&record),
         Resolution::Succeeded(outcome.clone()),
         T0,
         &config(),
     )
-    .unwrap());
+    .unwrap()
+    .expect("a succeeded resolution puts the settled record");
     assert_eq!(
         written.status,
         Status::Settled {
@@ -318,7 +319,9 @@ fn resolve_settles_an_unknown_as_complete_would() {
             expires_at: T0.plus_millis(10_000)
         }
     );
-    let written = put(resolve(Some(&record), Resolution::Failed(outcome), T0, &config()).unwrap());
+    let written = resolve(Some(&record), Resolution::Failed(outcome), T0, &config())
+        .unwrap()
+        .expect("a failed resolution puts the settled record");
     assert_eq!(written.state(), State::Failed);
     assert_eq!(written.expires_at(), Some(T0.plus_millis(5_000)));
 }
@@ -327,7 +330,7 @@ fn resolve_settles_an_unknown_as_complete_would() {
 fn resolve_not_executed_deletes() {
     assert_eq!(
         resolve(Some(&unknown()), Resolution::NotExecuted, T0, &config()),
-        Ok(Write::Delete)
+        Ok(None)
     );
 }
 

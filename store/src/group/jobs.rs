@@ -6,13 +6,12 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, Thread};
 
-use idem_core::protocol::{self, Decision};
-use idem_core::{Config, Fingerprint, Outcome, Record, Timestamp, Transition, Verdict, Write};
+use idem_core::{Config, Fingerprint, Outcome, Record, Timestamp, Verdict, Write};
 use redb::WriteTransaction;
 
-use crate::store::put_record;
+use crate::error::{Error, ExecuteError};
+use crate::execute::{Executed, execute_in};
 use crate::tables::Tables;
-use crate::{Error, ExecuteError, Executed, Store};
 
 /// What a caller whose batch was abandoned by a panicking leader gets: its own panic.
 pub(super) const ABANDONED: &str = "idem-store: the thread committing this input's batch panicked \
@@ -32,10 +31,10 @@ pub(super) enum Ran {
 
 /// One caller's input, waiting in the queue or running in a batch.
 pub(super) trait Job: Send {
-    /// Runs the input in the batch's transaction, whose store tables are `tables`,
-    /// and keeps its answer for delivery. Catches panics of the input, which then fails
-    /// alone.
-    fn run(&mut self, store: &Store, txn: &WriteTransaction, tables: &mut Tables<'_>) -> Ran;
+    /// Runs the input under `config` in the batch's transaction, whose store tables are
+    /// `tables`, and keeps its answer for delivery. Catches panics of the input, which
+    /// then fails alone.
+    fn run(&mut self, config: &Config, txn: &WriteTransaction, tables: &mut Tables<'_>) -> Ran;
     /// The thread waiting for this job's answer.
     fn caller(&self) -> &Thread;
     /// The batch failed as a whole: the answer becomes `error`.
@@ -90,7 +89,7 @@ impl<R> Drop for Reply<R> {
 }
 
 /// A protocol input on one record: `step` reads the record and returns the core's write
-/// with the answer, as in [`Store`]'s one-transaction path.
+/// with the answer.
 pub(super) struct Input<R, S> {
     pub(super) id_key: Vec<u8>,
     pub(super) step: S,
@@ -112,11 +111,11 @@ impl<R, S> Step<R> for S where
 }
 
 impl<R: Send + 'static, S: Step<R>> Job for Input<R, S> {
-    fn run(&mut self, store: &Store, _: &WriteTransaction, tables: &mut Tables<'_>) -> Ran {
+    fn run(&mut self, config: &Config, _: &WriteTransaction, tables: &mut Tables<'_>) -> Ran {
         let Input { id_key, step, .. } = self;
         let ran = panic::catch_unwind(AssertUnwindSafe(|| -> Result<(bool, R), Error> {
             let current = tables.get(id_key)?;
-            let (write, answer) = step(tables, current.as_ref(), store.config())?;
+            let (write, answer) = step(tables, current.as_ref(), config)?;
             let changed = tables.apply(id_key, current.as_ref(), &write)?;
             Ok((changed, answer))
         }));
@@ -154,71 +153,26 @@ pub(super) struct Execution<T, E, W> {
     pub(super) reply: Reply<Result<Executed<T>, ExecuteError<E>>>,
 }
 
-impl<T, E, W> Execution<T, E, W>
-where
-    W: FnMut(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
-{
-    fn execute(
-        &mut self,
-        store: &Store,
-        txn: &WriteTransaction,
-        tables: &mut Tables<'_>,
-    ) -> Result<(Ran, Executed<T>), ExecuteError<E>> {
-        let config = store.config();
-        let id_key = self.id_key.as_slice();
-        let (current, pending) = {
-            let current = tables.get(id_key)?;
-            let next = tables.next_generation()?;
-            let Transition { decision, write } =
-                protocol::begin(current.as_ref(), self.fingerprint, next, self.now, config);
-            match (decision, write) {
-                (Decision::Claimed { .. }, Write::Put(pending)) => (current, pending),
-                (decision, write) => {
-                    let changed = tables.apply(id_key, current.as_ref(), &write)?;
-                    let ran = if changed {
-                        Ran::Changed
-                    } else {
-                        Ran::Unchanged
-                    };
-                    return Ok((ran, Executed::NotRun(decision)));
-                }
-            }
-        };
-        // The store's tables stay open: the work opens only its own (`idem.*` is the
-        // store's), and redb refuses to open one table twice, not two tables at once.
-        let (verdict, outcome, value) = (self.work)(txn).map_err(ExecuteError::Work)?;
-        let write = protocol::complete(
-            Some(&pending),
-            pending.generation,
-            verdict,
-            outcome,
-            self.now,
-            config,
-        )
-        .map_err(|refusal| ExecuteError::Store(refusal.into()))?;
-        let settled = put_record(&write);
-        tables.raise_generation(pending.generation)?;
-        tables.put(id_key, current.as_ref(), &settled)?;
-        Ok((
-            Ran::Changed,
-            Executed::Ran {
-                value,
-                record: settled,
-            },
-        ))
-    }
-}
-
 impl<T, E, W> Job for Execution<T, E, W>
 where
     T: Send + 'static,
     E: Send + 'static,
     W: FnMut(&WriteTransaction) -> Result<(Verdict, Outcome, T), E> + Send + 'static,
 {
-    fn run(&mut self, store: &Store, txn: &WriteTransaction, tables: &mut Tables<'_>) -> Ran {
-        let ran = panic::catch_unwind(AssertUnwindSafe(|| self.execute(store, txn, tables)));
+    fn run(&mut self, config: &Config, txn: &WriteTransaction, tables: &mut Tables<'_>) -> Ran {
+        let Execution {
+            id_key,
+            fingerprint,
+            now,
+            work,
+            ..
+        } = self;
+        let ran = panic::catch_unwind(AssertUnwindSafe(|| {
+            execute_in(txn, tables, id_key, *fingerprint, *now, config, &mut *work)
+        }));
         let (ran, answer) = match ran {
-            Ok(Ok((ran, executed))) => (ran, Ok(Ok(executed))),
+            Ok(Ok((true, executed))) => (Ran::Changed, Ok(Ok(executed))),
+            Ok(Ok((false, executed))) => (Ran::Unchanged, Ok(Ok(executed))),
             // The work may have written before its error, or before the outcome was
             // refused: roll it back.
             Ok(Err(error)) => (Ran::Failed, Ok(Err(error))),

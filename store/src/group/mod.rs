@@ -15,7 +15,7 @@
 //! - a protocol refusal (stale generation, wrong state) is decided before anything is
 //!   written, so the transaction simply goes on;
 //! - an input that fails after it may have written (the work of
-//!   [`Store::execute_grouped`] returning an error or panicking, an outcome refused after
+//!   [`crate::Store::execute_grouped`] returning an error or panicking, an outcome refused after
 //!   the work ran, a storage error) has its answer fixed there; the transaction is rolled
 //!   back and the other inputs run again, without it, in a fresh one. redb has no
 //!   savepoints inside a transaction that has written (and no ephemeral savepoints at
@@ -32,12 +32,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 
-use idem_core::{Fingerprint, Outcome, RecordId, Timestamp, Verdict};
+use idem_core::{Config, Fingerprint, Outcome, RecordId, Timestamp, Verdict};
 use redb::{CommitError, StorageError, WriteTransaction};
 use serde::Serialize;
 
+use crate::error::{Error, ExecuteError};
+use crate::execute::Executed;
 use crate::tables::Tables;
-use crate::{Error, ExecuteError, Executed, Store};
+use crate::writer::Writer;
 
 mod jobs;
 
@@ -51,8 +53,8 @@ pub const MAX_BATCH: usize = 256;
 /// How many times a new leader yields at most while callers keep coming back.
 const GATHER_ROUNDS: usize = 16;
 
-/// How many commits a [`Store`] made and how its inputs were grouped, since it was
-/// opened. See [`Store::commit_counts`].
+/// How many commits a store made and how its inputs were grouped, since it was opened.
+/// See [`crate::Store::commit_counts`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct CommitCounts {
     /// Write transactions this store committed, on every path (each one fsync with
@@ -67,14 +69,13 @@ pub struct CommitCounts {
     pub largest_batch: u64,
 }
 
-/// The queue of inputs and who leads the running batch; one per [`Store`].
+/// The queue of inputs and who leads the running batch; one per store.
 ///
 /// Waiting callers park; a leader wakes exactly the callers it answered, and, when it
 /// is done, the caller at the front of the queue to lead the next batch.
 #[derive(Default)]
 pub(crate) struct Committer {
     queue: Mutex<Queue>,
-    commits: AtomicU64,
     batches: AtomicU64,
     batched_inputs: AtomicU64,
     largest_batch: AtomicU64,
@@ -98,11 +99,6 @@ impl Queue {
 }
 
 impl Committer {
-    /// Counts a successful commit of the store (any path).
-    pub(crate) fn count_commit(&self) {
-        self.commits.fetch_add(1, Ordering::Relaxed);
-    }
-
     fn queue(&self) -> MutexGuard<'_, Queue> {
         // Nothing panics while holding the lock; a poisoned queue is still consistent.
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
@@ -151,29 +147,27 @@ impl Drop for Leading<'_> {
     }
 }
 
-impl Store {
-    /// How many commits this store made since it was opened, and how group commit
-    /// batched its inputs. `batched_inputs / batches` above 1 means callers shared
-    /// fsyncs.
-    #[must_use]
-    pub fn commit_counts(&self) -> CommitCounts {
-        let c = &self.committer;
+impl Committer {
+    /// The counts of this committer, with the `commits` of its writer on every path.
+    pub(crate) fn counts(&self, commits: u64) -> CommitCounts {
         CommitCounts {
-            commits: c.commits.load(Ordering::Relaxed),
-            batches: c.batches.load(Ordering::Relaxed),
-            batched_inputs: c.batched_inputs.load(Ordering::Relaxed),
-            largest_batch: c.largest_batch.load(Ordering::Relaxed),
+            commits,
+            batches: self.batches.load(Ordering::Relaxed),
+            batched_inputs: self.batched_inputs.load(Ordering::Relaxed),
+            largest_batch: self.largest_batch.load(Ordering::Relaxed),
         }
     }
 
-    /// Runs one protocol input on `id` through group commit and returns its answer
-    /// once the batch it ran in is durable.
-    pub(crate) fn grouped_input<R: Send + 'static>(
+    /// Runs one protocol input on `id` and returns its answer once the batch it ran in
+    /// is durable. `step` may run more than once (see the module documentation).
+    pub(crate) fn input<R: Send + 'static>(
         &self,
+        writer: &Writer,
+        config: &Config,
         id: &RecordId,
         step: impl Step<R>,
     ) -> Result<R, Error> {
-        self.submit(|reply| {
+        self.submit(writer, config, |reply| {
             Box::new(Input {
                 id_key: id.to_key_bytes(),
                 step,
@@ -182,37 +176,13 @@ impl Store {
         })
     }
 
-    /// Atomic execute, like [`Store::execute`], with the commit shared with concurrent
-    /// callers: their claims, their work's writes and their settled records commit in
-    /// one transaction, with one fsync, and each caller is answered after it.
-    ///
-    /// Use it when many threads execute at once; with one caller it costs what
-    /// [`Store::execute`] costs. The work is the same as there (it writes its own
-    /// tables in the transaction it gets and returns the verdict, the outcome and a
-    /// value), with three differences that follow from sharing:
-    ///
-    /// - `work` may run on another caller's thread, so it is `Send + 'static`: move or
-    ///   `Arc` what it needs.
-    /// - `work` may run more than once. When another input of the same batch fails after
-    ///   writing, the transaction is rolled back and the batch runs again without it;
-    ///   only the run whose transaction commits counts. So `work` must take everything
-    ///   from the transaction and its captures, and do nothing outside the transaction
-    ///   (the rule of [`Store::execute`] already: no network I/O).
-    /// - If `work` fails or panics, only its own writes and claim are rolled back; the
-    ///   other callers of the batch commit. A panic is resumed on the caller's thread.
-    ///
-    /// A key that is settled, in progress, in conflict or unknown is answered from a
-    /// read snapshot without entering a batch. Do not call the store from `work`: it
-    /// runs while the batch holds the write lock (that deadlocks).
-    ///
-    /// # Errors
-    ///
-    /// As [`Store::execute`]: [`ExecuteError::Work`] with the work's error (rolled
-    /// back); [`ExecuteError::Store`] for storage errors, a refused outcome, or the
-    /// batch's failed commit ([`Error::CommitFailed`], for every caller of the batch).
-    pub fn execute_grouped<T, E, W>(
+    /// Runs an atomic execute on `id_key` (see [`crate::execute`]) and returns what it
+    /// did once the batch it ran in is durable. `work` may run more than once.
+    pub(crate) fn execute<T, E, W>(
         &self,
-        id: &RecordId,
+        writer: &Writer,
+        config: &Config,
+        id_key: Vec<u8>,
         fingerprint: Fingerprint,
         now: Timestamp,
         work: W,
@@ -222,34 +192,27 @@ impl Store {
         E: Send + 'static,
         W: FnMut(&WriteTransaction) -> Result<(Verdict, Outcome, T), E> + Send + 'static,
     {
-        self.ensure_writable("execute_grouped")?;
-        let id_key = id.to_key_bytes();
-        let epoch = self.cache.epoch();
-        if let Some(decision) = self.begin_from_snapshot(&id_key, fingerprint, now)? {
-            return Ok(Executed::NotRun(decision));
-        }
-        let executed = self.submit(|reply| {
+        self.submit(writer, config, |reply| {
             Box::new(Execution {
-                id_key: id_key.clone(),
+                id_key,
                 fingerprint,
                 now,
                 work,
                 reply,
             })
-        })?;
-        // Answered only after its batch committed: a retry is answered from memory.
-        if let Executed::Ran { record, .. } = &executed {
-            self.cache.insert(&id_key, record, epoch);
-        }
-        Ok(executed)
+        })
     }
 
     /// Queues a job and waits for its answer, leading batches while no one else does.
-    fn submit<R: 'static>(&self, job: impl FnOnce(Reply<R>) -> Box<dyn Job>) -> R {
+    fn submit<R: 'static>(
+        &self,
+        writer: &Writer,
+        config: &Config,
+        job: impl FnOnce(Reply<R>) -> Box<dyn Job>,
+    ) -> R {
         let slot: Slot<R> = Arc::default();
         let job = job(Reply::new(Arc::clone(&slot)));
-        let committer = &self.committer;
-        let mut queue = committer.queue();
+        let mut queue = self.queue();
         queue.waiting.push_back(job);
         loop {
             if let Some(answer) = slot.lock().unwrap_or_else(PoisonError::into_inner).take() {
@@ -260,29 +223,29 @@ impl Store {
                 // the park is kept for the park, and a spurious wake-up only loops.
                 drop(queue);
                 thread::park();
-                queue = committer.queue();
+                queue = self.queue();
                 continue;
             }
             queue.leading = true;
-            queue = committer.gather(queue);
+            queue = self.gather(queue);
             let take = queue.waiting.len().min(MAX_BATCH);
             queue.last_batch = take;
             let batch: Vec<Box<dyn Job>> = queue.waiting.drain(..take).collect();
             drop(queue);
-            let turn = Leading(committer);
-            self.lead(batch);
+            let turn = Leading(self);
+            self.lead(writer, config, batch);
             drop(turn);
-            queue = committer.queue();
+            queue = self.queue();
         }
     }
 
     /// Runs a batch in one transaction, commits it, and delivers every answer.
-    fn lead(&self, mut batch: Vec<Box<dyn Job>>) {
+    fn lead(&self, writer: &Writer, config: &Config, mut batch: Vec<Box<dyn Job>>) {
         // Inputs that failed after writing: answered, rolled back, out of the batch.
         let mut failed = Vec::new();
         while !batch.is_empty() {
             // Every input was refused before it queued on a read-only store.
-            let writing = match self.writing("write") {
+            let writing = match writer.writing("write") {
                 Ok(writing) => writing,
                 Err(error) => {
                     fail_all(&mut batch, error);
@@ -293,7 +256,7 @@ impl Store {
             let mut failed_at = None;
             let opened = Tables::open(&writing.txn).map(|mut tables| {
                 for (i, job) in batch.iter_mut().enumerate() {
-                    match job.run(self, &writing.txn, &mut tables) {
+                    match job.run(config, &writing.txn, &mut tables) {
                         Ran::Unchanged => {}
                         Ran::Changed => changed = true,
                         Ran::Failed => {
@@ -309,14 +272,14 @@ impl Store {
             }
             if let Some(i) = failed_at {
                 failed.push(batch.remove(i));
-                if let Err(error) = self.finish(writing, false) {
+                if let Err(error) = writer.finish(writing, false) {
                     fail_all(&mut batch, error);
                     break;
                 }
                 continue;
             }
-            match self.finish(writing, changed) {
-                Ok(()) => self.committer.count_batch(batch.len()),
+            match writer.finish(writing, changed) {
+                Ok(()) => self.count_batch(batch.len()),
                 Err(error) => fail_all(&mut batch, error),
             }
             break;
@@ -358,7 +321,6 @@ fn replicate(error: &Error) -> Error {
             Error::Storage(redb::Error::TransactionPoisoned)
         }
         Error::Storage(redb::Error::Io(e)) => Error::Storage(redb::Error::Io(copy_io(e))),
-        Error::Io(e) => Error::Io(copy_io(e)),
         other => Error::Storage(redb::Error::Io(io::Error::other(other.to_string()))),
     }
 }
@@ -392,7 +354,6 @@ mod tests {
             Error::CommitFailed(CommitError::Storage(StorageError::Io(io()))),
             Error::CommitFailed(CommitError::TransactionPoisoned),
             Error::Storage(redb::Error::Io(io())),
-            Error::Io(io()),
         ];
         for error in &errors {
             let copy = replicate(error);

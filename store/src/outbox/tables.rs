@@ -6,7 +6,7 @@ use idem_core::ledger::BackoffRng;
 use idem_core::{Intent, IntentState, Timestamp};
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, TableError, WriteTransaction};
 
-use crate::Error;
+use crate::error::Error;
 
 /// Intent key → intent bytes.
 pub(super) const INTENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.intents");

@@ -1,0 +1,112 @@
+//! Atomic execute: the claim, the caller's work and the settled record, in one write
+//! transaction.
+//!
+//! [`execute_in`] is the one implementation. [`crate::Store::execute`] runs it in a
+//! transaction of its own; group commit runs it in a transaction shared with other
+//! callers. Either way the caller commits what it returns only when it returns `Ok`,
+//! and rolls the transaction back otherwise: the work may have written before it failed.
+
+use idem_core::protocol::{self, Decision};
+use idem_core::{Config, Fingerprint, Outcome, Record, Timestamp, Transition, Verdict, Write};
+use redb::WriteTransaction;
+
+use crate::error::ExecuteError;
+use crate::tables::Tables;
+
+/// What [`crate::Store::execute`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "the outcome must be answered to the caller"]
+pub enum Executed<T> {
+    /// This call claimed the key and ran the work; its writes and the settled record
+    /// committed together.
+    Ran {
+        /// What the work returned besides the outcome.
+        value: T,
+        /// The settled record, as committed.
+        record: Record,
+    },
+    /// The work did not run: the key was settled ([`Decision::Replay`]), held by a
+    /// two-phase executor ([`Decision::InProgress`]), live with another fingerprint
+    /// ([`Decision::Conflict`]) or needs reconciliation
+    /// ([`Decision::NeedsReconciliation`]). Never [`Decision::Claimed`].
+    NotRun(Decision),
+}
+
+impl<T> Executed<T> {
+    /// The settled verdict and outcome: the one just committed, or the one replayed.
+    /// `None` when the work did not run and nothing is settled.
+    #[must_use]
+    pub fn outcome(&self) -> Option<(Verdict, &Outcome)> {
+        match self {
+            Executed::Ran { record, .. } => match &record.status {
+                idem_core::Status::Settled {
+                    verdict, outcome, ..
+                } => Some((*verdict, outcome)),
+                _ => None,
+            },
+            Executed::NotRun(Decision::Replay {
+                verdict, outcome, ..
+            }) => Some((*verdict, outcome)),
+            Executed::NotRun(_) => None,
+        }
+    }
+}
+
+/// Claims `id_key` in `txn`, runs `work` in the same transaction and puts the settled
+/// record. Returns whether anything was written, and what happened.
+///
+/// When the key cannot be claimed (replay, in progress, conflict, unknown), the work
+/// does not run; the begin's own write, if any (a lease that ran out turning Unknown),
+/// is applied. No Pending record is ever written on this path: the claim and the
+/// settled record are one put.
+///
+/// The store's tables (`tables`) stay open while the work runs. The work opens its own
+/// (any table but `idem.records`, `idem.expiry`, `idem.state.*` and `idem.meta`; the
+/// outbox's [`crate::Outbox::enqueue_in`] opens the outbox's), and redb refuses only to
+/// open one table twice in a transaction.
+///
+/// # Errors
+///
+/// [`ExecuteError::Work`] with the work's error; [`ExecuteError::Store`] for storage
+/// errors or a refused outcome. After an error the transaction may hold the work's
+/// writes: the caller must not commit it.
+pub(crate) fn execute_in<T, E>(
+    txn: &WriteTransaction,
+    tables: &mut Tables<'_>,
+    id_key: &[u8],
+    fingerprint: Fingerprint,
+    now: Timestamp,
+    config: &Config,
+    work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
+) -> Result<(bool, Executed<T>), ExecuteError<E>> {
+    let current = tables.get(id_key)?;
+    let next = tables.next_generation()?;
+    let Transition { decision, write } =
+        protocol::begin(current.as_ref(), fingerprint, next, now, config);
+    let pending = match (decision, write) {
+        (Decision::Claimed { .. }, Write::Put(pending)) => pending,
+        (decision, write) => {
+            let changed = tables.apply(id_key, current.as_ref(), &write)?;
+            return Ok((changed, Executed::NotRun(decision)));
+        }
+    };
+    let (verdict, outcome, value) = work(txn).map_err(ExecuteError::Work)?;
+    let settled = protocol::complete(
+        Some(&pending),
+        pending.generation,
+        verdict,
+        outcome,
+        now,
+        config,
+    )
+    .map_err(|refusal| ExecuteError::Store(refusal.into()))?;
+    tables.raise_generation(pending.generation)?;
+    tables.put(id_key, current.as_ref(), &settled)?;
+    Ok((
+        true,
+        Executed::Ran {
+            value,
+            record: settled,
+        },
+    ))
+}
