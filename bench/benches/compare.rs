@@ -1,20 +1,21 @@
 //! idem-store side by side with SQLite, in one run on this machine, with the ratios the
 //! project's targets are stated in.
 //!
-//! `cargo bench -p idem-bench --bench compare [-- --ops N]` (default 300 keys per caller,
-//! 100,000 records). Files go to a temporary directory under `IDEM_BENCH_DIR` (default:
-//! the system's), which should be on the disk of interest. Prints figures only: nothing
-//! here asserts a speed.
+//! `cargo bench -p idem-bench --bench compare --features sqlite [-- --ops N]` (default
+//! 300 keys per caller, 100,000 records). Files go to a temporary directory under
+//! `IDEM_BENCH_DIR` (default: the system's), which should be on the disk of interest.
+//! Prints figures only: nothing here asserts a speed.
 
 use std::error::Error;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use idem_bench::{Begun, Request, SqliteStore, Synchronous};
+use idem_bench::measure::{BenchError, KeySequence, Row, Timing, measure, micros, table};
+use idem_bench::sqlite::{Begun, Request, SqliteStore, Synchronous};
+use idem_bench::store::{self, Plan, Report};
 use idem_core::Fingerprint;
 use idem_store::SWEEP_BATCH;
-use idem_store::bench::{self, BenchError, KeySequence, Plan, Report, Row, Timing, measure};
 
 const NOW: i64 = 1_750_000_000_000;
 
@@ -33,12 +34,13 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
         plan.records
     );
     let started = Instant::now();
-    let idem = bench::run(dir.path(), &plan, &mut |step| eprintln!("  idem: {step}"))?;
+    let idem = store::run(dir.path(), &plan, &mut |step| eprintln!("  idem: {step}"))?;
     let sqlite = sqlite_rows(dir.path(), &plan)?;
     let mut rows = idem.rows.clone();
     rows.extend(sqlite.rows.iter().cloned());
     println!();
-    print!("{}", bench::table(&rows, Some(&idem.file)));
+    print!("{}", table(&rows));
+    println!("{}", idem.file);
     println!(
         "SQLite after {} rows: {} bytes, {:.0} bytes per row (after a WAL checkpoint); filled at {:.0} rows/s (64 per transaction, FULL)",
         sqlite.records, sqlite.file_bytes, sqlite.bytes_per_row, sqlite.fill_per_second
@@ -309,7 +311,7 @@ fn targets(idem: &Report, rows: &[Row]) {
         let median = find(id, 1).map_or(f64::NAN, |r| r.median_us);
         println!(
             "  replay lookup median, {what}: {} (target <= 2 µs): {}",
-            bench::micros(median),
+            micros(median),
             verdict(median <= 2.0)
         );
     }
@@ -319,16 +321,16 @@ fn targets(idem: &Report, rows: &[Row]) {
     ) {
         println!(
             "  group commit overhead at 1 caller without fsync: median {} vs {} ({:+.1} µs per call)",
-            bench::micros(grouped.median_us),
-            bench::micros(alone.median_us),
+            micros(grouped.median_us),
+            micros(alone.median_us),
             grouped.median_us - alone.median_us
         );
     }
     if let Some(fsync) = find("fsync", 1) {
         println!(
             "  this disk's fsync: median {}, p99 {}",
-            bench::micros(fsync.median_us),
-            bench::micros(fsync.p99_us)
+            micros(fsync.median_us),
+            micros(fsync.p99_us)
         );
     }
 }

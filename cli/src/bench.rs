@@ -1,4 +1,4 @@
-//! `idem bench`: the store's measurements ([`idem_store::bench`], the same code as the
+//! `idem bench`: the store's measurements ([`idem_bench::store`], the same code as the
 //! comparison harness) on temporary files on this machine, printed as a table.
 //!
 //! Rows time real calls with the store's default durability (every commit waits for
@@ -6,7 +6,8 @@
 //! callers, replay lookups, the pure core; then the file's bytes per record and the
 //! time to sweep it. Nothing is extrapolated.
 
-use idem_store::bench::{self, FileFigures, Plan};
+use idem_bench::measure::table;
+use idem_bench::store::{self, FileFigures, Plan};
 use serde::Serialize;
 
 use crate::exit::{Ending, Exit, Failure};
@@ -30,7 +31,7 @@ pub(crate) fn run(session: &Session, ops: u32) -> Ending {
         .map_err(|e| Failure::runtime(format!("bench: temporary directory: {e}")))?;
     let plan = Plan::for_ops(ops);
     let spinner = progress::bar(None, "measuring", Unit::Items);
-    let report = bench::run(dir.path(), &plan, &mut |step| {
+    let report = store::run(dir.path(), &plan, &mut |step| {
         spinner.set_message(step.to_string());
         spinner.tick();
     })
@@ -57,6 +58,7 @@ pub(crate) fn run(session: &Session, ops: u32) -> Ending {
         "{} keys per caller, callers {:?}, {} records, {} lookups, {} core decisions",
         plan.keys_per_caller, plan.callers, plan.records, plan.lookups, plan.decisions
     ))?;
-    printer.line(bench::table(&report.rows, Some(&report.file)).trim_end())?;
+    printer.line(table(&report.rows).trim_end())?;
+    printer.line(&report.file.to_string())?;
     Ok(Exit::Done.code())
 }

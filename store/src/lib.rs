@@ -200,8 +200,6 @@
 //! every later write [`Error::NeedsReopen`] until the `Store` is dropped and opened
 //! again. Reads keep working.
 
-#[cfg(feature = "bench")]
-pub mod bench;
 mod cache;
 mod error;
 mod execute;

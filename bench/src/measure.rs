@@ -1,6 +1,10 @@
-//! The measuring itself: time calls on several threads at once, make rows of rates and
-//! latencies, print them as a table.
+//! The measuring itself: timed calls, rows of rates and latencies, the table.
+//!
+//! [`measure`] times calls on several threads started together; [`Row`] turns a
+//! [`Timing`] into a rate, a median and a 99th percentile; [`table`] prints rows for
+//! people.
 
+use std::error::Error as StdError;
 use std::fmt::Write as _;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{BenchError, FileFigures};
+/// Any failure of a measurement, with its cause in the message.
+pub type BenchError = Box<dyn StdError + Send + Sync>;
 
 /// Numbers for keys in the order callers take them, so that a measurement's keys sort
 /// by arrival, as the time-ordered keys (UUIDv7) of idem's sender ledger do. Both idem
@@ -134,9 +139,9 @@ pub fn measure(
     })
 }
 
-/// The rows as a text table, the file figures after it.
+/// The rows as a text table, one line each under a header line.
 #[must_use]
-pub fn table(rows: &[Row], file: Option<&FileFigures>) -> String {
+pub fn table(rows: &[Row]) -> String {
     let mut cells: Vec<[String; 7]> = vec![
         [
             "MEASUREMENT",
@@ -180,22 +185,6 @@ pub fn table(rows: &[Row], file: Option<&FileFigures>) -> String {
         }
         out.push_str(line.trim_end());
         out.push('\n');
-    }
-    if let Some(f) = file {
-        let _ = writeln!(
-            out,
-            "file after {} records: {} bytes, {:.0} bytes per record ({:.0} after compact); filled at {:.0} records/s",
-            f.records,
-            f.file_bytes,
-            f.bytes_per_record,
-            f.compacted_bytes_per_record,
-            f.fill_per_second
-        );
-        let _ = writeln!(
-            out,
-            "sweep of {} expired records: {:.0} ms ({:.0} records/s)",
-            f.records, f.sweep_ms, f.sweep_per_second
-        );
     }
     out
 }

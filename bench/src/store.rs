@@ -1,14 +1,16 @@
-//! The store's measurements on this machine: one implementation for `idem bench` and
-//! for the comparison harness in the workspace's `bench/` crate (which adds SQLite).
+//! The store's measurements on this machine, for `idem bench` and the comparison harness.
+//!
+//! One implementation for both: the harness (`benches/compare.rs`) prints these same rows
+//! beside SQLite's.
 //!
 //! Every figure is timed from real calls on real files in the directory given, with the
 //! store's default durability unless a row says otherwise: each commit waits for its
 //! fsync. Nothing is extrapolated; a row's rate is its calls over its wall time, and its
-//! median and 99th percentile are of single calls. Only built with the `bench` feature.
+//! median and 99th percentile are of single calls.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
-use std::error::Error as StdError;
+use std::fmt;
 use std::fs;
 use std::hint::black_box;
 use std::path::Path;
@@ -16,17 +18,11 @@ use std::time::{Duration, Instant};
 
 use idem_core::protocol::{self, Decision};
 use idem_core::{Config, Fingerprint, Generation, Outcome, RecordId, Timestamp, Verdict};
-use redb::{ConcurrencyMode, Durability};
+use idem_store::redb::{ConcurrencyMode, Durability};
+use idem_store::{ExecuteError, Executed, Store};
 use serde::Serialize;
 
-use crate::{ExecuteError, Executed, Store};
-
-mod measure;
-
-pub use measure::{KeySequence, Row, Timing, measure, micros, table};
-
-/// Any failure of a measurement, with its cause in the message.
-pub type BenchError = Box<dyn StdError + Send + Sync>;
+use crate::measure::{BenchError, KeySequence, Row, Timing, measure};
 
 /// The time every measurement runs at.
 const NOW: Timestamp = Timestamp(1_750_000_000_000);
@@ -79,6 +75,26 @@ pub struct FileFigures {
     pub sweep_ms: f64,
     /// Records swept per second.
     pub sweep_per_second: f64,
+}
+
+/// The two lines printed under the table: size and fill rate, then the sweep.
+impl fmt::Display for FileFigures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "file after {} records: {} bytes, {:.0} bytes per record ({:.0} after compact); filled at {:.0} records/s",
+            self.records,
+            self.file_bytes,
+            self.bytes_per_record,
+            self.compacted_bytes_per_record,
+            self.fill_per_second
+        )?;
+        write!(
+            f,
+            "sweep of {} expired records: {:.0} ms ({:.0} records/s)",
+            self.records, self.sweep_ms, self.sweep_per_second
+        )
+    }
 }
 
 /// Everything [`run`] measured.
@@ -542,6 +558,7 @@ fn core_decisions(calls: u32) -> Row {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::measure::table;
 
     #[test]
     fn a_small_plan_measures_every_row() {
@@ -582,8 +599,10 @@ mod tests {
         assert_eq!(report.row("execute_grouped", 3).unwrap().ops, 6);
         assert_eq!(report.file.records, 50);
         assert!(report.file.bytes_per_record > 0.0);
-        let text = table(&report.rows, Some(&report.file));
+        let text = table(&report.rows);
         assert!(text.starts_with("MEASUREMENT"), "{text}");
-        assert!(text.contains("sweep of 50 expired records"), "{text}");
+        let file = report.file.to_string();
+        assert!(file.starts_with("file after 50 records"), "{file}");
+        assert!(file.contains("\nsweep of 50 expired records"), "{file}");
     }
 }
