@@ -273,7 +273,7 @@ Example:
 Example:
   idem bench --ops 1000")]
     Bench {
-        /// Calls per measurement (the pure core gets 100 times as many).
+        /// Calls per measurement (the pure core gets 1,000 times as many).
         #[arg(long, value_name = "N", default_value_t = 300)]
         ops: u32,
     },
