@@ -155,14 +155,24 @@ Examples:
     /// Run PROGRAM at most once per key; replay its stdout and exit status to every retry.
     #[command(after_help = "\
 PROGRAM's stdout is captured and stored; its stderr passes through. Exit 0 settles the key
-as succeeded, any other status as failed with that code. A program killed by a signal
-leaves the key unknown (exit 5). While PROGRAM runs, idem renews the lease.
+as succeeded, any other status as failed with that code. Exit 75 (EX_TEMPFAIL, a temporary
+failure such as a network that is down) and the statuses of --retry-on settle nothing:
+the key is released, said on stderr, and a retry runs PROGRAM again. A program killed by
+a signal leaves the key unknown (exit 5). While PROGRAM runs, idem renews the lease.
 A retry prints the stored stdout and exits with the stored status, without running PROGRAM.
 Another exec holding the key: exit 4, or wait up to --wait for it to finish.
 Conflict exits 3, unknown 5. --json does not change exec's stdout: it is the program's.
 
-Example:
-  idem exec shop-7 nightly-report 2025-03-01 --wait 10m -- ./report.sh --date 2025-03-01")]
+The fingerprint covers PROGRAM as written, its arguments and the payload (or the
+--fingerprint given): the same key with another command line is a conflict (exit 3), never
+a replay of another command's output. --fingerprint-args none leaves the arguments out,
+for arguments that do not change the result (a log level, an output directory).
+Fingerprints of exec before this rule covered the payload alone: a retry of such a key
+answers conflict (exit 3) and does not run PROGRAM.
+
+Examples:
+  idem exec shop-7 nightly-report 2025-03-01 --wait 10m -- ./report.sh --date 2025-03-01
+  idem exec shop-7 charge order-991 --retry-on 69,74 -- ./charge.sh 1250")]
     Exec {
         #[command(flatten)]
         id: IdArgs,
@@ -175,6 +185,14 @@ Example:
         /// When another exec holds the key, wait up to this long for its outcome.
         #[arg(long, value_name = "DUR", value_parser = parse_duration)]
         wait: Option<u64>,
+        /// Exit statuses of PROGRAM that mean "try again later", besides 75: the key is
+        /// released instead of settled (comma-separated, 1-255).
+        #[arg(long, value_name = "CODES", value_delimiter = ',', value_parser = clap::value_parser!(i32).range(1..=255))]
+        retry_on: Vec<i32>,
+        /// Whether PROGRAM's arguments are part of the fingerprint: `all` (default) or
+        /// `none` (PROGRAM and the payload only).
+        #[arg(long, value_name = "WHICH", default_value = "all")]
+        fingerprint_args: FingerprintArgs,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
         program: Vec<OsString>,
@@ -312,6 +330,15 @@ pub(crate) struct RequestArgs {
     /// canonical form.
     #[arg(long, value_name = "HEX", conflicts_with = "payload")]
     pub(crate) fingerprint: Option<String>,
+}
+
+/// Which of PROGRAM's arguments `idem exec` fingerprints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum FingerprintArgs {
+    /// Every argument, in order.
+    All,
+    /// None: PROGRAM and the payload only.
+    None,
 }
 
 fn parse_state(text: &str) -> Result<State, String> {

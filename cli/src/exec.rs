@@ -6,8 +6,9 @@
 //! program's status, or mark the record unknown when nobody can tell what the program
 //! did (killed by a signal, output too large to keep).
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -18,7 +19,7 @@ use idem_core::protocol::Decision;
 use idem_core::{Config, Fingerprint, Generation, Outcome, RecordId, Verdict};
 use idem_store::Store;
 
-use crate::args::{IdArgs, RequestArgs};
+use crate::args::{FingerprintArgs, IdArgs, RequestArgs};
 use crate::exit::{Ending, Exit, Failure, with_causes};
 use crate::input;
 use crate::keyed::config;
@@ -27,6 +28,9 @@ use crate::time::{Clock, format_instant};
 
 /// Longest pause between two polls of `--wait`.
 const MAX_POLL: Duration = Duration::from_millis(500);
+
+/// EX_TEMPFAIL (sysexits.h): the program failed for now and may succeed if run again.
+pub(crate) const TEMPFAIL: i32 = 75;
 
 /// What `exec` was asked to do.
 #[derive(Debug)]
@@ -39,6 +43,10 @@ pub(crate) struct ExecRequest<'a> {
     pub(crate) lease: Option<u64>,
     /// `--wait`, in ms.
     pub(crate) wait: Option<u64>,
+    /// `--retry-on`: exit statuses that release the key, besides [`TEMPFAIL`].
+    pub(crate) retry_on: &'a [i32],
+    /// `--fingerprint-args`.
+    pub(crate) fingerprint_args: FingerprintArgs,
     /// `PROGRAM ARGS...`.
     pub(crate) program: &'a [OsString],
 }
@@ -46,10 +54,11 @@ pub(crate) struct ExecRequest<'a> {
 /// `idem exec T O K [--payload FILE|-] [--lease DUR] [--wait DUR] -- PROGRAM ARGS...`
 pub(crate) fn exec(session: &Session, request: &ExecRequest<'_>) -> Ending {
     let id = input::record_id(request.id)?;
-    let fingerprint = input::fingerprint(request.request)?;
     let Some((program, args)) = request.program.split_first() else {
         return Err(Failure::usage("PROGRAM: missing; give it after --"));
     };
+    let input = input::fingerprint(request.request)?;
+    let fingerprint = command_fingerprint(program, args, request.fingerprint_args, input);
     let config = config(request.lease, None);
     let store = session.open(config.clone(), Access::Create)?;
     let generation = match claim(session, &store, &id, fingerprint, request.wait)? {
@@ -80,7 +89,47 @@ pub(crate) fn exec(session: &Session, request: &ExecRequest<'_>) -> Ending {
     };
     let (status, stdout) =
         run_with_heartbeat(&store, &id, generation, &config, session.clock, child)?;
+    if let Some(code) = status
+        .code()
+        .filter(|code| *code == TEMPFAIL || request.retry_on.contains(code))
+    {
+        // A failure for now: nothing is settled, a retry runs PROGRAM again.
+        let released = store.release(&id, generation, session.now());
+        write_stdout(&stdout)?;
+        released.map_err(|e| key_failure(&id, e))?;
+        eprintln!(
+            "idem: {id}: PROGRAM exited {code}, a temporary failure (75 or --retry-on): the key was released, a retry runs PROGRAM again"
+        );
+        return Ok(code);
+    }
     settle(session, &store, &id, generation, &config, status, &stdout)
+}
+
+/// The fingerprint of one exec: PROGRAM as written, its arguments (unless `which` is
+/// `none`) and the fingerprint of the input (the payload, or `--fingerprint`), as named
+/// fields, so that no two command lines share one.
+pub(crate) fn command_fingerprint(
+    program: &OsStr,
+    args: &[OsString],
+    which: FingerprintArgs,
+    input: Fingerprint,
+) -> Fingerprint {
+    // Each argument length-prefixed: ["a b"] and ["a", "b"] differ.
+    let mut argv = Vec::new();
+    for arg in args {
+        let bytes = arg.as_bytes();
+        argv.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+        argv.extend_from_slice(bytes);
+    }
+    let mut fields: Vec<(&str, &[u8])> = vec![
+        ("exec.program", program.as_bytes()),
+        ("exec.input", &input.0),
+    ];
+    if which == FingerprintArgs::All {
+        fields.push(("exec.args", &argv));
+    }
+    // Three distinct names: of_fields refuses only repeated names.
+    Fingerprint::of_fields(&fields).unwrap_or_else(|e| unreachable!("exec fields: {e}"))
 }
 
 /// How `begin` ended for exec: this process holds the key, or the outcome is known.
@@ -277,6 +326,39 @@ fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fingerprint_covers_program_arguments_and_input() {
+        let fp = |program: &str, args: &[&str], which, input: &[u8]| {
+            let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+            command_fingerprint(
+                OsStr::new(program),
+                &args,
+                which,
+                Fingerprint::of_bytes(input),
+            )
+        };
+        let all = FingerprintArgs::All;
+        let base = fp("./charge.sh", &["10"], all, b"");
+        assert_eq!(base, fp("./charge.sh", &["10"], all, b""));
+        assert_ne!(base, fp("./charge.sh", &["9999"], all, b""));
+        assert_ne!(base, fp("./refund.sh", &["10"], all, b""));
+        assert_ne!(base, fp("./charge.sh", &["10"], all, b"x"));
+        assert_ne!(fp("p", &["a b"], all, b""), fp("p", &["a", "b"], all, b""));
+        assert_ne!(fp("p", &["ab"], all, b""), fp("p", &["a", "b"], all, b""));
+        let none = FingerprintArgs::None;
+        assert_eq!(
+            fp("./charge.sh", &["10"], none, b""),
+            fp("./charge.sh", &["9999"], none, b"")
+        );
+        assert_ne!(
+            fp("./charge.sh", &["10"], none, b""),
+            fp("./refund.sh", &["10"], none, b"")
+        );
+        // Not the payload's own fingerprint: a key used by begin with the same payload
+        // is a conflict for exec.
+        assert_ne!(base, Fingerprint::of_bytes(b""));
+    }
 
     #[test]
     fn replayed_statuses_never_turn_a_failure_into_success() {

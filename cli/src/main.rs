@@ -125,6 +125,8 @@ fn run(cli: &Cli) -> Ending {
             request,
             lease,
             wait,
+            retry_on,
+            fingerprint_args,
             program,
         } => exec::exec(
             &session,
@@ -133,6 +135,8 @@ fn run(cli: &Cli) -> Ending {
                 request,
                 lease: *lease,
                 wait: *wait,
+                retry_on,
+                fingerprint_args: *fingerprint_args,
                 program,
             },
         ),

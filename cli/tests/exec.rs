@@ -85,7 +85,7 @@ fn a_payload_is_the_request_and_another_payload_conflicts() {
     let b = idem.file("b", b"amount=6");
     idem.run(&["exec", "t", "o", "k", "--payload", &a, "--", "true"])
         .code(0);
-    idem.run(&["exec", "t", "o", "k", "--payload", &a, "--", "false"])
+    idem.run(&["exec", "t", "o", "k", "--payload", &a, "--", "true"])
         .code(0);
     idem.run(&["exec", "t", "o", "k", "--payload", &b, "--", "true"])
         .code(3)
@@ -141,7 +141,7 @@ fn a_concurrent_exec_exits_4_or_waits_for_the_outcome() {
 #[test]
 fn heartbeats_keep_a_long_program_leased() {
     let idem = Idem::new();
-    let mut long = idem.command(&[
+    let args = [
         "exec",
         "t",
         "o",
@@ -152,7 +152,8 @@ fn heartbeats_keep_a_long_program_leased() {
         "sh",
         "-c",
         "sleep 1.5; echo late",
-    ]);
+    ];
+    let mut long = idem.command(&args);
     let long = long
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -161,13 +162,136 @@ fn heartbeats_keep_a_long_program_leased() {
     wait_for_pending(&idem);
     thread::sleep(Duration::from_millis(900));
     // Three leases later, a retry still sees the key in progress, not abandoned.
-    let retry = idem.run(&["--json", "begin", "t", "o", "k"]);
-    retry.code(4);
+    let retry = idem.run(&args);
+    retry.code(4).one_error_line(&["in progress"]);
     let long = Run::of(long.wait_with_output().expect("long exec"));
     long.code(0);
     assert_eq!(long.stdout, "late\n");
+    let replay = idem.run(&args);
+    replay.code(0);
+    assert_eq!(replay.stdout, "late\n");
     assert_eq!(
-        idem.run(&["--json", "begin", "t", "o", "k"]).json()["decision"],
-        "replay"
+        idem.run(&["--json", "get", "t", "o", "k"]).json()["state"],
+        "succeeded"
     );
+}
+
+#[test]
+fn the_same_key_with_other_arguments_is_a_conflict_not_a_replay() {
+    let idem = Idem::new();
+    let charge = |amount: &str| {
+        idem.run(&[
+            "exec",
+            "t",
+            "charge",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            &counted("echo charged $0"),
+            amount,
+        ])
+    };
+    let first = charge("10");
+    first.code(0);
+    assert_eq!(first.stdout, "charged 10\n");
+    charge("10").code(0);
+    let other = charge("9999");
+    other.code(3).one_error_line(&["conflict"]);
+    assert_eq!(
+        other.stdout, "",
+        "another command's output is never replayed"
+    );
+    assert_eq!(runs(&idem), 1);
+}
+
+#[test]
+fn fingerprint_args_none_leaves_the_arguments_out() {
+    let idem = Idem::new();
+    let report = |level: &str| {
+        idem.run(&[
+            "exec",
+            "t",
+            "report",
+            "k",
+            "--fingerprint-args",
+            "none",
+            "--",
+            "sh",
+            "-c",
+            &counted("echo report"),
+            level,
+        ])
+    };
+    report("--verbose").code(0);
+    let again = report("--quiet");
+    again.code(0);
+    assert_eq!(again.stdout, "report\n");
+    assert_eq!(runs(&idem), 1);
+    // The program itself still counts.
+    idem.run(&[
+        "exec",
+        "t",
+        "report",
+        "k",
+        "--fingerprint-args",
+        "none",
+        "--",
+        "bash",
+        "-c",
+        "echo other",
+    ])
+    .code(3);
+}
+
+#[test]
+fn a_temporary_failure_releases_the_key_and_a_retry_runs_again() {
+    let idem = Idem::new();
+    // Fails for now the first time (75, or 69 with --retry-on), succeeds the next.
+    for (code, extra) in [("75", None), ("69", Some("--retry-on=3,69"))] {
+        let key = format!("k-{code}");
+        let script = counted(&format!(
+            "if [ -e down-{code} ]; then echo sent; else touch down-{code}; echo no network; exit {code}; fi"
+        ));
+        let mut args = vec!["exec", "t", "send", key.as_str()];
+        args.extend(extra);
+        args.extend(["--", "sh", "-c", script.as_str()]);
+        let first = idem.run(&args);
+        first.code(code.parse().unwrap());
+        assert_eq!(first.stdout, "no network\n");
+        assert!(
+            first.stderr.contains("released") && first.stderr.contains(code),
+            "{}",
+            first.stderr
+        );
+        idem.run(&["get", "t", "send", &key]).code(7);
+        let retry = idem.run(&args);
+        retry.code(0);
+        assert_eq!(retry.stdout, "sent\n");
+        let replay = idem.run(&args);
+        replay.code(0);
+        assert_eq!(replay.stdout, "sent\n");
+    }
+    assert_eq!(
+        runs(&idem),
+        4,
+        "each key ran twice: once failing for now, once for good"
+    );
+    // Without --retry-on, 69 is a definitive failure, replayed.
+    let script = counted("exit 69");
+    let args = [
+        "exec",
+        "t",
+        "send",
+        "k-final",
+        "--",
+        "sh",
+        "-c",
+        script.as_str(),
+    ];
+    idem.run(&args).code(69);
+    idem.run(&args).code(69);
+    assert_eq!(runs(&idem), 5);
+    idem.run(&["exec", "t", "o", "k", "--retry-on", "0", "--", "true"])
+        .code(2);
 }
