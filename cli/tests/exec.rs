@@ -147,11 +147,11 @@ fn heartbeats_keep_a_long_program_leased() {
         "o",
         "k",
         "--lease",
-        "300ms",
+        "1s",
         "--",
         "sh",
         "-c",
-        "sleep 1.5; echo late",
+        "sleep 4; echo late",
     ];
     let mut long = idem.command(&args);
     let long = long
@@ -160,7 +160,9 @@ fn heartbeats_keep_a_long_program_leased() {
         .spawn()
         .expect("spawn");
     wait_for_pending(&idem);
-    thread::sleep(Duration::from_millis(900));
+    // Leases of 1 s, renewed every third of one: a renewal may be late by most of a
+    // second on a loaded machine and the key still holds.
+    thread::sleep(Duration::from_millis(3_000));
     // Three leases later, a retry still sees the key in progress, not abandoned.
     let retry = idem.run(&args);
     retry.code(4).one_error_line(&["in progress"]);

@@ -52,8 +52,9 @@ impl<T> Executed<T> {
     }
 }
 
-/// Claims `id_key` in `txn`, runs `work` in the same transaction and puts the settled
-/// record. Returns whether anything was written, and what happened.
+/// Claims `id_key` in `txn` at `now` (never behind the clock floor), runs `work` in the
+/// same transaction and puts the settled record. Returns whether anything was written,
+/// and what happened.
 ///
 /// When the key cannot be claimed (replay, in progress, conflict, unknown), the work
 /// does not run; the begin's own write, if any (a lease that ran out turning Unknown),
@@ -80,6 +81,7 @@ pub(crate) fn execute_in<T, E>(
     work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
 ) -> Result<(bool, Executed<T>), ExecuteError<E>> {
     let current = tables.get(id_key)?;
+    let now = tables.effective(now)?;
     let next = tables.next_generation()?;
     let Transition { decision, write } =
         protocol::begin(current.as_ref(), fingerprint, next, now, config);
@@ -87,6 +89,9 @@ pub(crate) fn execute_in<T, E>(
         (Decision::Claimed { .. }, Write::Put(pending)) => pending,
         (decision, write) => {
             let changed = tables.apply(id_key, current.as_ref(), &write)?;
+            if changed {
+                tables.raise_floor(now)?;
+            }
             return Ok((changed, Executed::NotRun(decision)));
         }
     };
@@ -101,6 +106,7 @@ pub(crate) fn execute_in<T, E>(
     )
     .map_err(|refusal| ExecuteError::Store(refusal.into()))?;
     tables.raise_generation(pending.generation)?;
+    tables.raise_floor(now)?;
     tables.put(id_key, current.as_ref(), &settled)?;
     Ok((
         true,

@@ -188,8 +188,20 @@
 //! The store's tables are named `idem.*` (see the layout in the source of `tables.rs`);
 //! the application may keep its own tables in the same file under other names. Every
 //! key and value is our own byte string (records are a format-version byte plus
-//! postcard); a meta table holds the schema version and the store-wide generation
-//! counter, which only ever increases, across restarts and imports. A file with a newer
+//! postcard); a meta table holds the schema version, the store-wide generation
+//! counter, which only ever increases, across restarts and imports, and the clock floor.
+//!
+//! # Time
+//!
+//! Every time is the caller's `now`, but a store never lets it go backwards for its
+//! records: it keeps a clock floor, the latest time a write of a record used, and a
+//! write whose `now` is behind it uses the floor instead ([`Store::clock_floor`]). A
+//! terminal whose clock jumped back therefore cannot settle an outcome that expires
+//! early. A sweep reads the floor but does not raise it. Answers that write nothing
+//! (a replay, an in-progress answer) use the caller's `now` as given: a clock behind the
+//! floor only keeps an outcome or a lease a little longer. The outbox's intents take
+//! the caller's time as given: a sender's deadline counted from a raised time could be
+//! later than the true one. A file with a newer
 //! schema, a damaged file, a read-only file, a directory and a file locked past the
 //! timeout are refused with an [`OpenError`] naming the cause, and left untouched.
 //!

@@ -11,7 +11,8 @@ use crate::cache::ReplayCache;
 use crate::error::{Error, MaintainError};
 use crate::handle::guard_read;
 use crate::tables::{
-    self, EXPIRY, GENERATION_KEY, META, RECORDS, SCHEMA_KEY, SCHEMA_VERSION, STATES, Tables,
+    self, CLOCK_FLOOR_KEY, EXPIRY, GENERATION_KEY, META, RECORDS, SCHEMA_KEY, SCHEMA_VERSION,
+    STATES,
 };
 use crate::writer::Writer;
 
@@ -50,6 +51,9 @@ pub struct Stats {
     pub oldest_pending_age_ms: Option<u64>,
     /// Age (now − `created_at`) of the oldest Unknown record.
     pub oldest_unknown_age_ms: Option<u64>,
+    /// The clock floor: the latest time a write of a record used. Writes with a clock
+    /// behind it use it instead; far from the system clock, a clock is off.
+    pub clock_floor: Timestamp,
     /// Size of the store file in bytes.
     pub file_bytes: u64,
     /// The store-wide generation counter: the last generation handed out.
@@ -139,7 +143,12 @@ pub(crate) fn sweep(
         let writing = writer.writing("sweep")?;
         let mut deleted_keys = Vec::new();
         let (deleted, more) = {
-            let mut tables = Tables::open(&writing.txn)?;
+            let mut tables = writer.tables(&writing)?;
+            // A clock behind the floor sweeps as if it were at the floor. A sweep reads
+            // the floor but never raises it: a sweep at a clock far ahead would
+            // otherwise move the time of every later write.
+            let now = tables.effective(now)?;
+            cache.raise_horizon(now);
             // One more than the batch, to learn whether expired records remain.
             let mut keys = Vec::with_capacity(batch + 1);
             for entry in tables.expiry().iter()? {
@@ -190,6 +199,13 @@ pub(crate) fn sweep(
 fn sweep_dry_run(writer: &Writer, now: Timestamp, limit: usize) -> Result<SweepReport, Error> {
     let db = writer.read();
     let txn = db.begin_read()?;
+    let meta = txn.open_table(META)?;
+    let floor = Timestamp(tables::read_meta(&meta, CLOCK_FLOOR_KEY)?.unwrap_or(0));
+    let now = if writer.is_floored() {
+        now.max(floor)
+    } else {
+        now
+    };
     let expiry = txn.open_table(EXPIRY)?;
     let mut report = SweepReport::default();
     for entry in expiry.iter()? {
@@ -261,9 +277,22 @@ fn stats_guarded(writer: &Writer, now: Timestamp) -> Result<Stats, Error> {
         expired,
         oldest_pending_age_ms: oldest[tables::state_index(State::Pending)],
         oldest_unknown_age_ms: oldest[tables::state_index(State::Unknown)],
+        clock_floor: Timestamp(tables::read_meta(&meta, CLOCK_FLOOR_KEY)?.unwrap_or(0)),
         // Read after the snapshot, outside the guarded read.
         file_bytes: 0,
         generation: Generation(tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0)),
+    })
+}
+
+/// The clock floor; see [`crate::Store::clock_floor`].
+pub(crate) fn clock_floor(writer: &Writer) -> Result<Timestamp, Error> {
+    guard_read(|_| {
+        let db = writer.read();
+        let txn = db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        Ok(Timestamp(
+            tables::read_meta(&meta, CLOCK_FLOOR_KEY)?.unwrap_or(0),
+        ))
     })
 }
 

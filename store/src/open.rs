@@ -41,6 +41,7 @@ pub(crate) struct Opened {
     pub(crate) durability: Durability,
     pub(crate) lock_timeout: Duration,
     pub(crate) replay_cache: usize,
+    pub(crate) floored: bool,
 }
 
 /// The default bound on waiting for another process's lock: 5 s.
@@ -70,6 +71,7 @@ pub struct StoreBuilder {
     replay_cache: usize,
     verify_on_open: bool,
     read_only: bool,
+    floored: bool,
 }
 
 impl Default for StoreBuilder {
@@ -83,6 +85,7 @@ impl Default for StoreBuilder {
             replay_cache: DEFAULT_REPLAY_CACHE,
             verify_on_open: true,
             read_only: false,
+            floored: true,
         }
     }
 }
@@ -173,6 +176,17 @@ impl StoreBuilder {
         self
     }
 
+    /// Test-only: never in production. Turns the clock floor off, so that writes use the
+    /// caller's time as given even when it went backwards, and a record settled by a
+    /// clock that went back expires early. It exists so that a test can show that the
+    /// floor is load-bearing.
+    #[cfg(feature = "test-unfloored-clock")]
+    #[doc(hidden)]
+    pub fn without_clock_floor(mut self) -> StoreBuilder {
+        self.floored = false;
+        self
+    }
+
     /// Opens and checks the file at `path` for [`StoreBuilder::open`] (in `store.rs`).
     pub(crate) fn open_file(self, path: &Path) -> Result<Opened, OpenError> {
         self.config.validate()?;
@@ -214,6 +228,7 @@ impl StoreBuilder {
             durability: self.durability,
             lock_timeout: self.lock_timeout,
             replay_cache: self.replay_cache,
+            floored: self.floored,
         }
     }
 

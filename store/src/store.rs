@@ -38,7 +38,7 @@ use crate::maintain::{self, CheckReport, Stats, SweepReport};
 use crate::open::{Opened, StoreBuilder};
 use crate::outbox::Outbox;
 use crate::read::{self, ListFilter};
-use crate::tables::Tables;
+
 use crate::writer::Writer;
 use crate::{snapshot, transfer, two_phase};
 
@@ -105,6 +105,7 @@ impl Store {
                 opened.path,
                 opened.durability,
                 opened.lock_timeout,
+                opened.floored,
             ),
             committer: Committer::default(),
             cache: ReplayCache::new(opened.replay_cache),
@@ -173,8 +174,9 @@ impl Store {
         if let Some(decision) = answered {
             return Ok(decision);
         }
-        let step = two_phase::begin(fingerprint, now);
-        self.committer.input(&self.writer, &self.config, id, step)
+        let step = two_phase::begin(fingerprint);
+        self.committer
+            .input(&self.writer, &self.config, id, now, step)
     }
 
     /// The executor holding `generation` extends its lease to `now + lease`.
@@ -190,8 +192,9 @@ impl Store {
         now: Timestamp,
     ) -> Result<Record, Error> {
         self.writer.ensure_writable("heartbeat")?;
-        let step = two_phase::heartbeat(generation, now);
-        self.committer.input(&self.writer, &self.config, id, step)
+        let step = two_phase::heartbeat(generation);
+        self.committer
+            .input(&self.writer, &self.config, id, now, step)
     }
 
     /// The executor holding `generation` settles the key; the outcome is replayed to
@@ -210,16 +213,17 @@ impl Store {
     ) -> Result<Record, Error> {
         self.writer.ensure_writable("complete")?;
         let epoch = self.cache.epoch();
-        let step = two_phase::complete(generation, verdict, outcome, now);
-        let record = self.committer.input(&self.writer, &self.config, id, step)?;
+        let step = two_phase::complete(generation, verdict, outcome);
+        let record = self
+            .committer
+            .input(&self.writer, &self.config, id, now, step)?;
         // Committed: a retry is answered from memory.
         self.cache.insert(&id.to_key_bytes(), &record, epoch);
         Ok(record)
     }
 
     /// The executor holding `generation` did nothing: the record is deleted and a retry
-    /// may claim the key. `now` is not used (a delete needs no clock); it keeps the
-    /// inputs uniform.
+    /// may claim the key. `now` raises the clock floor, as every write does.
     ///
     /// # Errors
     ///
@@ -230,10 +234,10 @@ impl Store {
         generation: Generation,
         now: Timestamp,
     ) -> Result<(), Error> {
-        let _ = now;
         self.writer.ensure_writable("release")?;
         let step = two_phase::release(generation);
-        self.committer.input(&self.writer, &self.config, id, step)
+        self.committer
+            .input(&self.writer, &self.config, id, now, step)
     }
 
     /// The executor holding `generation` cannot tell whether its effect happened: the
@@ -249,8 +253,9 @@ impl Store {
         now: Timestamp,
     ) -> Result<Record, Error> {
         self.writer.ensure_writable("mark_unknown")?;
-        let step = two_phase::mark_unknown(generation, now);
-        self.committer.input(&self.writer, &self.config, id, step)
+        let step = two_phase::mark_unknown(generation);
+        self.committer
+            .input(&self.writer, &self.config, id, now, step)
     }
 
     /// A reconciler settles an Unknown record. Returns the settled record, or `None` for
@@ -267,8 +272,10 @@ impl Store {
     ) -> Result<Option<Record>, Error> {
         self.writer.ensure_writable("resolve")?;
         let epoch = self.cache.epoch();
-        let step = two_phase::resolve(resolution, now);
-        let record = self.committer.input(&self.writer, &self.config, id, step)?;
+        let step = two_phase::resolve(resolution);
+        let record = self
+            .committer
+            .input(&self.writer, &self.config, id, now, step)?;
         if let Some(record) = &record {
             self.cache.insert(&id.to_key_bytes(), record, epoch);
         }
@@ -319,7 +326,7 @@ impl Store {
         }
         let writing = self.writer.writing("execute")?;
         let ran = {
-            let mut tables = Tables::open(&writing.txn)?;
+            let mut tables = self.writer.tables(&writing)?;
             execute_in(
                 &writing.txn,
                 &mut tables,
@@ -489,6 +496,21 @@ impl Store {
     /// Storage or decode errors.
     pub fn generation(&self) -> Result<Generation, Error> {
         maintain::generation(&self.writer)
+    }
+
+    /// The clock floor: the latest time a write of a record used (0 before any did).
+    ///
+    /// Time never goes backwards for the records: a write whose `now` is behind the floor
+    /// uses the floor instead (its lease, completion and retention count from there), so
+    /// a clock that jumped back cannot cut a retention short. A clock that jumped ahead
+    /// cannot be told from time that passed; [`Store::stats`] shows the floor so an
+    /// operator can compare it with the system clock.
+    ///
+    /// # Errors
+    ///
+    /// Storage or decode errors.
+    pub fn clock_floor(&self) -> Result<Timestamp, Error> {
+        maintain::clock_floor(&self.writer)
     }
 
     /// Verifies the file: redb's integrity check (every page checksum, repairing what it

@@ -6,7 +6,7 @@
 //! | `idem.records` | [`RecordId::to_key_bytes`] | [`Record::encode`] (format byte + postcard) |
 //! | `idem.expiry` | `expires_at` (u64 big-endian) ++ id bytes | `()`; settled records only |
 //! | `idem.state.pending`, `.succeeded`, `.failed`, `.unknown` | `created_at` (u64 big-endian) ++ id bytes | `()` |
-//! | `idem.meta` | `b"schema"`, `b"generation"` | u64 big-endian |
+//! | `idem.meta` | `b"schema"`, `b"generation"`, `b"clock_floor"` | u64 big-endian |
 //!
 //! Every key and value is our own byte string: the file never depends on redb's
 //! encodings of composite types, which have changed between redb majors. Big-endian
@@ -42,6 +42,9 @@ pub(crate) const STATES: [TableDefinition<&[u8], ()>; 4] = [
 pub(crate) const SCHEMA_KEY: &[u8] = b"schema";
 /// Meta key of the store-wide generation counter (the last generation handed out).
 pub(crate) const GENERATION_KEY: &[u8] = b"generation";
+/// Meta key of the clock floor: the latest time a write of a record used, in ms. Files
+/// written before it existed have none, which reads as 0.
+pub(crate) const CLOCK_FLOOR_KEY: &[u8] = b"clock_floor";
 
 /// The position of `state` in [`STATES`].
 pub(crate) fn state_index(state: State) -> usize {
@@ -130,17 +133,32 @@ pub(crate) fn read_meta(
 /// Caller code that gets the same transaction while these are open (the work of an
 /// atomic execute) may open any other table, but not these: redb refuses to open one
 /// table twice in a transaction.
+///
+/// Time never goes backwards for the records: a write uses [`Tables::effective`], the
+/// caller's time or the clock floor, whichever is later, and then raises the floor to
+/// it with [`Tables::raise_floor`] (DESIGN §2, "Time").
 pub(crate) struct Tables<'txn> {
     records: Table<'txn, &'static [u8], &'static [u8]>,
     expiry: Table<'txn, &'static [u8], ()>,
     states: [Table<'txn, &'static [u8], ()>; 4],
     meta: Table<'txn, &'static [u8], &'static [u8]>,
+    // False only where a test shows what the floor prevents.
+    floored: bool,
 }
 
 impl<'txn> Tables<'txn> {
-    /// Opens (creating when absent) every table of the store.
+    /// Opens (creating when absent) every table of the store, with the clock floor on.
     pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>, Error> {
+        Tables::open_floored(txn, true)
+    }
+
+    /// [`Tables::open`], with the clock floor on or (for a test) off.
+    pub(crate) fn open_floored(
+        txn: &'txn WriteTransaction,
+        floored: bool,
+    ) -> Result<Tables<'txn>, Error> {
         Ok(Tables {
+            floored,
             records: txn.open_table(RECORDS)?,
             expiry: txn.open_table(EXPIRY)?,
             states: [
@@ -180,6 +198,31 @@ impl<'txn> Tables<'txn> {
         if generation > self.generation()? {
             self.meta
                 .insert(GENERATION_KEY, &generation.0.to_be_bytes()[..])?;
+        }
+        Ok(())
+    }
+
+    /// The clock floor: the latest time a write of a record used (0 when none did).
+    pub(crate) fn clock_floor(&self) -> Result<Timestamp, Error> {
+        Ok(Timestamp(
+            read_meta(&self.meta, CLOCK_FLOOR_KEY)?.unwrap_or(0),
+        ))
+    }
+
+    /// The time a write at the caller's `now` uses: `now`, or the clock floor when the
+    /// clock is behind it.
+    pub(crate) fn effective(&self, now: Timestamp) -> Result<Timestamp, Error> {
+        if !self.floored {
+            return Ok(now);
+        }
+        Ok(now.max(self.clock_floor()?))
+    }
+
+    /// Raises the clock floor to `at`, the time a write just used; never lowers it.
+    pub(crate) fn raise_floor(&mut self, at: Timestamp) -> Result<(), Error> {
+        if self.floored && at > self.clock_floor()? {
+            self.meta
+                .insert(CLOCK_FLOOR_KEY, &at.as_millis().to_be_bytes()[..])?;
         }
         Ok(())
     }
@@ -311,8 +354,8 @@ mod tests {
             ]
         );
         assert_eq!(
-            (SCHEMA_KEY, GENERATION_KEY),
-            (&b"schema"[..], &b"generation"[..])
+            (SCHEMA_KEY, GENERATION_KEY, CLOCK_FLOOR_KEY),
+            (&b"schema"[..], &b"generation"[..], &b"clock_floor"[..])
         );
     }
 

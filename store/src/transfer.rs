@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 use crate::cache::ReplayCache;
 use crate::error::{Error, ImportError, MaintainError};
 use crate::handle::{Caller, guard_read};
-use crate::tables::{self, GENERATION_KEY, META, RECORDS, Tables};
+use crate::tables::{self, GENERATION_KEY, META, RECORDS};
 use crate::view::{RecordView, ViewError, unsigned, view_error};
 use crate::writer::Writer;
 
@@ -81,7 +81,7 @@ pub(crate) fn import(
     let mut last_line = 0u64;
     let mut written = Vec::new();
     {
-        let mut tables = Tables::open(&writing.txn)?;
+        let mut tables = writer.tables(&writing)?;
         for (index, line) in input.lines().enumerate() {
             let number = index as u64 + 1;
             last_line = number;

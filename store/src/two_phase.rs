@@ -2,18 +2,21 @@
 //! the steps group commit runs: each reads the record, asks the core, and returns the
 //! write to apply with the answer.
 //!
+//! Each step gets the time to use from group commit: the caller's, or the clock floor
+//! when the caller's clock is behind it.
+//!
 //! A step may run more than once (group commit runs a batch again without an input
 //! that failed after writing), so each takes everything from its arguments and
 //! captures, and does nothing outside the transaction.
 
 use idem_core::protocol::{self, Decision, Resolution};
-use idem_core::{Fingerprint, Generation, Outcome, Record, Timestamp, Transition, Verdict, Write};
+use idem_core::{Fingerprint, Generation, Outcome, Record, Transition, Verdict, Write};
 
 use crate::group::Step;
 
-/// A request with `fingerprint` arrives at `now`: claim, or answer.
-pub(crate) fn begin(fingerprint: Fingerprint, now: Timestamp) -> impl Step<Decision> {
-    move |tables, current, config| {
+/// A request with `fingerprint` arrives: claim, or answer.
+pub(crate) fn begin(fingerprint: Fingerprint) -> impl Step<Decision> {
+    move |tables, current, config, now| {
         let next = tables.next_generation()?;
         let Transition { decision, write } =
             protocol::begin(current, fingerprint, next, now, config);
@@ -25,8 +28,8 @@ pub(crate) fn begin(fingerprint: Fingerprint, now: Timestamp) -> impl Step<Decis
 }
 
 /// The executor holding `generation` extends its lease.
-pub(crate) fn heartbeat(generation: Generation, now: Timestamp) -> impl Step<Record> {
-    move |_, current, config| {
+pub(crate) fn heartbeat(generation: Generation) -> impl Step<Record> {
+    move |_, current, config, now| {
         let record = protocol::heartbeat(current, generation, now, config)?;
         Ok((Write::Put(record.clone()), record))
     }
@@ -37,9 +40,8 @@ pub(crate) fn complete(
     generation: Generation,
     verdict: Verdict,
     outcome: Outcome,
-    now: Timestamp,
 ) -> impl Step<Record> {
-    move |_, current, config| {
+    move |_, current, config, now| {
         let record =
             protocol::complete(current, generation, verdict, outcome.clone(), now, config)?;
         Ok((Write::Put(record.clone()), record))
@@ -48,23 +50,23 @@ pub(crate) fn complete(
 
 /// The executor holding `generation` did nothing: delete the record.
 pub(crate) fn release(generation: Generation) -> impl Step<()> {
-    move |_, current, _| {
+    move |_, current, _, _| {
         let protocol::Delete = protocol::release(current, generation)?;
         Ok((Write::Delete, ()))
     }
 }
 
 /// The executor holding `generation` cannot tell whether its effect happened.
-pub(crate) fn mark_unknown(generation: Generation, now: Timestamp) -> impl Step<Record> {
-    move |_, current, _| {
+pub(crate) fn mark_unknown(generation: Generation) -> impl Step<Record> {
+    move |_, current, _, now| {
         let record = protocol::mark_unknown(current, generation, now)?;
         Ok((Write::Put(record.clone()), record))
     }
 }
 
 /// A reconciler settles an Unknown record (`None`: deleted, not executed).
-pub(crate) fn resolve(resolution: Resolution, now: Timestamp) -> impl Step<Option<Record>> {
-    move |_, current, config| {
+pub(crate) fn resolve(resolution: Resolution) -> impl Step<Option<Record>> {
+    move |_, current, config, now| {
         Ok(
             match protocol::resolve(current, resolution.clone(), now, config)? {
                 Some(record) => (Write::Put(record.clone()), Some(record)),

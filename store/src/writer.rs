@@ -16,6 +16,7 @@ use redb::{CommitError, Durability, WriteTransaction};
 use crate::error::Error;
 use crate::handle::Handle;
 use crate::lock::{Gate, Turn, begin_write, busy_error};
+use crate::tables::Tables;
 use crate::wait::{Attempt, Deadline, retry_until};
 
 /// The redb database of one store and everything that decides whether and how it may be
@@ -36,6 +37,8 @@ pub(crate) struct Writer {
     lock_timeout: Duration,
     // Write transactions committed, on every path.
     commits: AtomicU64,
+    // The clock floor applies (always, but in a test that shows what it prevents).
+    floored: bool,
 }
 
 impl fmt::Debug for Writer {
@@ -65,8 +68,10 @@ impl Writer {
         path: PathBuf,
         durability: Durability,
         lock_timeout: Duration,
+        floored: bool,
     ) -> Writer {
         Writer {
+            floored,
             read_only: db.writable().is_none(),
             db: RwLock::new(db),
             path,
@@ -91,6 +96,11 @@ impl Writer {
     /// True after a failed commit: writes are refused until the store is reopened.
     pub(crate) fn needs_reopen(&self) -> bool {
         self.broken.load(Ordering::Acquire)
+    }
+
+    /// True unless a test turned the clock floor off.
+    pub(crate) fn is_floored(&self) -> bool {
+        self.floored
     }
 
     /// Write transactions committed since the store was opened.
@@ -161,6 +171,11 @@ impl Writer {
             _turn: turn,
             _db: db,
         })
+    }
+
+    /// The store's tables in `writing`'s transaction.
+    pub(crate) fn tables<'t>(&self, writing: &'t Writing<'_>) -> Result<Tables<'t>, Error> {
+        Tables::open_floored(&writing.txn, self.floored)
     }
 
     /// Commits, or marks the store as needing a reopen when the commit failed in a way

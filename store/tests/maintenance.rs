@@ -133,12 +133,7 @@ fn stats_count_states_and_age_the_oldest_pending_and_unknown() {
         Ok(Decision::Claimed { generation, .. }) => generation,
         other => panic!("{other:?}"),
     };
-    let p1 = claim("p1", 1_000); // lease ends at 31_000
-    claim("p2", 40_000); // lease ends at 70_000
-    let u1 = claim("u1", 500);
-    store
-        .mark_unknown(&id("t", "o", "u1"), u1, at(600))
-        .unwrap();
+    // In time order: the store never lets a write's time go back (the clock floor).
     let s1 = claim("s1", 0);
     store
         .complete(
@@ -149,7 +144,12 @@ fn stats_count_states_and_age_the_oldest_pending_and_unknown() {
             at(10),
         )
         .unwrap();
-    let _ = p1;
+    let u1 = claim("u1", 500);
+    store
+        .mark_unknown(&id("t", "o", "u1"), u1, at(600))
+        .unwrap();
+    claim("p1", 1_000); // lease ends at 31_000
+    claim("p2", 40_000); // lease ends at 70_000
 
     let stats = store.stats(at(50_000)).unwrap();
     assert_eq!(

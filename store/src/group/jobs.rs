@@ -92,19 +92,24 @@ impl<R> Drop for Reply<R> {
 /// with the answer.
 pub(super) struct Input<R, S> {
     pub(super) id_key: Vec<u8>,
+    /// The caller's time; the step gets it raised to the clock floor.
+    pub(super) now: Timestamp,
     pub(super) step: S,
     pub(super) reply: Reply<Result<R, Error>>,
 }
 
 /// The protocol step of an [`Input`]: the store's tables, the record as this
-/// transaction sees it, and the store's config; returns the core's write and the answer.
+/// transaction sees it, the store's config and the time to use (the caller's, never
+/// behind the clock floor); returns the core's write and the answer.
 pub(crate) trait Step<R>:
-    FnMut(&mut Tables<'_>, Option<&Record>, &Config) -> Result<(Write, R), Error> + Send + 'static
+    FnMut(&mut Tables<'_>, Option<&Record>, &Config, Timestamp) -> Result<(Write, R), Error>
+    + Send
+    + 'static
 {
 }
 
 impl<R, S> Step<R> for S where
-    S: FnMut(&mut Tables<'_>, Option<&Record>, &Config) -> Result<(Write, R), Error>
+    S: FnMut(&mut Tables<'_>, Option<&Record>, &Config, Timestamp) -> Result<(Write, R), Error>
         + Send
         + 'static
 {
@@ -112,11 +117,17 @@ impl<R, S> Step<R> for S where
 
 impl<R: Send + 'static, S: Step<R>> Job for Input<R, S> {
     fn run(&mut self, config: &Config, _: &WriteTransaction, tables: &mut Tables<'_>) -> Ran {
-        let Input { id_key, step, .. } = self;
+        let Input {
+            id_key, now, step, ..
+        } = self;
         let ran = panic::catch_unwind(AssertUnwindSafe(|| -> Result<(bool, R), Error> {
             let current = tables.get(id_key)?;
-            let (write, answer) = step(tables, current.as_ref(), config)?;
+            let now = tables.effective(*now)?;
+            let (write, answer) = step(tables, current.as_ref(), config, now)?;
             let changed = tables.apply(id_key, current.as_ref(), &write)?;
+            if changed {
+                tables.raise_floor(now)?;
+            }
             Ok((changed, answer))
         }));
         let (ran, answer) = match ran {

@@ -38,7 +38,7 @@ use serde::Serialize;
 
 use crate::error::{Error, ExecuteError};
 use crate::execute::Executed;
-use crate::tables::Tables;
+
 use crate::writer::Writer;
 
 mod jobs;
@@ -158,18 +158,21 @@ impl Committer {
         }
     }
 
-    /// Runs one protocol input on `id` and returns its answer once the batch it ran in
-    /// is durable. `step` may run more than once (see the module documentation).
+    /// Runs one protocol input on `id` at the caller's `now` and returns its answer once
+    /// the batch it ran in is durable. `step` may run more than once (see the module
+    /// documentation).
     pub(crate) fn input<R: Send + 'static>(
         &self,
         writer: &Writer,
         config: &Config,
         id: &RecordId,
+        now: Timestamp,
         step: impl Step<R>,
     ) -> Result<R, Error> {
         self.submit(writer, config, |reply| {
             Box::new(Input {
                 id_key: id.to_key_bytes(),
+                now,
                 step,
                 reply,
             })
@@ -254,7 +257,7 @@ impl Committer {
             };
             let mut changed = false;
             let mut failed_at = None;
-            let opened = Tables::open(&writing.txn).map(|mut tables| {
+            let opened = writer.tables(&writing).map(|mut tables| {
                 for (i, job) in batch.iter_mut().enumerate() {
                     match job.run(config, &writing.txn, &mut tables) {
                         Ran::Unchanged => {}
