@@ -203,6 +203,7 @@
 #[cfg(feature = "bench")]
 pub mod bench;
 mod cache;
+mod clock;
 mod error;
 mod group;
 mod handle;
@@ -217,6 +218,7 @@ mod transfer;
 mod view;
 
 pub use cache::{DEFAULT_REPLAY_CACHE, REPLAY_CACHE_BYTES, REPLAY_CACHE_MAX_BODY};
+pub use clock::now;
 pub use error::{Error, ExecuteError, OpenError};
 pub use group::{CommitCounts, MAX_BATCH};
 pub use maintain::{CheckReport, SWEEP_BATCH, Stats, SweepReport};
@@ -225,6 +227,15 @@ pub use outbox::{EnqueueError, IntentFilter, Outbox, OutboxError};
 pub use store::{Executed, ListFilter, Store};
 pub use transfer::EXPORT_VERSION;
 pub use view::{RecordView, ViewError, record_json};
+
+// The core types this crate's API takes and returns: an application may depend on
+// idem-store alone.
+pub use idem_core::{
+    Attempt, Config, ConfigError, Decision, DecodeError, Effect, Fingerprint, FingerprintError,
+    Generation, IdError, Intent, IntentState, LeaseExpiry, LedgerConfig, LedgerConfigError,
+    LedgerError, Outcome, Record, RecordId, Refusal, Reply, Resolution, State, Status, Timestamp,
+    Verdict,
+};
 
 /// The redb version this store is built on, for the application's own tables in the
 /// same file and the transaction [`Store::execute`] hands to its work.
