@@ -27,13 +27,13 @@
 //!
 //! - `json` (default): canonical JSON fingerprints (RFC 8785) with ignored field paths.
 //! - `std`: conversions from the standard library's types, such as a [`Timestamp`] from a
-//!   [`std::time::SystemTime`] the caller read. The core still reads no clock.
+//!   `std::time::SystemTime` the caller read. The core still reads no clock.
 //! - `test-unguarded-deadline`: test-only. Adds [`LedgerConfig`]'s switch that turns the
 //!   sender's deadline guard off, so that a simulation can show the guard is needed.
 //!   Never enable it in a product: intents sent past their deadline may execute twice.
 //!
-//! Without `std` the crate is `#![no_std]` with `alloc`, and builds for
-//! `wasm32-unknown-unknown` and bare-metal targets.
+//! The crate is `#![no_std]` with `alloc` (the `std` feature links std for its
+//! conversions only), and builds for `wasm32-unknown-unknown` and bare-metal targets.
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(clippy::std_instead_of_core, clippy::alloc_instead_of_core)]

@@ -106,7 +106,7 @@ impl LedgerConfig {
 /// then one byte where earlier builds kept the test-only switch. It is written as 0 and
 /// ignored when read, so old snapshots still decode and no restored ledger runs without
 /// its deadline guard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Serialize, Deserialize)]
 pub(super) struct StoredConfig {
     server_retention_ms: u64,
     safety_margin_ms: u64,
