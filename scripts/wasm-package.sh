@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Builds the npm package idem-wasm from this repository, packs it, and prints the size of
-# its .wasm against the budget (150 KB raw, 60 KB gzipped).
+# Builds the npm package idem-wasm from this repository, packs it, and checks its .wasm:
+# it fails (exit 1) when the .wasm is over its budget (150 KB raw, 60 KB gzipped), saying
+# by how much, or imports anything from the module `env` (an accidental std or libc
+# import that no browser provides), naming the imports.
 #
 #   scripts/wasm-package.sh      ->  <target>/idem-wasm/idem-wasm-<version>.tgz
+#
+# IDEM_WASM_BUDGET_RAW and IDEM_WASM_BUDGET_GZ replace the budget, in bytes (to try the
+# check, or to measure a change that will move the budget).
 #
 # <target> is $CARGO_TARGET_DIR, else cargo's target directory of this workspace. The
 # package holds one wasm-bindgen build for browsers and bundlers (ESM, `--target web`),
@@ -16,8 +21,8 @@ cd "$repo"
 export PATH="$HOME/.cargo/bin:$PATH"
 
 BINARYEN_VERSION=132.0.0
-BUDGET_RAW=$((150 * 1024))
-BUDGET_GZ=$((60 * 1024))
+BUDGET_RAW=${IDEM_WASM_BUDGET_RAW:-$((150 * 1024))}
+BUDGET_GZ=${IDEM_WASM_BUDGET_GZ:-$((60 * 1024))}
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -60,6 +65,22 @@ for dir in web node; do
   "$wasm_opt" -Oz --converge --strip-debug --strip-producers --strip-target-features \
     "$pkg/$dir/idem_wasm_bg.wasm" -o "$pkg/$dir/idem_wasm_bg.wasm"
 done
+
+step "imports: nothing from the module env"
+# An import from env is an accidental std or libc symbol: no browser or Node provides it,
+# and the module fails to load.
+for dir in web node; do
+  env_imports=$(node -e '
+    const bytes = require("fs").readFileSync(process.argv[1]);
+    const imports = WebAssembly.Module.imports(new WebAssembly.Module(bytes));
+    process.stdout.write(imports.filter((i) => i.module === "env").map((i) => `${i.name} (${i.kind})`).join(", "));
+  ' "$pkg/$dir/idem_wasm_bg.wasm")
+  if [[ -n "$env_imports" ]]; then
+    echo "wasm-package: $dir/idem_wasm_bg.wasm imports from the module env: $env_imports" >&2
+    exit 1
+  fi
+done
+echo "none"
 
 step "package files"
 # The Node build is CommonJS inside a "type": "module" package.
@@ -126,14 +147,29 @@ tarball=$out/idem-wasm-$version.tgz
 test -f "$tarball"
 echo "$tarball"
 
-step "size of the package's .wasm (budget 150 KB raw, 60 KB gzipped)"
+step "size of the package's .wasm (budget $BUDGET_RAW bytes raw, $BUDGET_GZ bytes gzipped)"
 final=$pkg/web/idem_wasm_bg.wasm
 raw=$(wc -c <"$final")
 gz=$(gzip -9c "$final" | wc -c)
-verdict() { if (($1 <= $2)); then echo "within budget"; else echo "OVER BUDGET by $((($1 - $2 + 1023) / 1024)) KB"; fi; }
+verdict() { if (($1 <= $2)); then echo "within budget"; else echo "OVER BUDGET by $(($1 - $2)) bytes"; fi; }
 printf 'idem_wasm_bg.wasm: %d bytes raw (%.1f KB, %s), %d bytes gzipped (%.1f KB, %s)\n' \
   "$raw" "$(node -p "$raw/1024")" "$(verdict "$raw" "$BUDGET_RAW")" \
   "$gz" "$(node -p "$gz/1024")" "$(verdict "$gz" "$BUDGET_GZ")"
 printf 'npm tarball: %d bytes\n' "$(wc -c <"$tarball")"
 echo "What takes the space (before wasm-opt, by crate):"
 node wasm/js/tools/size-report.mjs "$named" 10
+
+step "budget"
+failed=0
+if ((raw > BUDGET_RAW)); then
+  echo "wasm-package: idem_wasm_bg.wasm is $raw bytes, $((raw - BUDGET_RAW)) bytes over its budget of $BUDGET_RAW bytes raw" >&2
+  failed=1
+fi
+if ((gz > BUDGET_GZ)); then
+  echo "wasm-package: idem_wasm_bg.wasm is $gz bytes gzipped, $((gz - BUDGET_GZ)) bytes over its budget of $BUDGET_GZ bytes gzipped" >&2
+  failed=1
+fi
+if ((failed)); then
+  exit 1
+fi
+echo "within budget"

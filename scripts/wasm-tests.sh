@@ -6,6 +6,7 @@
 #   4. the packed npm package installed into a scratch folder, with node:test
 #      (vectors, client, receiver, helper, TypeScript types)
 #   5. the Playwright end-to-end test in Chromium against the Rust test server on idem-store
+#      (tests/examples/e2e-server.rs)
 # Builds the package with scripts/wasm-package.sh first (which prints the .wasm size).
 # Installs what is missing: Debian's chromium and chromium-driver, and from npm
 # typescript and playwright-core into the scratch folder (pinned below).
@@ -58,7 +59,7 @@ cp wasm/js/test/* "$scratch/test/"
   node --test test/package.test.mjs test/sender.test.mjs test/types.test.mjs)
 
 step "5. Playwright end-to-end test in Chromium (Rust test server on idem-store)"
-cargo build -p idem-wasm --example e2e-server
+cargo build -p idem-tests --example e2e-server
 site=$scratch/site
 mkdir -p "$site/pkg"
 cp wasm/e2e/site/* "$site/"

@@ -19,7 +19,6 @@ use idem_store::redb::{ReadableTable, TableDefinition, WriteTransaction};
 use idem_store::{Executed, ListFilter, Store};
 
 use crate::exit::{Ending, Exit, Failure};
-use crate::output::verdict_state;
 use crate::session::{Access, Session, maintain_failure, open_store, store_failure};
 use crate::time::format_span;
 
@@ -288,8 +287,7 @@ impl Story {
         } = &replay
         {
             say(&format!(
-                "   retry -> replay: {} \"{}\", the card is not charged again",
-                verdict_state(*verdict),
+                "   retry -> replay: {verdict} \"{}\", the card is not charged again",
                 String::from_utf8_lossy(&outcome.body)
             ));
         }

@@ -7,7 +7,6 @@ use idem_core::{Config, Generation, Outcome, Record, RecordId, Verdict};
 use crate::args::{GenerationArg, IdArgs, RequestArgs};
 use crate::exit::{Ending, Exit};
 use crate::input;
-use crate::output::verdict_state;
 use crate::session::{Access, Session, key_failure, not_found};
 use crate::time::format_instant;
 
@@ -219,8 +218,7 @@ fn print_settled(session: &Session, id: &RecordId, record: &Record, verb: &str) 
 
 fn settled_line(verb: &str, verdict: Verdict, outcome: &Outcome, until: String) -> String {
     format!(
-        "{verb}: {} with code {}, {} bytes of outcome, replayed until {until}",
-        verdict_state(verdict),
+        "{verb}: {verdict} with code {}, {} bytes of outcome, replayed until {until}",
         outcome.code,
         outcome.body.len()
     )

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use idem_core::protocol::Decision;
-use idem_core::{Record, RecordId, State, Status, Timestamp, Verdict};
+use idem_core::{Record, RecordId, Status, Timestamp};
 use idem_store::RecordView;
 use serde::Serialize;
 
@@ -77,9 +77,8 @@ impl Printer {
                 outcome,
                 completed_at,
             } => {
-                let state = verdict_state(*verdict);
                 format!(
-                    "replay: {state} with code {} at {}\n{}",
+                    "replay: {verdict} with code {} at {}\n{}",
                     outcome.code,
                     self.instant_from_now(*completed_at),
                     body_text(&outcome.body)
@@ -194,11 +193,7 @@ impl Printer {
                 } else {
                     format!("expires in {}", format_span(expires_at.millis_since(now)))
                 };
-                format!(
-                    "{} {ago} ago, code {}, {expiry}",
-                    verdict_state(*verdict),
-                    outcome.code
-                )
+                format!("{verdict} {ago} ago, code {}, {expiry}", outcome.code)
             }
             Status::Unknown => format!(
                 "unknown {}",
@@ -217,14 +212,6 @@ impl Printer {
         } else {
             format!("{when} (now)")
         }
-    }
-}
-
-/// The state name of a verdict.
-pub(crate) fn verdict_state(verdict: Verdict) -> State {
-    match verdict {
-        Verdict::Succeeded => State::Succeeded,
-        Verdict::Failed => State::Failed,
     }
 }
 
@@ -321,7 +308,7 @@ impl DecisionView {
                 outcome,
                 completed_at,
             } => DecisionView::Replay {
-                state: verdict_state(*verdict).name(),
+                state: verdict.name(),
                 code: outcome.code,
                 outcome_b64: BASE64.encode(&outcome.body),
                 completed_at: completed_at.0,
@@ -343,7 +330,7 @@ impl DecisionView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idem_core::{Fingerprint, Generation, Outcome};
+    use idem_core::{Fingerprint, Generation, Outcome, Verdict};
 
     #[test]
     fn tables_align_columns() {

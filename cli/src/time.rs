@@ -3,8 +3,6 @@
 //! RFC 3339 is parsed and printed here by hand: the proleptic Gregorian calendar in UTC
 //! is a few lines of arithmetic, and the CLI needs nothing else from a date library.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use idem_core::Timestamp;
 
 const SECOND: u64 = 1_000;
@@ -185,17 +183,8 @@ impl Clock {
 
     /// The current time.
     pub(crate) fn now(self) -> Timestamp {
-        self.fixed.unwrap_or_else(system_now)
+        self.fixed.unwrap_or_else(idem_store::now)
     }
-}
-
-fn system_now() -> Timestamp {
-    // A clock set before 1970 reads as the epoch: every lease then looks fresh, which
-    // is the safe direction (nothing is declared abandoned early).
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    Timestamp(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn is_leap(year: i64) -> bool {

@@ -63,25 +63,49 @@ pub enum IdError {
     },
 }
 
-impl fmt::Display for IdError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl IdError {
+    /// The part that breaks its rule.
+    #[must_use]
+    pub const fn field(&self) -> Field {
         match self {
-            IdError::Empty { field } => {
-                write!(f, "{}: empty, needs 1 to {MAX_LEN} bytes", field.name())
-            }
-            IdError::TooLong { field, len } => {
-                write!(f, "{}: {len} bytes, at most {MAX_LEN}", field.name())
-            }
+            IdError::Empty { field }
+            | IdError::TooLong { field, .. }
+            | IdError::ControlCharacter { field, .. } => *field,
+            IdError::NotPrintableAscii { .. } => Field::Key,
+        }
+    }
+
+    /// What is wrong with the value and the rule, without the field's name (the error's
+    /// `Display` is `"{field}: {problem}"`), for a caller that names the field its own way.
+    #[must_use]
+    pub fn problem(&self) -> impl fmt::Display + '_ {
+        Problem(self)
+    }
+}
+
+/// [`IdError::problem`].
+struct Problem<'e>(&'e IdError);
+
+impl fmt::Display for Problem<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            IdError::Empty { .. } => write!(f, "empty, needs 1 to {MAX_LEN} bytes"),
+            IdError::TooLong { len, .. } => write!(f, "{len} bytes, at most {MAX_LEN}"),
             IdError::NotPrintableAscii { offset, byte } => write!(
                 f,
-                "key: byte 0x{byte:02x} at offset {offset} is not printable ASCII (0x20-0x7E)"
+                "byte 0x{byte:02x} at offset {offset} is not printable ASCII (0x20-0x7E)"
             ),
-            IdError::ControlCharacter { field, offset } => write!(
+            IdError::ControlCharacter { offset, .. } => write!(
                 f,
-                "{}: control character at byte {offset}, control characters are not allowed",
-                field.name()
+                "control character at byte {offset}, control characters are not allowed"
             ),
         }
+    }
+}
+
+impl fmt::Display for IdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field().name(), self.problem())
     }
 }
 
@@ -237,7 +261,11 @@ mod tests {
             ),
         ];
         for (result, message) in cases {
-            assert_eq!(result.unwrap_err().to_string(), message);
+            let error = result.unwrap_err();
+            assert_eq!(error.to_string(), message);
+            let (field, problem) = message.split_once(": ").unwrap();
+            assert_eq!(error.field().name(), field);
+            assert_eq!(error.problem().to_string(), problem);
         }
     }
 }

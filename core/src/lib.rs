@@ -26,14 +26,22 @@
 //! # Features
 //!
 //! - `json` (default): canonical JSON fingerprints (RFC 8785) with ignored field paths.
+//! - `std`: conversions from the standard library's types, such as a [`Timestamp`] from a
+//!   `std::time::SystemTime` the caller read. The core still reads no clock.
+//! - `test-unguarded-deadline`: test-only. Adds [`LedgerConfig`]'s switch that turns the
+//!   sender's deadline guard off, so that a simulation can show the guard is needed.
+//!   Never enable it in a product: intents sent past their deadline may execute twice.
 //!
-//! The crate is `#![no_std]` with `alloc`, and builds for `wasm32-unknown-unknown` and
-//! bare-metal targets.
+//! The crate is `#![no_std]` with `alloc` (the `std` feature links std for its
+//! conversions only), and builds for `wasm32-unknown-unknown` and bare-metal targets.
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(clippy::std_instead_of_core, clippy::alloc_instead_of_core)]
 
 extern crate alloc;
+// The unit tests use std's clock types to test the `std` conversions.
+#[cfg(any(feature = "std", test))]
+extern crate std;
 
 pub mod config;
 pub mod encoding;
@@ -55,6 +63,6 @@ pub use ledger::{
     Attempt, Effect, Intent, IntentState, Ledger, LedgerConfig, LedgerConfigError, LedgerError,
     Reply,
 };
-pub use protocol::{Refusal, Transition, Write};
+pub use protocol::{Decision, Refusal, Resolution, Transition, Write};
 pub use record::{Outcome, OutcomeError, Record, State, Status, Verdict};
 pub use time::{Generation, Timestamp};

@@ -15,6 +15,32 @@ pub enum Verdict {
     Failed,
 }
 
+impl Verdict {
+    /// Both verdicts, in a fixed order.
+    pub const ALL: [Verdict; 2] = [Verdict::Succeeded, Verdict::Failed];
+
+    /// Lower-case name: `succeeded`, `failed` (the name of the [`State`] it settles in).
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Verdict::Succeeded => "succeeded",
+            Verdict::Failed => "failed",
+        }
+    }
+
+    /// Parses a lower-case name as given by [`Verdict::name`].
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Verdict> {
+        Verdict::ALL.into_iter().find(|v| v.name() == name)
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The stored answer: a code whose meaning the caller chooses (HTTP status, exit
 /// status) and a body.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -196,5 +222,28 @@ impl Record {
     #[must_use]
     pub fn is_expired(&self, now: Timestamp) -> bool {
         self.expires_at().is_some_and(|at| now >= at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+
+    #[test]
+    fn verdict_names_round_trip_and_match_their_states() {
+        let settled = [
+            (Verdict::Succeeded, State::Succeeded),
+            (Verdict::Failed, State::Failed),
+        ];
+        for (verdict, state) in settled {
+            assert_eq!(verdict.name(), state.name());
+            assert_eq!(Verdict::from_name(verdict.name()), Some(verdict));
+            assert_eq!(verdict.to_string(), verdict.name());
+        }
+        assert_eq!(Verdict::ALL.map(Verdict::name), ["succeeded", "failed"]);
+        for other in ["pending", "unknown", "Succeeded", "", "failed "] {
+            assert_eq!(Verdict::from_name(other), None, "{other:?}");
+        }
     }
 }

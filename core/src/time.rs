@@ -35,6 +35,20 @@ impl Timestamp {
     }
 }
 
+/// The time `time` names, which the caller read from a clock: milliseconds since the
+/// epoch, sub-millisecond parts dropped. A time before the epoch converts to
+/// [`Timestamp::ZERO`] (a clock set before 1970 makes every lease look fresh, the safe
+/// direction: nothing is declared abandoned early); one past `u64::MAX` ms saturates.
+#[cfg(any(feature = "std", test))]
+impl From<std::time::SystemTime> for Timestamp {
+    fn from(time: std::time::SystemTime) -> Timestamp {
+        let since = time
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timestamp(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}ms", self.0)
@@ -68,5 +82,29 @@ impl Generation {
 impl fmt::Display for Generation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Timestamp;
+    use core::time::Duration;
+    use std::time::UNIX_EPOCH;
+
+    #[test]
+    fn system_times_convert_to_milliseconds_since_the_epoch() {
+        let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
+        assert_eq!(Timestamp::from(UNIX_EPOCH), Timestamp::ZERO);
+        assert_eq!(
+            Timestamp::from(at(1_700_000_000_123)),
+            Timestamp(1_700_000_000_123)
+        );
+        let below_a_millisecond = at(42) + Duration::from_nanos(999_999);
+        assert_eq!(Timestamp::from(below_a_millisecond), Timestamp(42));
+        let before_the_epoch = UNIX_EPOCH - Duration::from_secs(86_400);
+        assert_eq!(Timestamp::from(before_the_epoch), Timestamp::ZERO);
+        if let Some(far) = UNIX_EPOCH.checked_add(Duration::from_secs(u64::MAX / 500)) {
+            assert_eq!(Timestamp::from(far), Timestamp(u64::MAX));
+        }
     }
 }

@@ -213,6 +213,7 @@
 //! again. Reads keep working.
 
 mod cache;
+mod clock;
 mod error;
 mod execute;
 mod group;
@@ -232,6 +233,7 @@ mod wait;
 mod writer;
 
 pub use cache::{DEFAULT_REPLAY_CACHE, REPLAY_CACHE_BYTES, REPLAY_CACHE_MAX_BODY};
+pub use clock::now;
 pub use error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
 pub use execute::Executed;
 pub use group::{CommitCounts, MAX_BATCH};
@@ -242,6 +244,15 @@ pub use read::ListFilter;
 pub use store::Store;
 pub use transfer::EXPORT_VERSION;
 pub use view::{RecordView, ViewError, record_json};
+
+// The core types this crate's API takes and returns: an application may depend on
+// idem-store alone.
+pub use idem_core::{
+    Attempt, Config, ConfigError, Decision, DecodeError, Effect, Fingerprint, FingerprintError,
+    Generation, IdError, Intent, IntentState, LeaseExpiry, LedgerConfig, LedgerConfigError,
+    LedgerError, Outcome, Record, RecordId, Refusal, Reply, Resolution, State, Status, Timestamp,
+    Verdict,
+};
 
 /// The redb version this store is built on, for the application's own tables in the
 /// same file and the transaction [`Store::execute`] hands to its work.

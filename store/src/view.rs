@@ -5,12 +5,16 @@
 //! fingerprint is 64 lower-case hex digits. Optional fields are present exactly when the
 //! record's state has them.
 
+use std::fmt;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use idem_core::{
     Fingerprint, Generation, Outcome, Record, RecordId, State, Status, Timestamp, Verdict,
 };
-use serde::Serialize;
+use serde::de::value::BorrowedStrDeserializer;
+use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 /// One record as JSON fields. Optional fields are present exactly when the state has
@@ -121,41 +125,21 @@ impl RecordView {
     ///
     /// [`ViewError`] naming the field.
     pub fn from_json(object: &Map<String, Value>) -> Result<RecordView, ViewError> {
-        const FIELDS: [&str; 13] = [
-            "tenant",
-            "operation",
-            "key",
-            "state",
-            "generation",
-            "fingerprint",
-            "created_at",
-            "updated_at",
-            "lease_until",
-            "expires_at",
-            "completed_at",
-            "code",
-            "outcome_b64",
-        ];
-        if let Some(unknown) = object.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-            return Err(ViewError {
-                field: "record",
-                message: format!("unknown field {unknown:?}"),
-            });
-        }
+        let wire = Wire::deserialize(Object(object)).map_err(|Misread(e)| e)?;
         Ok(RecordView {
-            tenant: text(object, "tenant")?,
-            operation: text(object, "operation")?,
-            key: text(object, "key")?,
-            state: text(object, "state")?,
-            generation: unsigned(object, "generation")?,
-            fingerprint: text(object, "fingerprint")?,
-            created_at: unsigned(object, "created_at")?,
-            updated_at: unsigned(object, "updated_at")?,
-            lease_until: optional(object, "lease_until", unsigned)?,
-            expires_at: optional(object, "expires_at", unsigned)?,
-            completed_at: optional(object, "completed_at", unsigned)?,
-            code: optional(object, "code", code)?,
-            outcome_b64: optional(object, "outcome_b64", text)?,
+            tenant: wire.tenant,
+            operation: wire.operation,
+            key: wire.key,
+            state: wire.state,
+            generation: wire.generation,
+            fingerprint: wire.fingerprint,
+            created_at: wire.created_at,
+            updated_at: wire.updated_at,
+            lease_until: wire.lease_until,
+            expires_at: wire.expires_at,
+            completed_at: wire.completed_at,
+            code: wire.code,
+            outcome_b64: wire.outcome_b64,
         })
     }
 
@@ -167,20 +151,8 @@ impl RecordView {
     /// generation 0, a fingerprint that is not 64 hex digits, bad base64, or a field the
     /// state must (or must not) have.
     pub fn to_record(&self) -> Result<(RecordId, Record), ViewError> {
-        let id = RecordId::new(&self.tenant, &self.operation, &self.key).map_err(|e| {
-            let field = match &e {
-                idem_core::IdError::Empty { field }
-                | idem_core::IdError::TooLong { field, .. }
-                | idem_core::IdError::ControlCharacter { field, .. } => field.name(),
-                _ => "key",
-            };
-            let text = e.to_string();
-            let message = text
-                .strip_prefix(&format!("{field}: "))
-                .unwrap_or(&text)
-                .to_string();
-            view_error(field, message)
-        })?;
+        let id = RecordId::new(&self.tenant, &self.operation, &self.key)
+            .map_err(|e| view_error(e.field().name(), e.problem().to_string()))?;
         let state = State::from_name(&self.state).ok_or_else(|| {
             view_error(
                 "state",
@@ -279,46 +251,196 @@ fn required<T>(value: Option<T>, field: &'static str, state: State) -> Result<T,
     value.ok_or_else(|| view_error(field, format!("missing, a {state} record needs it")))
 }
 
-fn field<'a>(object: &'a Map<String, Value>, name: &'static str) -> Result<&'a Value, ViewError> {
-    object.get(name).ok_or_else(|| view_error(name, "missing"))
+/// A record line as [`RecordView::from_json`] reads it: the fields of [`RecordView`], each
+/// checked for its JSON type as it is read. Optional fields may be absent or null.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    #[serde(deserialize_with = "field")]
+    tenant: String,
+    #[serde(deserialize_with = "field")]
+    operation: String,
+    #[serde(deserialize_with = "field")]
+    key: String,
+    #[serde(deserialize_with = "field")]
+    state: String,
+    #[serde(deserialize_with = "field")]
+    generation: u64,
+    #[serde(deserialize_with = "field")]
+    fingerprint: String,
+    #[serde(deserialize_with = "field")]
+    created_at: u64,
+    #[serde(deserialize_with = "field")]
+    updated_at: u64,
+    #[serde(default, deserialize_with = "optional_field")]
+    lease_until: Option<u64>,
+    #[serde(default, deserialize_with = "optional_field")]
+    expires_at: Option<u64>,
+    #[serde(default, deserialize_with = "optional_field")]
+    completed_at: Option<u64>,
+    #[serde(default, deserialize_with = "optional_field")]
+    code: Option<i32>,
+    #[serde(default, deserialize_with = "optional_field")]
+    outcome_b64: Option<String>,
 }
 
-fn text(object: &Map<String, Value>, name: &'static str) -> Result<String, ViewError> {
-    match field(object, name)? {
-        Value::String(s) => Ok(s.clone()),
-        other => Err(view_error(
-            name,
-            format!("expected a string, found {other}"),
-        )),
+/// The type of a JSON field, with the words the error for a value of another type uses.
+trait FieldType: Sized {
+    /// What the field holds: "expected {EXPECTED}, found {value}".
+    const EXPECTED: &'static str;
+
+    /// The value as this type, if it is one.
+    fn from_value(value: &Value) -> Option<Self>;
+}
+
+impl FieldType for String {
+    const EXPECTED: &'static str = "a string";
+
+    fn from_value(value: &Value) -> Option<String> {
+        value.as_str().map(String::from)
     }
 }
 
+impl FieldType for u64 {
+    const EXPECTED: &'static str = "an integer from 0 to 2^64-1";
+
+    fn from_value(value: &Value) -> Option<u64> {
+        value.as_u64()
+    }
+}
+
+impl FieldType for i32 {
+    const EXPECTED: &'static str = "a 32-bit integer";
+
+    fn from_value(value: &Value) -> Option<i32> {
+        value.as_i64().and_then(|n| i32::try_from(n).ok())
+    }
+}
+
+fn mistyped<T: FieldType>(value: &Value) -> String {
+    format!("expected {}, found {value}", T::EXPECTED)
+}
+
+fn field<'de, D: Deserializer<'de>, T: FieldType>(deserializer: D) -> Result<T, D::Error> {
+    let value = Value::deserialize(deserializer)?;
+    T::from_value(&value).ok_or_else(|| de::Error::custom(mistyped::<T>(&value)))
+}
+
+fn optional_field<'de, D: Deserializer<'de>, T: FieldType>(
+    deserializer: D,
+) -> Result<Option<T>, D::Error> {
+    match Value::deserialize(deserializer)? {
+        Value::Null => Ok(None),
+        value => T::from_value(&value)
+            .map(Some)
+            .ok_or_else(|| de::Error::custom(mistyped::<T>(&value))),
+    }
+}
+
+/// The field `name` of `object` as an unsigned integer.
 pub(crate) fn unsigned(object: &Map<String, Value>, name: &'static str) -> Result<u64, ViewError> {
-    let value = field(object, name)?;
-    value.as_u64().ok_or_else(|| {
-        view_error(
-            name,
-            format!("expected an integer from 0 to 2^64-1, found {value}"),
-        )
-    })
+    let value = object
+        .get(name)
+        .ok_or_else(|| view_error(name, "missing"))?;
+    u64::from_value(value).ok_or_else(|| view_error(name, mistyped::<u64>(value)))
 }
 
-fn code(object: &Map<String, Value>, name: &'static str) -> Result<i32, ViewError> {
-    let value = field(object, name)?;
-    value
-        .as_i64()
-        .and_then(|n| i32::try_from(n).ok())
-        .ok_or_else(|| view_error(name, format!("expected a 32-bit integer, found {value}")))
+/// A JSON object handed to a derived `Deserialize` ([`Wire`]), so that every error names
+/// its field: serde reports unknown and missing fields by name, and [`Fields`] knows
+/// which field a mistyped value belongs to.
+struct Object<'a>(&'a Map<String, Value>);
+
+impl<'de> Deserializer<'de> for Object<'de> {
+    type Error = Misread;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Misread> {
+        self.deserialize_struct("", &[], visitor)
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        names: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Misread> {
+        visitor.visit_map(Fields {
+            entries: self.0.iter(),
+            names,
+            value: None,
+        })
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+        byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+        identifier ignored_any
+    }
 }
 
-fn optional<T>(
-    object: &Map<String, Value>,
-    name: &'static str,
-    read: impl FnOnce(&Map<String, Value>, &'static str) -> Result<T, ViewError>,
-) -> Result<Option<T>, ViewError> {
-    match object.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(_) => read(object, name).map(Some),
+/// The entries of an [`Object`], each value read with its field's name at hand.
+struct Fields<'a> {
+    entries: serde_json::map::Iter<'a>,
+    /// The field names of the struct being read.
+    names: &'static [&'static str],
+    /// The value of the key just read.
+    value: Option<(&'a str, &'a Value)>,
+}
+
+impl<'de> MapAccess<'de> for Fields<'de> {
+    type Error = Misread;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Misread> {
+        let Some((key, value)) = self.entries.next() else {
+            return Ok(None);
+        };
+        self.value = Some((key, value));
+        seed.deserialize(BorrowedStrDeserializer::new(key))
+            .map(Some)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Misread> {
+        let (key, value) = self
+            .value
+            .take()
+            .ok_or_else(|| de::Error::custom("a value read before its key"))?;
+        let field = self
+            .names
+            .iter()
+            .find(|name| **name == key)
+            .map_or("record", |name| name);
+        // The message is the field type's own (`mistyped`): serde_json adds no position
+        // to an error about a `Value`.
+        seed.deserialize(value)
+            .map_err(|e| Misread(view_error(field, e.to_string())))
+    }
+}
+
+/// Why an [`Object`] could not be read, as the [`ViewError`] to report.
+#[derive(Debug)]
+struct Misread(ViewError);
+
+impl fmt::Display for Misread {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Misread {}
+
+impl de::Error for Misread {
+    fn custom<T: fmt::Display>(message: T) -> Misread {
+        Misread(view_error("record", message.to_string()))
+    }
+
+    fn unknown_field(field: &str, _expected: &'static [&'static str]) -> Misread {
+        Misread(view_error("record", format!("unknown field {field:?}")))
+    }
+
+    fn missing_field(field: &'static str) -> Misread {
+        Misread(view_error(field, "missing"))
     }
 }
 
@@ -453,6 +575,50 @@ mod tests {
         assert_eq!(
             RecordView::from_json(&extra).unwrap_err().to_string(),
             r#"record: unknown field "extra""#
+        );
+    }
+
+    #[test]
+    fn each_field_is_read_as_its_type_by_name() {
+        let good = object(record_json(&id(), &settled()));
+        // The good object with `field` set to `value`, or removed for `None`.
+        let read = |field: &str, value: Option<Value>| {
+            let mut object = good.clone();
+            match value {
+                Some(value) => object.insert(field.into(), value),
+                None => object.remove(field),
+            };
+            RecordView::from_json(&object).map_err(|e| e.to_string())
+        };
+        let cases: [(&str, Option<Value>, &str); 5] = [
+            ("tenant", None, "tenant: missing"),
+            ("key", Some(5.into()), "key: expected a string, found 5"),
+            (
+                "generation",
+                Some((-1).into()),
+                "generation: expected an integer from 0 to 2^64-1, found -1",
+            ),
+            (
+                "completed_at",
+                Some(1.5.into()),
+                "completed_at: expected an integer from 0 to 2^64-1, found 1.5",
+            ),
+            (
+                "outcome_b64",
+                Some(true.into()),
+                "outcome_b64: expected a string, found true",
+            ),
+        ];
+        for (field, value, message) in cases {
+            assert_eq!(read(field, value), Err(message.into()), "{field}");
+        }
+        // An optional field may be null or absent: the view has none.
+        let null = read("code", Some(Value::Null)).unwrap();
+        let absent = read("code", None).unwrap();
+        assert_eq!((null.code, absent.code), (None, None));
+        assert_eq!(
+            null.to_record().unwrap_err().to_string(),
+            "code: missing, a failed record needs it"
         );
     }
 }

@@ -130,9 +130,10 @@ fn every_write_path_uses_the_floor_and_the_floor_survives_a_restart() {
 fn reads_and_refusals_do_not_move_the_floor_and_neither_does_a_sweep() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir.path().join("idem.redb"));
-    store
+    let first = store
         .execute(&id("t", "o", "k"), fp("a"), Timestamp(T0), |_| ok())
         .unwrap();
+    assert!(matches!(first, Executed::Ran { .. }));
     // A replay, a conflict and a stale input write nothing.
     let far = Timestamp(T0 + 1_000 * HOUR);
     store

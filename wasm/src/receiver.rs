@@ -131,16 +131,13 @@ impl MemoryReceiver {
     ) -> Result<(), JsError> {
         let id = record_id(&id)?;
         let generation = Generation(js::unsigned("generation", &generation.into())?);
-        let verdict = match js::string("verdict", &verdict)?.as_str() {
-            "succeeded" => Verdict::Succeeded,
-            "failed" => Verdict::Failed,
-            other => {
-                return Err(js::invalid(
-                    "verdict",
-                    &format!("{}, expected \"succeeded\" or \"failed\"", Quoted(other)),
-                ));
-            }
-        };
+        let verdict = js::string("verdict", &verdict)?;
+        let verdict = Verdict::from_name(&verdict).ok_or_else(|| {
+            js::invalid(
+                "verdict",
+                &format!("{}, expected \"succeeded\" or \"failed\"", Quoted(&verdict)),
+            )
+        })?;
         let outcome = self::outcome(&outcome)?;
         let now = js::timestamp("nowMs", now_ms)?;
         Ok(self
@@ -322,7 +319,7 @@ fn decision(decision: CoreDecision) -> Decision {
             completed_at,
         } => Builder::new()
             .set("decision", "replay")
-            .set("state", verdict_name(verdict))
+            .set("state", verdict.name())
             .set("code", outcome.code)
             .set("body", js::uint8_array(&outcome.body))
             .set("completedAt", ms(completed_at)),
@@ -338,13 +335,6 @@ fn decision(decision: CoreDecision) -> Decision {
             .set("generation", js::number(generation.0)),
     }
     .build()
-}
-
-fn verdict_name(verdict: Verdict) -> &'static str {
-    match verdict {
-        Verdict::Succeeded => "succeeded",
-        Verdict::Failed => "failed",
-    }
 }
 
 fn view(id: &RecordId, record: &Record) -> JsValue {

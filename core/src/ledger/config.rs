@@ -28,12 +28,15 @@ pub struct LedgerConfig {
     /// Seed of the backoff jitter. Give every client its own (from the OS at first start,
     /// then persisted) so that clients do not retry in lockstep.
     pub seed: u64,
-    /// Test-only: never set in production.
+    /// Test-only, with the cargo feature `test-unguarded-deadline`: never in a product.
     ///
     /// `true` turns the deadline guard off: intents never expire and are sent after their
     /// deadline, when the receiver may have forgotten the key and executes a resend twice.
-    /// It exists so that a simulation can show the guard is load-bearing.
+    /// It exists so that a simulation can show the guard is load-bearing. A ledger
+    /// snapshot does not keep it: a restored ledger always has the guard on.
+    #[cfg(any(feature = "test-unguarded-deadline", test))]
     #[doc(hidden)]
+    #[serde(skip)]
     pub unguarded_deadline: bool,
 }
 
@@ -48,6 +51,7 @@ impl LedgerConfig {
             base_backoff_ms: 500,
             max_backoff_ms: 60 * SECOND,
             seed,
+            #[cfg(any(feature = "test-unguarded-deadline", test))]
             unguarded_deadline: false,
         }
     }
@@ -62,9 +66,12 @@ impl LedgerConfig {
         )
     }
 
-    /// True unless the test-only [`LedgerConfig::unguarded_deadline`] is set.
+    /// True unless the test-only `unguarded_deadline` is set.
     pub(crate) const fn guarded(&self) -> bool {
-        !self.unguarded_deadline
+        #[cfg(any(feature = "test-unguarded-deadline", test))]
+        return !self.unguarded_deadline;
+        #[cfg(not(any(feature = "test-unguarded-deadline", test)))]
+        true
     }
 
     /// Checks that every setting can work.
@@ -92,6 +99,45 @@ impl LedgerConfig {
             });
         }
         Ok(())
+    }
+}
+
+/// The settings as a ledger snapshot keeps them (format version 1): the fields in order,
+/// then one byte where earlier builds kept the test-only switch. It is written as 0 and
+/// ignored when read, so old snapshots still decode and no restored ledger runs without
+/// its deadline guard.
+#[derive(Serialize, Deserialize)]
+pub(super) struct StoredConfig {
+    server_retention_ms: u64,
+    safety_margin_ms: u64,
+    base_backoff_ms: u64,
+    max_backoff_ms: u64,
+    seed: u64,
+    ignored_switch: bool,
+}
+
+impl From<&LedgerConfig> for StoredConfig {
+    fn from(config: &LedgerConfig) -> StoredConfig {
+        StoredConfig {
+            server_retention_ms: config.server_retention_ms,
+            safety_margin_ms: config.safety_margin_ms,
+            base_backoff_ms: config.base_backoff_ms,
+            max_backoff_ms: config.max_backoff_ms,
+            seed: config.seed,
+            ignored_switch: false,
+        }
+    }
+}
+
+impl From<StoredConfig> for LedgerConfig {
+    fn from(stored: StoredConfig) -> LedgerConfig {
+        LedgerConfig {
+            server_retention_ms: stored.server_retention_ms,
+            safety_margin_ms: stored.safety_margin_ms,
+            base_backoff_ms: stored.base_backoff_ms,
+            max_backoff_ms: stored.max_backoff_ms,
+            ..LedgerConfig::with_seed(stored.seed)
+        }
     }
 }
 

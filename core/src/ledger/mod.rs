@@ -58,6 +58,7 @@ pub use key::{KEY_LEN, uuid_v7};
 
 use crate::encoding::{self, DecodeError};
 use crate::{Fingerprint, IdError, Timestamp};
+use config::StoredConfig;
 
 /// An input the ledger refuses; nothing changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,7 +120,7 @@ pub struct Ledger {
 /// The persisted form of a [`Ledger`], written by [`Ledger::snapshot`].
 #[derive(Serialize)]
 struct SnapshotRef<'a> {
-    config: &'a LedgerConfig,
+    config: StoredConfig,
     rng: BackoffRng,
     intents: Vec<&'a Intent>,
 }
@@ -127,7 +128,7 @@ struct SnapshotRef<'a> {
 /// What [`Ledger::restore`] reads; the same fields as [`SnapshotRef`].
 #[derive(Deserialize)]
 struct Snapshot {
-    config: LedgerConfig,
+    config: StoredConfig,
     rng: BackoffRng,
     intents: Vec<Intent>,
 }
@@ -291,7 +292,7 @@ impl Ledger {
     #[must_use]
     pub fn snapshot(&self) -> Vec<u8> {
         encoding::encode(&SnapshotRef {
-            config: &self.config,
+            config: StoredConfig::from(&self.config),
             rng: self.rng,
             intents: self.intents.iter().collect(),
         })
@@ -310,7 +311,8 @@ impl Ledger {
         const WHAT: &str = "ledger snapshot";
         let invalid = DecodeError::Invalid { what: WHAT };
         let mut snapshot: Snapshot = encoding::decode(bytes, WHAT)?;
-        snapshot.config.validate().map_err(|_| invalid.clone())?;
+        let config = LedgerConfig::from(snapshot.config);
+        config.validate().map_err(|_| invalid.clone())?;
         let mut previous: Option<&str> = None;
         for intent in &snapshot.intents {
             intent.check().map_err(|_| invalid.clone())?;
@@ -323,7 +325,7 @@ impl Ledger {
             intent.restart();
         }
         Ok(Ledger {
-            config: snapshot.config,
+            config,
             rng: snapshot.rng,
             intents: snapshot.intents,
         })

@@ -19,8 +19,7 @@ pub(super) fn config() -> LedgerConfig {
         safety_margin_ms: 10_000,
         base_backoff_ms: 100,
         max_backoff_ms: 1_600,
-        seed: 42,
-        unguarded_deadline: false,
+        ..LedgerConfig::with_seed(42)
     }
 }
 

@@ -180,8 +180,9 @@ fn snapshot_golden_bytes() {
     );
 }
 
-/// Version 1; config (100000, 10000, 100, 1600, seed 7, guard on); jitter state; two
-/// intents: `pay` completed with 200 "ok", `refund` in flight (attempt 2, last status 503).
+/// Version 1; config (100000, 10000, 100, 1600, seed 7, then the ignored switch byte 0);
+/// jitter state; two intents: `pay` completed with 200 "ok", `refund` in flight (attempt
+/// 2, last status 503).
 const GOLDEN_SNAPSHOT: &str = concat!(
     "01a08d06904e64c00c07009cf8a9fa97b7de9b9e01022430303030303030302d303365382d373130",
     "312d383130312d30313031303130313031303103706179027031cbc7bae751ed7b3e1538634d7361",
@@ -190,6 +191,28 @@ const GOLDEN_SNAPSHOT: &str = concat!(
     "027032cbc7bae751ed7b3e1538634d7361e85a2e583a00c1677b954598773c2741167a0102e8078f",
     "08f8c60501f70300",
 );
+
+#[test]
+fn a_snapshot_never_carries_the_test_switch() {
+    // Byte 10 (after the version and the five settings) held the test-only switch of
+    // earlier builds. A snapshot with it set decodes, with the deadline guard on.
+    const SWITCH: usize = 10;
+    let golden = small_ledger().snapshot();
+    assert_eq!(
+        golden[SWITCH - 1..=SWITCH],
+        [7, 0],
+        "seed 7, then the switch"
+    );
+    let mut switched = golden.clone();
+    switched[SWITCH] = 1;
+    let restored = Ledger::restore(&switched).unwrap();
+    assert!(!restored.config().unguarded_deadline);
+    assert_eq!(restored, Ledger::restore(&golden).unwrap());
+
+    let mut unguarded = small_ledger();
+    unguarded.config.unguarded_deadline = true;
+    assert_eq!(unguarded.snapshot(), golden, "the switch is not written");
+}
 
 #[test]
 fn intent_golden_bytes_and_checked_decode() {
@@ -250,7 +273,7 @@ fn restore_refuses_damaged_snapshots() {
     let ledger = small_ledger();
     let intent = ledger.iter().next().unwrap();
     let twice = encoding::encode(&SnapshotRef {
-        config: ledger.config(),
+        config: ledger.config().into(),
         rng: BackoffRng::new(0),
         intents: vec![intent, intent],
     });
@@ -261,7 +284,7 @@ fn restore_refuses_damaged_snapshots() {
     let mut intents: Vec<&Intent> = ledger.iter().collect();
     intents.reverse();
     let reversed = encoding::encode(&SnapshotRef {
-        config: ledger.config(),
+        config: ledger.config().into(),
         rng: BackoffRng::new(0),
         intents,
     });
@@ -275,7 +298,7 @@ fn restore_refuses_damaged_snapshots() {
         ..config()
     };
     let unusable = encoding::encode(&SnapshotRef {
-        config: &bad_config,
+        config: (&bad_config).into(),
         rng: BackoffRng::new(0),
         intents: vec![],
     });

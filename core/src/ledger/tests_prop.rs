@@ -15,8 +15,7 @@ fn config(seed: u64) -> LedgerConfig {
         safety_margin_ms: 1_000,
         base_backoff_ms: 50,
         max_backoff_ms: 2_000,
-        seed,
-        unguarded_deadline: false,
+        ..LedgerConfig::with_seed(seed)
     }
 }
 

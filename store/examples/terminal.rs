@@ -2,25 +2,17 @@
 //! together, a duplicate from the card reader runs once, and the outbox sends the sale
 //! on under one key until the head office answers.
 //!
-//! Run with `cargo run -p idem-tests --example terminal`.
+//! Run with `cargo run -p idem-store --example terminal`.
 
 use std::error::Error;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use idem_core::protocol::Decision;
-use idem_core::{Fingerprint, LedgerConfig, Outcome, RecordId, Reply, Timestamp, Verdict};
 use idem_store::redb::{ReadableTableMetadata, TableDefinition, WriteTransaction};
-use idem_store::{Executed, Store};
+use idem_store::{
+    Decision, Executed, Fingerprint, LedgerConfig, Outcome, RecordId, Reply, Store, Verdict, now,
+};
 
 /// The terminal's own table: sale key → amount in cents.
 const SALES: TableDefinition<&str, u64> = TableDefinition::new("pos.sales");
-
-fn now() -> Timestamp {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    Timestamp(u64::try_from(ms).unwrap_or(u64::MAX))
-}
 
 fn random_bytes() -> Result<[u8; 16], getrandom::Error> {
     let mut bytes = [0u8; 16];
@@ -38,7 +30,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     // The card reader sends sale 0042 twice; the key makes the second a replay.
     let id = RecordId::new("store-12", "sale", "reader-0042")?;
     let payload = br#"{"item":"coffee","cents":480}"#.to_vec();
-    let fingerprint = Fingerprint::of_json(std::str::from_utf8(&payload)?, &[])?;
+    // The terminal writes the payload itself, so its bytes are the request; a receiver of
+    // JSON from many clients would use `Fingerprint::of_json` (idem-core's `json` feature).
+    let fingerprint = Fingerprint::of_bytes(&payload);
     for send in 1..=2 {
         let ring_up = |txn: &WriteTransaction| -> Result<_, Box<dyn Error>> {
             // The sale and the intent that forwards it to head office commit together,
