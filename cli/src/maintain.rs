@@ -5,13 +5,14 @@ use std::io::{self, BufReader, BufWriter, Write};
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use idem_core::Config;
+use idem_core::{Config, Timestamp};
 use idem_store::{ListFilter, RecordView, Stats, SweepReport};
+use serde::Serialize;
 
 use crate::exit::{Ending, Exit, Failure};
 use crate::progress::{self, CountingReader, Unit};
 use crate::session::{Access, Session, import_failure, maintain_failure, store_failure};
-use crate::time::format_span;
+use crate::time::{NOW_AHEAD_LIMIT_MS, format_instant, format_span};
 
 /// Records swept per call while a progress bar is shown.
 const SWEEP_STEP: usize = 1_024;
@@ -54,8 +55,48 @@ pub(crate) fn list(session: &Session, filter: ListFilter) -> Ending {
 pub(crate) fn stats(session: &Session) -> Ending {
     let store = session.open(Config::default(), Access::Read)?;
     let stats = store.stats(session.now()).map_err(maintain_failure)?;
-    session.printer().either(&stats, || stats_text(&stats))?;
+    let view = StatsView {
+        stats: &stats,
+        system_clock: idem_store::now(),
+    };
+    session.printer().either(&view, || {
+        format!(
+            "{}\n{}",
+            stats_text(&stats),
+            clock_text(stats.clock_floor, view.system_clock)
+        )
+    })?;
     Ok(Exit::Done.code())
+}
+
+/// What `idem stats --json` prints: the store's figures and the system clock, to compare
+/// with the clock floor.
+#[derive(Serialize)]
+struct StatsView<'a> {
+    #[serde(flatten)]
+    stats: &'a Stats,
+    system_clock: Timestamp,
+}
+
+/// The clock floor beside the system clock, and what a floor far ahead of it means.
+fn clock_text(floor: Timestamp, system: Timestamp) -> String {
+    let mut text = format!(
+        "clock floor   {}  (the latest time a write used; writes never use an earlier one)\nsystem clock  {}",
+        if floor == Timestamp(0) {
+            "none yet".to_string()
+        } else {
+            format_instant(floor)
+        },
+        format_instant(system)
+    );
+    let ahead = floor.millis_since(system);
+    if ahead > NOW_AHEAD_LIMIT_MS {
+        text.push_str(&format!(
+            "\nthe floor is {} ahead of the system clock: a clock was ahead (or is behind now); writes use the floor until the clock passes it",
+            format_span(ahead)
+        ));
+    }
+    text
 }
 
 fn stats_text(stats: &Stats) -> String {

@@ -46,6 +46,17 @@ impl Session {
         self.clock.now()
     }
 
+    /// Refuses a `--now` far ahead of the system clock for a command that writes
+    /// (exit 2), before the file is opened.
+    fn check_now(&self, access: Access) -> Result<(), Failure> {
+        if access == Access::Read {
+            return Ok(());
+        }
+        self.clock
+            .check_for_write(idem_store::now())
+            .map_err(Failure::usage)
+    }
+
     /// A printer measuring ages from now.
     pub(crate) fn printer(&self) -> Printer {
         Printer {
@@ -57,6 +68,7 @@ impl Session {
     /// Opens the store with `config`. Call only after every argument has been checked:
     /// opening may create the file.
     pub(crate) fn open(&self, config: Config, access: Access) -> Result<Store, Failure> {
+        self.check_now(access)?;
         if access != Access::Create && !self.db.exists() {
             return Err(Failure::runtime(format!(
                 "{}: no store file here (begin, exec and import create one; --db or $IDEM_DB choose another)",
@@ -74,6 +86,7 @@ impl Session {
         id: &RecordId,
         access: Access,
     ) -> Result<Store, Failure> {
+        self.check_now(access)?;
         if !self.db.exists() {
             return Err(not_found(id).with_note(&format!("no store file at {}", self.db.display())));
         }

@@ -169,6 +169,9 @@ pub(crate) fn format_span(ms: u64) -> String {
     }
 }
 
+/// How far ahead of the system clock `--now` may be for a command that writes: 5 min.
+pub(crate) const NOW_AHEAD_LIMIT_MS: u64 = 5 * MINUTE;
+
 /// The wall clock, or `--now` when given: `--now` replaces the clock for the whole run.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Clock {
@@ -179,6 +182,26 @@ impl Clock {
     /// A clock that reads `fixed` when given, the system time otherwise.
     pub(crate) fn new(fixed: Option<Timestamp>) -> Clock {
         Clock { fixed }
+    }
+
+    /// Refuses a `--now` more than [`NOW_AHEAD_LIMIT_MS`] ahead of `system` for a command
+    /// that writes: the store would carry it to every later write as its clock floor, and
+    /// a sweep at it deletes outcomes whose retention has not ended, so the next retry
+    /// runs again. Reads, and a `--now` in the past, are free.
+    pub(crate) fn check_for_write(self, system: Timestamp) -> Result<(), String> {
+        let Some(fixed) = self.fixed else {
+            return Ok(());
+        };
+        let ahead = fixed.millis_since(system);
+        if ahead <= NOW_AHEAD_LIMIT_MS {
+            return Ok(());
+        }
+        Err(format!(
+            "--now: {} is {} ahead of the system clock ({}); a command that writes accepts at most 5m ahead, since the store keeps the latest time a write used as its clock floor and a sweep would delete outcomes whose retention has not ended (read commands take any --now)",
+            format_instant(fixed),
+            format_span(ahead),
+            format_instant(system)
+        ))
     }
 
     /// The current time.
@@ -228,6 +251,23 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_now_far_ahead_is_refused_for_writes_only_past_five_minutes() {
+        let system = Timestamp(1_700_000_000_000);
+        assert!(Clock::new(None).check_for_write(system).is_ok());
+        let at = |ms: u64| Clock::new(Some(Timestamp(ms)));
+        assert!(at(system.0 - 365 * DAY).check_for_write(system).is_ok());
+        assert!(at(system.0 + 5 * MINUTE).check_for_write(system).is_ok());
+        let refused = at(system.0 + 5 * MINUTE + 1)
+            .check_for_write(system)
+            .unwrap_err();
+        assert!(refused.starts_with("--now: "), "{refused}");
+        assert!(
+            refused.contains("5m 0s ahead") || refused.contains("5m ahead"),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn durations_take_every_unit_and_refuse_the_rest() {

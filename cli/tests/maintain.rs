@@ -145,14 +145,22 @@ fn list_prints_an_aligned_table_with_ages() {
 #[test]
 fn stats_count_by_state() {
     let idem = populated();
-    let stats = idem.at(T0 + HOUR + 2, &["stats"]).json();
+    let mut stats = idem.at(T0 + HOUR + 2, &["stats"]).json();
     let file_bytes = stats["file_bytes"].as_u64().unwrap_or(0);
     assert!(file_bytes > 0);
+    // The system clock, beside the floor (the latest time a write used), whatever --now
+    // says: an operator compares the two.
+    let system_clock = stats
+        .as_object_mut()
+        .and_then(|o| o.remove("system_clock"))
+        .and_then(|v| v.as_u64())
+        .expect("system_clock");
+    assert!(system_clock > T0 + 365 * 24 * HOUR / 2, "{system_clock}");
     assert_eq!(
         stats,
         json!({"pending": 1, "succeeded": 2, "failed": 1, "unknown": 1, "pending_lease_expired": 1,
                "expired": 1, "oldest_pending_age_ms": HOUR + 2, "oldest_unknown_age_ms": HOUR - 3,
-               "file_bytes": file_bytes, "generation": 5})
+               "file_bytes": file_bytes, "generation": 5, "clock_floor": T0 + 8})
     );
     let text = idem.run(&["--now", &(T0 + HOUR + 2).to_string(), "stats"]);
     let pending = text.stdout.lines().next().unwrap_or_default();
@@ -185,7 +193,8 @@ fn sweep_follows_now_and_never_removes_pending_or_unknown() {
         json!({"removed": 1, "remaining_expired": true, "dry_run": false})
     );
     idem.at(T0, &["get", "t", "o", "b"]).code(7);
-    let far = T0 + 1_000 * 24 * HOUR;
+    // Far, but behind the system clock: a command that writes refuses a --now ahead of it.
+    let far = T0 + 250 * 24 * HOUR;
     assert_eq!(idem.at(far, &["sweep"]).json()["removed"], 2);
     assert_eq!(keys(&idem.at(far, &["list"]).json_lines()), ["t/a", "t/d"]);
     // The key is free again after its retention ended and sweep removed it.
@@ -241,6 +250,22 @@ const READS: [&[&str]; 8] = [
 ];
 
 /// What a read printed, with `--json` and without; the exit status checked.
+/// `stats`'s output without the system clock, which moves between two runs.
+fn without_system_clock(stdout: &str) -> String {
+    stdout
+        .lines()
+        .filter(|line| !line.starts_with("system clock"))
+        .map(|line| match serde_json::from_str::<Value>(line) {
+            Ok(Value::Object(mut object)) if object.contains_key("system_clock") => {
+                object.remove("system_clock");
+                Value::Object(object).to_string()
+            }
+            _ => line.to_string(),
+        })
+        .map(|line| line + "\n")
+        .collect()
+}
+
 fn read_answers(idem: &Idem) -> Vec<(String, String)> {
     let now = (T0 + 2 * HOUR + 4).to_string();
     let mut answers = Vec::new();
@@ -258,7 +283,7 @@ fn read_answers(idem: &Idem) -> Vec<(String, String)> {
                 0
             };
             run.code(expected);
-            answers.push((run.stdout, run.stderr));
+            answers.push((without_system_clock(&run.stdout), run.stderr));
         }
     }
     answers
@@ -430,4 +455,33 @@ fn bench_prints_a_table_of_measurements() {
     idem.run(&["bench", "--ops", "0"])
         .code(2)
         .one_error_line(&["--ops"]);
+}
+
+#[test]
+fn a_now_far_ahead_of_the_system_clock_is_refused_for_writes_only() {
+    let idem = populated();
+    let before = idem.db_bytes();
+    let future = "2099-01-01T00:00:00Z";
+    let writes: [&[&str]; 5] = [
+        &["sweep"],
+        &["begin", "t", "o", "new"],
+        &["exec", "t", "o", "new", "--", "true"],
+        &["resolve", "t", "o", "d", "--not-executed"],
+        &["compact"],
+    ];
+    for args in writes {
+        let mut all = vec!["--now", future];
+        all.extend_from_slice(args);
+        idem.run(&all).code(2).one_error_line(&[
+            "--now",
+            "ahead of the system clock",
+            "at most 5m",
+        ]);
+    }
+    assert!(idem.db_bytes() == before, "a refused command wrote");
+    // Reads take any --now; so does a write at a time in the past.
+    idem.run(&["--now", future, "stats"]).code(0);
+    idem.run(&["--now", future, "sweep", "--dry-run"]).code(0);
+    idem.run(&["--now", future, "get", "t", "o", "b"]).code(0);
+    idem.at(T0 + 3 * HOUR, &["sweep"]).code(0);
 }

@@ -344,16 +344,25 @@ fn now_takes_rfc3339_with_offsets_and_integer_ms() {
         "b",
     ]);
     assert_eq!(run.json()["lease_until"], T0 + 30_250);
-    let run = idem.run(&["begin", "t", "o", "c", "--json", "--now", &T0.to_string()]);
+    // In time order: a write never uses a time behind the last one (the clock floor).
+    let run = idem.run(&[
+        "begin",
+        "t",
+        "o",
+        "c",
+        "--json",
+        "--now",
+        &(T0 + 1_000).to_string(),
+    ]);
     assert_eq!(
         run.json()["lease_until"],
-        T0 + 30_000,
+        T0 + 31_000,
         "global flags after the command"
     );
     let text = idem.run(&["--now", "2025-03-01T12:00:10Z", "begin", "t", "o", "c"]);
     text.code(4);
     assert!(
-        text.stdout.contains("2025-03-01T12:00:30Z (in 20s)"),
+        text.stdout.contains("2025-03-01T12:00:31Z (in 21s)"),
         "{}",
         text.stdout
     );
