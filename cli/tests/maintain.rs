@@ -159,7 +159,7 @@ fn stats_count_by_state() {
     assert_eq!(
         stats,
         json!({"pending": 1, "succeeded": 2, "failed": 1, "unknown": 1, "pending_lease_expired": 1,
-               "expired": 1, "oldest_pending_age_ms": HOUR + 2, "oldest_unknown_age_ms": HOUR - 3,
+               "expired": 1, "oldest_pending_age_ms": HOUR + 2, "oldest_unknown_age_ms": HOUR - 4,
                "file_bytes": file_bytes, "generation": 5, "clock_floor": T0 + 8})
     );
     let text = idem.run(&["--now", &(T0 + HOUR + 2).to_string(), "stats"]);

@@ -49,7 +49,8 @@ pub struct Stats {
     pub expired: u64,
     /// Age (now − `created_at`) of the oldest Pending record.
     pub oldest_pending_age_ms: Option<u64>,
-    /// Age (now − `created_at`) of the oldest Unknown record.
+    /// How long the record that has been Unknown the longest has been so: now − the
+    /// time it became Unknown (its `updated_at`).
     pub oldest_unknown_age_ms: Option<u64>,
     /// The clock floor: the latest time a write of a record used. Writes with a clock
     /// behind it use it instead; far from the system clock, a clock is off.
@@ -260,6 +261,19 @@ fn stats_guarded(writer: &Writer, now: Timestamp) -> Result<Stats, Error> {
             pending_lease_expired += 1;
         }
     }
+    // An Unknown record's age counts from when it became Unknown (its last update),
+    // not from its creation: Unknown records are few, each read.
+    let unknown = txn.open_table(STATES[tables::state_index(State::Unknown)])?;
+    let mut unknown_since: Option<Timestamp> = None;
+    for entry in unknown.iter()? {
+        let (key, _) = entry?;
+        let (_, id_key) = tables::split_timed_key(key.value())?;
+        if let Some(record) = tables::read_record(&records, id_key)? {
+            unknown_since =
+                Some(unknown_since.map_or(record.updated_at, |t| t.min(record.updated_at)));
+        }
+    }
+    oldest[tables::state_index(State::Unknown)] = unknown_since.map(|t| now.millis_since(t));
     let mut expired = 0;
     for entry in txn.open_table(EXPIRY)?.iter()? {
         let (key, _) = entry?;
