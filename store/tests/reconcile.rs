@@ -52,7 +52,7 @@ fn silent_claims_turn_unknown_and_live_ones_stay() {
         .unwrap();
     claim(&store, &live, T0 + LEASE);
     let found = store.recover_abandoned(Timestamp(T0 + LEASE + 1)).unwrap();
-    assert_eq!(found.turned_unknown, [silent.clone()]);
+    assert_eq!(found.turned_unknown, std::slice::from_ref(&silent));
     assert!(found.left_for_takeover.is_empty());
     assert_eq!(state(&store, &silent), Some(State::Unknown));
     assert_eq!(state(&store, &live), Some(State::Pending));
@@ -72,7 +72,7 @@ fn under_takeover_silent_claims_are_only_reported() {
     let silent = id("shop", "charge", "silent");
     claim(&store, &silent, T0);
     let found = store.recover_abandoned(Timestamp(T0 + LEASE)).unwrap();
-    assert_eq!(found.left_for_takeover, [silent.clone()]);
+    assert_eq!(found.left_for_takeover, std::slice::from_ref(&silent));
     assert!(found.turned_unknown.is_empty());
     assert_eq!(state(&store, &silent), Some(State::Pending));
 }
