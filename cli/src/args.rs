@@ -23,7 +23,8 @@ Examples:
   idem demo                                   # the whole story in one screen
   idem exec shop-7 nightly-report 2025-03-01 -- ./report.sh
   idem list --state unknown
-  idem resolve shop-7 charge order-991 --not-executed";
+  idem resolve shop-7 charge order-991 --not-executed
+  idem reconcile --with ./ask-provider.sh     # settle every unknown key a checker can";
 
 /// `idem`: make "retry after a timeout" safe, from the command line.
 #[derive(Debug, Parser)]
@@ -151,6 +152,38 @@ Examples:
         /// The outcome body, from a file or - for stdin [default: empty].
         #[arg(long, value_name = "FILE|-")]
         outcome: Option<PathBuf>,
+    },
+    /// Settle unknown keys with a checker program that can tell what happened.
+    #[command(after_help = "\
+First turns the claims whose executor went silent (pending, lease run out) unknown, as a
+begin on their key would. Then runs PROGRAM once per unknown record, oldest first, with
+the record in its environment: IDEM_TENANT, IDEM_OPERATION, IDEM_KEY, IDEM_GENERATION,
+IDEM_FINGERPRINT (64 hex digits), IDEM_CREATED_AT and IDEM_UNKNOWN_SINCE (ms since the
+epoch), and ARGS after --. PROGRAM's exit status is its answer; its stdout is the
+outcome body:
+  0   the effect happened: the record settles as succeeded (outcome code 0)
+  10  the request failed definitively: settles as failed (outcome code 1)
+  11  nothing was executed: the record is deleted, a retry runs the request again
+  12  cannot tell: the record stays unknown
+Any other status, a signal, or a PROGRAM that cannot start stops the run with exit 1
+(exit 2 when PROGRAM cannot start): that record and the ones after it are unchanged,
+the ones before stay reconciled. An answer is applied only to the record PROGRAM was
+shown: one resolved and claimed again meanwhile is left alone. Ends with a summary
+(--json: one object); a progress bar on a terminal.
+
+Examples:
+  idem reconcile --with ./ask-provider.sh
+  idem reconcile --limit 100 --with ./ask-provider.sh -- --by-key")]
+    Reconcile {
+        /// The checker program.
+        #[arg(long = "with", value_name = "PROGRAM", required = true)]
+        with: OsString,
+        /// Reconcile at most this many unknown records [default: all].
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// Arguments for the checker, after `--`.
+        #[arg(last = true, value_name = "ARGS")]
+        args: Vec<OsString>,
     },
     /// Run PROGRAM at most once per key; replay its stdout and exit status to every retry.
     #[command(after_help = "\

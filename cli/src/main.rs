@@ -16,6 +16,7 @@ mod keyed;
 mod maintain;
 mod output;
 mod progress;
+mod reconcile;
 mod session;
 mod time;
 
@@ -156,6 +157,7 @@ fn run(cli: &Cli) -> Ending {
             },
         ),
         Command::Stats => maintain::stats(&session),
+        Command::Reconcile { with, limit, args } => reconcile::run(&session, with, args, *limit),
         Command::Sweep { limit, dry_run } => maintain::sweep(&session, *limit, *dry_run),
         Command::Check => maintain::check(&session),
         Command::Compact => maintain::compact(&session),

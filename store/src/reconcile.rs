@@ -47,6 +47,7 @@ pub struct ReconcileReport {
 
 /// [`crate::Store::reconcile`] stopped.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReconcileError<E> {
     /// The checker failed on `id`; that record is unchanged, and the ones before it were
     /// reconciled as `report` says.
