@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 use idem_core::{Config, Timestamp};
-use idem_store::{ListFilter, RecordView, Stats, SweepReport};
+use idem_store::{IntentCounts, ListFilter, RecordView, Stats, SweepReport};
 use serde::Serialize;
 
 use crate::exit::{Ending, Exit, Failure};
@@ -99,6 +99,23 @@ fn clock_text(floor: Timestamp, system: Timestamp) -> String {
     text
 }
 
+/// The outbox's intents by state, the states that have any.
+fn intents_note(counts: &IntentCounts) -> String {
+    let parts: Vec<String> = [
+        (counts.queued, "queued"),
+        (counts.in_flight, "in flight"),
+        (counts.completed, "completed"),
+        (counts.failed, "failed"),
+        (counts.conflict, "conflict"),
+        (counts.expired, "expired, to reconcile"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, name)| format!("{n} {name}"))
+    .collect();
+    parts.join(", ")
+}
+
 fn stats_text(stats: &Stats) -> String {
     let age =
         |ms: Option<u64>| ms.map_or_else(String::new, |ms| format!("oldest {}", format_span(ms)));
@@ -130,6 +147,11 @@ fn stats_text(stats: &Stats) -> String {
             "last handed out".into(),
         ),
         ("file", stats.file_bytes.to_string(), "bytes".into()),
+        (
+            "intents",
+            stats.intents.total().to_string(),
+            intents_note(&stats.intents),
+        ),
     ];
     let count_width = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
     let lines: Vec<String> = rows
@@ -209,8 +231,9 @@ pub(crate) fn check(session: &Session) -> Ending {
             ""
         };
         printer.line(&format!(
-            "{} records checked, {} problems{repaired}",
+            "{} records and {} intents checked, {} problems{repaired}",
             report.records,
+            report.intents,
             report.problems.len()
         ))?;
         for problem in &report.problems {
@@ -277,8 +300,13 @@ pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
         }
     };
     bar.finish_and_clear();
-    let value = serde_json::json!({ "exported": count });
-    let text = || format!("exported {count} records");
+    let value = serde_json::json!({ "exported": count.records, "intents": count.intents });
+    let text = || {
+        format!(
+            "exported {} records and {} intents",
+            count.records, count.intents
+        )
+    };
     if out.is_some() {
         session.printer().either(&value, text)?;
     } else if session.json {
@@ -307,11 +335,15 @@ pub(crate) fn import(session: &Session, file: &Path) -> Ending {
         bar.finish_and_clear();
         count
     };
-    session
-        .printer()
-        .either(&serde_json::json!({ "imported": count }), || {
-            format!("imported {count} records")
-        })?;
+    session.printer().either(
+        &serde_json::json!({ "imported": count.records, "intents": count.intents }),
+        || {
+            format!(
+                "imported {} records and {} intents",
+                count.records, count.intents
+            )
+        },
+    )?;
     Ok(Exit::Done.code())
 }
 

@@ -160,7 +160,9 @@ fn stats_count_by_state() {
         stats,
         json!({"pending": 1, "succeeded": 2, "failed": 1, "unknown": 1, "pending_lease_expired": 1,
                "expired": 1, "oldest_pending_age_ms": HOUR + 2, "oldest_unknown_age_ms": HOUR - 4,
-               "file_bytes": file_bytes, "generation": 5, "clock_floor": T0 + 8})
+               "file_bytes": file_bytes, "generation": 5, "clock_floor": T0 + 8,
+               "intents": {"queued": 0, "in_flight": 0, "completed": 0, "failed": 0,
+                           "conflict": 0, "expired": 0}})
     );
     let text = idem.run(&["--now", &(T0 + HOUR + 2).to_string(), "stats"]);
     let pending = text.stdout.lines().next().unwrap_or_default();
@@ -214,7 +216,7 @@ fn check_compact_export_and_import_round_trip() {
 
     let backup = idem.path("backup.jsonl");
     let run = idem.run(&["--json", "export", "--out", &backup.to_string_lossy()]);
-    assert_eq!(run.json(), json!({"exported": 5}));
+    assert_eq!(run.json(), json!({"exported": 5, "intents": 0}));
     let exported = fs::read_to_string(&backup).expect("backup");
     let to_stdout = idem.run(&["export"]);
     to_stdout.code(0);
@@ -222,11 +224,11 @@ fn check_compact_export_and_import_round_trip() {
         to_stdout.stdout, exported,
         "stdout carries the same records"
     );
-    assert_eq!(to_stdout.stderr, "exported 5 records\n");
+    assert_eq!(to_stdout.stderr, "exported 5 records and 0 intents\n");
 
     let restored = Idem::new();
     let run = restored.run(&["--json", "import", &backup.to_string_lossy()]);
-    assert_eq!(run.json(), json!({"imported": 5}));
+    assert_eq!(run.json(), json!({"imported": 5, "intents": 0}));
     assert_eq!(restored.run(&["export"]).stdout, exported);
     // Generations keep increasing after a restore.
     assert_eq!(claim(&restored, T0, "new"), 6);

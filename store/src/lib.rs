@@ -238,13 +238,13 @@ pub use clock::now;
 pub use error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
 pub use execute::Executed;
 pub use group::{CommitCounts, MAX_BATCH};
-pub use maintain::{CheckReport, SWEEP_BATCH, Stats, SweepReport};
+pub use maintain::{CheckReport, IntentCounts, SWEEP_BATCH, Stats, SweepReport};
 pub use open::{DEFAULT_LOCK_TIMEOUT, StoreBuilder};
-pub use outbox::{EnqueueError, IntentFilter, Outbox, OutboxError};
+pub use outbox::{EnqueueError, IntentFilter, IntentView, Outbox, OutboxError};
 pub use read::ListFilter;
 pub use reconcile::{Abandoned, Check, ReconcileError, ReconcileReport};
 pub use store::Store;
-pub use transfer::EXPORT_VERSION;
+pub use transfer::{EXPORT_VERSION, Transferred};
 pub use view::{RecordView, ViewError, record_json};
 
 // The core types this crate's API takes and returns: an application may depend on

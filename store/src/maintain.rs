@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::cache::ReplayCache;
 use crate::error::{Error, MaintainError};
 use crate::handle::guard_read;
+use crate::outbox::{check_intents, count_intents_by_state};
 use crate::tables::{
     self, CLOCK_FLOOR_KEY, EXPIRY, GENERATION_KEY, META, RECORDS, SCHEMA_KEY, SCHEMA_VERSION,
     STATES,
@@ -59,6 +60,33 @@ pub struct Stats {
     pub file_bytes: u64,
     /// The store-wide generation counter: the last generation handed out.
     pub generation: Generation,
+    /// The outbox's intents by state.
+    pub intents: IntentCounts,
+}
+
+/// The outbox's intents by state, in [`Stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct IntentCounts {
+    /// Waiting for their next attempt.
+    pub queued: u64,
+    /// Sent, no answer yet.
+    pub in_flight: u64,
+    /// Answered 2xx.
+    pub completed: u64,
+    /// Answered with a definitive failure.
+    pub failed: u64,
+    /// The receiver saw their key with another payload.
+    pub conflict: u64,
+    /// No definitive answer before their deadline: each needs reconciling.
+    pub expired: u64,
+}
+
+impl IntentCounts {
+    /// The number of intents in every state.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.queued + self.in_flight + self.completed + self.failed + self.conflict + self.expired
+    }
 }
 
 impl Stats {
@@ -88,6 +116,8 @@ pub struct CheckReport {
     pub redb_repaired: bool,
     /// Records checked.
     pub records: u64,
+    /// Intents of the outbox checked.
+    pub intents: u64,
     /// Every inconsistency between records, indexes and meta, one sentence each (the
     /// first 100, then a count).
     pub problems: Vec<String>,
@@ -295,6 +325,18 @@ fn stats_guarded(writer: &Writer, now: Timestamp) -> Result<Stats, Error> {
         // Read after the snapshot, outside the guarded read.
         file_bytes: 0,
         generation: Generation(tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0)),
+        intents: {
+            let [queued, in_flight, completed, failed, conflict, expired] =
+                count_intents_by_state(&txn)?;
+            IntentCounts {
+                queued,
+                in_flight,
+                completed,
+                failed,
+                conflict,
+                expired,
+            }
+        },
     })
 }
 
@@ -418,9 +460,11 @@ pub(crate) fn check(writer: &Writer) -> Result<CheckReport, Error> {
             "expiry index holds {expiry_len} entries for {settled} settled records"
         ));
     }
+    let intents = check_intents(&txn, &mut |problem| problems.push(problem))?;
     Ok(CheckReport {
         redb_repaired,
         records: total,
+        intents,
         problems: problems.finish(),
     })
 }

@@ -33,6 +33,13 @@ use crate::tables::META;
 use crate::writer::Writer;
 
 mod tables;
+mod view;
+
+pub(crate) use tables::{
+    check as check_intents, count as count_intents, count_by_state as count_intents_by_state,
+    for_each as for_each_intent, import as import_intent,
+};
+pub use view::IntentView;
 
 use tables::{
     DUE, INTENTS, IntentTables, RNG_KEY, STATES, decode_intent, decode_key, open_read, read_intent,

@@ -40,8 +40,9 @@ use crate::outbox::Outbox;
 use crate::read::{self, ListFilter};
 use crate::reconcile::{self, Abandoned, Check, ReconcileError, ReconcileReport};
 
+use crate::transfer::{self, Transferred};
 use crate::writer::Writer;
-use crate::{snapshot, transfer, two_phase};
+use crate::{snapshot, two_phase};
 
 /// The durable idempotency store: one redb file, shared by every thread of the process
 /// (`&Store` or `Arc<Store>`) and, with the default [`redb::ConcurrencyMode::MultiWriter`],
@@ -640,7 +641,8 @@ impl Store {
     /// can), then idem's own rules: every record and id decodes, every record has exactly
     /// its state index entry and, when settled, its expiry entry, no index entry lacks a
     /// record, every generation is at most the counter, and the schema version is this
-    /// build's.
+    /// build's; and the outbox's: every intent decodes and has exactly its state entry
+    /// and, when queued, its due entry.
     ///
     /// It waits (at most the lock timeout) for this process's other operations to
     /// finish, and holds the redb write lock while redb verifies, so other processes'
@@ -669,28 +671,29 @@ impl Store {
         maintain::compact(&mut self.writer)
     }
 
-    /// Writes every record as JSON lines, after a header line with the generation
-    /// counter and the record count, from one snapshot (see the format in the source of
-    /// `transfer.rs`). Returns the number of records.
+    /// Writes every record and every intent of the outbox as JSON lines, after a header
+    /// line with the generation counter and the counts, from one snapshot (see the
+    /// format in the source of `transfer.rs`). Returns what it wrote.
     ///
     /// # Errors
     ///
     /// Storage or decode errors; [`MaintainError::Export`] writing `out`.
-    pub fn export(&self, out: impl Write) -> Result<u64, MaintainError> {
+    pub fn export(&self, out: impl Write) -> Result<Transferred, MaintainError> {
         transfer::export(&self.writer, out)
     }
 
-    /// Reads what [`Store::export`] wrote, in one transaction: every line is validated,
-    /// and on the first bad one nothing is imported. A record already in the store
-    /// byte for byte is accepted as is; a different record under the same id is refused.
+    /// Reads what [`Store::export`] wrote, records and intents, in one transaction: every
+    /// line is validated, and on the first bad one nothing is imported. A record or
+    /// intent already in the store byte for byte is accepted as is; a different one under
+    /// the same id or key is refused.
     /// Raises the generation counter to at least the header's and every record's
     /// generation. The header line is optional (JSON lines of records alone import too).
-    /// Returns the number of records read.
+    /// Returns what it read.
     ///
     /// # Errors
     ///
     /// [`ImportError::Line`] naming the line and the field; storage errors.
-    pub fn import(&self, input: impl BufRead) -> Result<u64, ImportError> {
+    pub fn import(&self, input: impl BufRead) -> Result<Transferred, ImportError> {
         transfer::import(&self.writer, &self.cache, input)
     }
 

@@ -1,16 +1,20 @@
 //! The JSON-lines export and import of a whole store.
 //!
-//! An export is a header line, then one record per line:
+//! An export is a header line, then one record per line, then one line per intent of
+//! the outbox (the terminal's queued sales):
 //!
 //! ```text
-//! {"idem_export":1,"generation":42,"records":2}
+//! {"idem_export":2,"generation":42,"records":2,"intents":1}
 //! {"tenant":"shop","operation":"credit","key":"k-1","state":"succeeded","generation":41,"fingerprint":"9f…","created_at":1700000000000,"updated_at":1700000000100,"expires_at":1700086400100,"completed_at":1700000000100,"code":200,"outcome_b64":"b2s="}
 //! {"tenant":"shop","operation":"credit","key":"k-2","state":"pending","generation":42,"fingerprint":"9f…","created_at":1700000000200,"updated_at":1700000000200,"lease_until":1700000030200}
+//! {"intent":{"key":"0190b7c2-…","operation":"sale.forward","state":"queued","attempts":0,"created_at":1700000000300,"next_attempt_at":1700000000300,"deadline":1700082800300,"fingerprint":"9f…","payload_b64":"e30="}}
 //! ```
 //!
-//! Each record line is a [`RecordView`]. Import reads exactly this back: every record
-//! byte for byte, and the generation counter raised to at least the header's and every
-//! record's generation, so generations keep increasing after a restore.
+//! Each record line is a [`RecordView`], each intent line an [`IntentView`] under
+//! `"intent"`. Import reads exactly this back: every record and intent byte for byte,
+//! and the generation counter raised to at least the header's and every record's
+//! generation, so generations keep increasing after a restore. Version 1 exports
+//! (records only, no `intents` in the header) import as before.
 
 use std::io::{self, BufRead, BufWriter, Write};
 
@@ -22,12 +26,14 @@ use serde_json::{Map, Value};
 use crate::cache::ReplayCache;
 use crate::error::{Error, ImportError, MaintainError};
 use crate::handle::{Caller, guard_read};
+use crate::outbox::{IntentView, count_intents, for_each_intent, import_intent};
 use crate::tables::{self, GENERATION_KEY, META, RECORDS};
 use crate::view::{RecordView, ViewError, unsigned, view_error};
 use crate::writer::Writer;
 
-/// The version of the export format, in the header's `idem_export` field.
-pub const EXPORT_VERSION: u64 = 1;
+/// The version of the export format, in the header's `idem_export` field: 2 since
+/// exports carry the outbox's intents. Version 1 is read too.
+pub const EXPORT_VERSION: u64 = 2;
 
 /// The first line of an export.
 #[derive(Debug, Serialize)]
@@ -35,14 +41,31 @@ struct Header {
     idem_export: u64,
     generation: u64,
     records: u64,
+    intents: u64,
+}
+
+/// An intent line of an export.
+#[derive(Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IntentLine {
+    intent: IntentView,
+}
+
+/// How much an export wrote or an import read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Transferred {
+    /// Records of the receiver.
+    pub records: u64,
+    /// Intents of the outbox.
+    pub intents: u64,
 }
 
 /// Writes every record as JSON lines; see [`crate::Store::export`].
-pub(crate) fn export(writer: &Writer, out: impl Write) -> Result<u64, MaintainError> {
+pub(crate) fn export(writer: &Writer, out: impl Write) -> Result<Transferred, MaintainError> {
     guard_read(|caller| export_guarded(writer, BufWriter::new(CallerWriter { caller, out })))
 }
 
-fn export_guarded(writer: &Writer, mut out: impl Write) -> Result<u64, MaintainError> {
+fn export_guarded(writer: &Writer, mut out: impl Write) -> Result<Transferred, MaintainError> {
     let db = writer.read();
     let txn = db.begin_read().map_err(Error::from)?;
     let records = txn.open_table(RECORDS).map_err(Error::from)?;
@@ -51,6 +74,7 @@ fn export_guarded(writer: &Writer, mut out: impl Write) -> Result<u64, MaintainE
         idem_export: EXPORT_VERSION,
         generation: tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0),
         records: records.len().map_err(Error::from)?,
+        intents: count_intents(&txn)?,
     };
     let written = MaintainError::Export;
     serde_json::to_writer(&mut out, &header).map_err(|e| written(io::Error::from(e)))?;
@@ -65,8 +89,21 @@ fn export_guarded(writer: &Writer, mut out: impl Write) -> Result<u64, MaintainE
         out.write_all(b"\n").map_err(written)?;
         count += 1;
     }
+    let mut intents = 0;
+    for_each_intent(&txn, |intent| {
+        let line = IntentLine {
+            intent: IntentView::new(&intent),
+        };
+        serde_json::to_writer(&mut out, &line).map_err(|e| written(io::Error::from(e)))?;
+        out.write_all(b"\n").map_err(written)?;
+        intents += 1;
+        Ok::<_, MaintainError>(())
+    })?;
     out.flush().map_err(written)?;
-    Ok(count)
+    Ok(Transferred {
+        records: count,
+        intents,
+    })
 }
 
 /// Reads what [`export`] wrote, in one transaction; see [`crate::Store::import`].
@@ -74,9 +111,10 @@ pub(crate) fn import(
     writer: &Writer,
     cache: &ReplayCache,
     input: impl BufRead,
-) -> Result<u64, ImportError> {
+) -> Result<Transferred, ImportError> {
     let writing = writer.writing("import")?;
     let mut count = 0u64;
+    let mut intents = 0u64;
     let mut announced = None;
     let mut last_line = 0u64;
     let mut written = Vec::new();
@@ -99,13 +137,29 @@ pub(crate) fn import(
                 Err(e) => return Err(bad(format!("not JSON: {e}"))),
             };
             if object.contains_key("idem_export") {
-                if count > 0 || announced.is_some() {
+                if count > 0 || intents > 0 || announced.is_some() {
                     return Err(bad("a header line may only come first".into()));
                 }
-                let (generation, records) = read_header(&object).map_err(|e| bad(e.to_string()))?;
-                tables.raise_generation(Generation(generation))?;
-                announced = Some(records);
+                let header = read_header(&object).map_err(|e| bad(e.to_string()))?;
+                tables.raise_generation(Generation(header.generation))?;
+                announced = Some(header);
                 continue;
+            }
+            if object.contains_key("intent") {
+                let line: IntentLine = serde_json::from_value(Value::Object(object))
+                    .map_err(|e| bad(format!("intent: {e}")))?;
+                let intent = line
+                    .intent
+                    .to_intent()
+                    .map_err(|e| bad(format!("intent {e}")))?;
+                import_intent(&writing.txn, &intent)?.map_err(bad)?;
+                intents += 1;
+                continue;
+            }
+            if intents > 0 {
+                return Err(bad(
+                    "a record line after the intents: records come first".into()
+                ));
             }
             let (id, record) = RecordView::from_json(&object)
                 .and_then(|view| view.to_record())
@@ -127,19 +181,27 @@ pub(crate) fn import(
             count += 1;
         }
     }
-    if let Some(records) = announced.filter(|&n| n != count) {
-        return Err(ImportError::Line {
-            line: last_line,
-            message: format!(
-                "the header announces {records} records, the input holds {count} (truncated?)"
-            ),
-        });
+    if let Some(header) = announced {
+        let found = (count, intents);
+        if (header.records, header.intents.unwrap_or(0)) != found {
+            return Err(ImportError::Line {
+                line: last_line,
+                message: format!(
+                    "the header announces {} records and {} intents, the input holds {count} and {intents} (truncated?)",
+                    header.records,
+                    header.intents.unwrap_or(0)
+                ),
+            });
+        }
     }
     writer.commit(writing)?;
     // Defensive: the replay cache holds no record of a key the file did not hold,
     // unless another process swept it; it must not shadow the imported one.
     cache.invalidate(written.iter().map(Vec::as_slice));
-    Ok(count)
+    Ok(Transferred {
+        records: count,
+        intents,
+    })
 }
 
 /// The caller's writer, called through [`Caller::call`]: its panic is its own.
@@ -164,22 +226,36 @@ impl<W: Write> Write for CallerWriter<'_, W> {
     }
 }
 
-fn read_header(object: &Map<String, Value>) -> Result<(u64, u64), ViewError> {
-    if let Some(unknown) = object
-        .keys()
-        .find(|k| !["idem_export", "generation", "records"].contains(&k.as_str()))
-    {
+/// What a header line announces.
+struct Announced {
+    generation: u64,
+    records: u64,
+    /// Version 2 and later.
+    intents: Option<u64>,
+}
+
+fn read_header(object: &Map<String, Value>) -> Result<Announced, ViewError> {
+    let version = unsigned(object, "idem_export")?;
+    let fields: &[&str] = match version {
+        1 => &["idem_export", "generation", "records"],
+        EXPORT_VERSION => &["idem_export", "generation", "records", "intents"],
+        _ => {
+            return Err(view_error(
+                "idem_export",
+                format!(
+                    "export version {version}, this build reads versions 1 to {EXPORT_VERSION}"
+                ),
+            ));
+        }
+    };
+    if let Some(unknown) = object.keys().find(|k| !fields.contains(&k.as_str())) {
         return Err(view_error("header", format!("unknown field {unknown:?}")));
     }
-    let version = unsigned(object, "idem_export")?;
-    if version != EXPORT_VERSION {
-        return Err(view_error(
-            "idem_export",
-            format!("export version {version}, this build reads version {EXPORT_VERSION}"),
-        ));
-    }
-    Ok((
-        unsigned(object, "generation")?,
-        unsigned(object, "records")?,
-    ))
+    Ok(Announced {
+        generation: unsigned(object, "generation")?,
+        records: unsigned(object, "records")?,
+        intents: (version >= 2)
+            .then(|| unsigned(object, "intents"))
+            .transpose()?,
+    })
 }

@@ -327,15 +327,15 @@ fn export_then_import_is_lossless_including_the_generation_counter() {
     let source = Store::open(dir.path().join("a.redb")).unwrap();
     varied_store(&source);
     let mut exported = Vec::new();
-    assert_eq!(source.export(&mut exported).unwrap(), 6);
+    assert_eq!(source.export(&mut exported).unwrap().records, 6);
     let text = String::from_utf8(exported.clone()).unwrap();
     assert!(
-        text.starts_with("{\"idem_export\":1,\"generation\":7,\"records\":6}\n"),
+        text.starts_with("{\"idem_export\":2,\"generation\":7,\"records\":6,\"intents\":0}\n"),
         "{text}"
     );
 
     let target = Store::open(dir.path().join("b.redb")).unwrap();
-    assert_eq!(target.import(exported.as_slice()).unwrap(), 6);
+    assert_eq!(target.import(exported.as_slice()).unwrap().records, 6);
     assert_eq!(target.generation().unwrap(), Generation(7));
     let before = all_records(&source, &ListFilter::default());
     let after = all_records(&target, &ListFilter::default());
@@ -356,7 +356,7 @@ fn export_then_import_is_lossless_including_the_generation_counter() {
     };
     assert_eq!(generation, Generation(8));
     // Importing the same export again changes nothing.
-    assert_eq!(target.import(exported.as_slice()).unwrap(), 6);
+    assert_eq!(target.import(exported.as_slice()).unwrap().records, 6);
     assert!(target.check().unwrap().is_ok());
 }
 
@@ -398,7 +398,7 @@ fn a_bad_import_line_is_named_and_nothing_is_imported() {
     let truncated: String = text.lines().take(3).map(|l| format!("{l}\n")).collect();
     assert_eq!(
         target.import(truncated.as_bytes()).unwrap_err().to_string(),
-        "import line 3: the header announces 6 records, the input holds 2 (truncated?)"
+        "import line 3: the header announces 6 records and 0 intents, the input holds 2 and 0 (truncated?)"
     );
     assert_eq!(target.stats(at(0)).unwrap().records(), 0);
     assert_eq!(target.generation().unwrap(), Generation(0));

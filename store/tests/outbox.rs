@@ -465,3 +465,168 @@ fn the_outbox_makes_the_same_transitions_as_the_in_memory_ledger() {
         );
     }
 }
+
+/// A store with records in every state and intents in every state.
+fn every_state(store: &Store) {
+    use idem_core::protocol::Decision;
+    use idem_core::{Fingerprint, Outcome, RecordId, Verdict};
+    let at = |ms: u64| Timestamp(T0 + ms);
+    let key = |k: &str| RecordId::new("shop", "charge", k).unwrap();
+    let claim = |k: &str| match store.begin(&key(k), Fingerprint::of_bytes(k.as_bytes()), at(0)) {
+        Ok(Decision::Claimed { generation, .. }) => generation,
+        other => panic!("{other:?}"),
+    };
+    claim("pending");
+    let g = claim("succeeded");
+    store
+        .complete(
+            &key("succeeded"),
+            g,
+            Verdict::Succeeded,
+            Outcome::new(201, "r"),
+            at(1),
+        )
+        .unwrap();
+    let g = claim("failed");
+    store
+        .complete(
+            &key("failed"),
+            g,
+            Verdict::Failed,
+            Outcome::new(402, "no"),
+            at(1),
+        )
+        .unwrap();
+    let g = claim("unknown");
+    store.mark_unknown(&key("unknown"), g, at(1)).unwrap();
+
+    let outbox = store.outbox(config()).unwrap();
+    let enqueue = |n: u8| {
+        outbox
+            .enqueue(
+                "sale.forward",
+                vec![n; 3],
+                Fingerprint::of_bytes(&[n]),
+                at(2),
+                random(n),
+            )
+            .unwrap()
+            .key
+    };
+    let keys: Vec<String> = (1..=6).map(enqueue).collect();
+    // Five go in flight; one stays queued.
+    let sent = outbox.due(at(3), 5).unwrap();
+    assert_eq!(sent.len(), 5);
+    let answer = |i: usize, status: u16| {
+        outbox
+            .record_reply(&keys[i], reply(status, "body"), at(4))
+            .unwrap();
+    };
+    answer(0, 201);
+    answer(1, 400);
+    answer(2, 422);
+    // keys[3] stays in flight; keys[4] gets a transport error past its deadline: expired.
+    let deadline = outbox.intent(&keys[4]).unwrap().unwrap().deadline;
+    outbox
+        .record_transport_error(&keys[4], Timestamp(deadline.0 + 1))
+        .unwrap();
+}
+
+#[test]
+fn export_and_import_carry_the_outbox_in_every_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Store::open(dir.path().join("source.redb")).unwrap();
+    every_state(&source);
+    let now = Timestamp(T0 + 10);
+    let stats = source.stats(now).unwrap();
+    assert_eq!(
+        (
+            stats.intents.queued,
+            stats.intents.in_flight,
+            stats.intents.completed,
+            stats.intents.failed,
+            stats.intents.conflict,
+            stats.intents.expired
+        ),
+        (1, 1, 1, 1, 1, 1)
+    );
+    let mut exported = Vec::new();
+    let sent = source.export(&mut exported).unwrap();
+    assert_eq!((sent.records, sent.intents), (4, 6));
+    let header = String::from_utf8_lossy(&exported);
+    assert!(
+        header.starts_with(r#"{"idem_export":2,"generation":4,"records":4,"intents":6}"#),
+        "{header}"
+    );
+
+    let target = Store::open(dir.path().join("target.redb")).unwrap();
+    let read = target.import(exported.as_slice()).unwrap();
+    assert_eq!(read, sent);
+    let all = IntentFilter::default();
+    let outbox = |store: &Store| store.outbox(config()).unwrap().intents(&all).unwrap();
+    assert_eq!(outbox(&target), outbox(&source));
+    let records = |store: &Store| {
+        let mut out = Vec::new();
+        store
+            .list(&idem_store::ListFilter::default(), |id, record| {
+                out.push((id, record));
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+        out
+    };
+    assert_eq!(records(&target), records(&source));
+    let mut target_stats = target.stats(now).unwrap();
+    target_stats.file_bytes = stats.file_bytes;
+    assert_eq!(target_stats.intents, stats.intents);
+    assert_eq!(target_stats.generation, stats.generation);
+    let check = target.check().unwrap();
+    assert!(check.is_ok(), "{:?}", check.problems);
+    assert_eq!((check.records, check.intents), (4, 6));
+    // Importing the same again changes nothing; a different intent under a key is named.
+    assert_eq!(target.import(exported.as_slice()).unwrap(), sent);
+    let text = String::from_utf8(exported).unwrap();
+    let changed = text.replacen(r#""payload_b64":"AQEB""#, r#""payload_b64":"AQEC""#, 1);
+    assert_ne!(changed, text);
+    let err = target.import(changed.as_bytes()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a different intent under this key"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_version_1_export_still_imports_and_bad_intent_lines_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("idem.redb")).unwrap();
+    let v1 = concat!(
+        r#"{"idem_export":1,"generation":3,"records":1}"#,
+        "\n",
+        r#"{"tenant":"t","operation":"o","key":"k","state":"pending","generation":3,"fingerprint":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","created_at":1,"updated_at":1,"lease_until":2}"#,
+        "\n"
+    );
+    assert_eq!(store.import(v1.as_bytes()).unwrap().records, 1);
+    let intent = |fields: &str| {
+        format!(
+            r#"{{"intent":{{"key":"0190b7c2-0000-7000-8000-000000000001","operation":"sale","state":"queued","attempts":0,"created_at":1,"next_attempt_at":1,"deadline":9,"fingerprint":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","payload_b64":""{fields}}}}}"#
+        )
+    };
+    for (line, words) in [
+        (intent(r#","code":1"#), "outcome_b64: missing"),
+        (intent(r#","colour":1"#), "unknown field `colour`"),
+        (intent("").replace("queued", "lost"), "state: \"lost\""),
+        (intent("").replace("\"sale\"", "\"\""), "operation: empty"),
+    ] {
+        let err = store.import(line.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("import line 1"), "{err}");
+        assert!(err.to_string().contains(words), "{err} lacks {words}");
+    }
+    let store_intents = store
+        .outbox(config())
+        .unwrap()
+        .intents(&IntentFilter::default())
+        .unwrap();
+    assert!(store_intents.is_empty(), "a bad import wrote");
+    assert_eq!(store.import(intent("").as_bytes()).unwrap().intents, 1);
+}

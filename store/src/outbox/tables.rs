@@ -175,6 +175,140 @@ pub(super) fn split_due_key(bytes: &[u8]) -> Result<(Timestamp, &[u8]), Error> {
     }
 }
 
+/// Intents per state, in the order of [`IntentState::ALL`]; zeros when no intent was
+/// ever written.
+pub(crate) fn count_by_state(txn: &ReadTransaction) -> Result<[u64; 6], Error> {
+    let mut counts = [0u64; 6];
+    let Some(states) = open_read(txn, STATES)? else {
+        return Ok(counts);
+    };
+    for entry in states.iter()? {
+        let (key, _) = entry?;
+        match key.value().first().map(|&b| usize::from(b)) {
+            Some(at) if at < counts.len() => counts[at] += 1,
+            _ => {
+                return Err(Error::Corrupt {
+                    detail: format!("intent state index key {:?} has no state byte", key.value()),
+                });
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// How many intents the file holds.
+pub(crate) fn count(txn: &ReadTransaction) -> Result<u64, Error> {
+    match open_read(txn, INTENTS)? {
+        Some(intents) => Ok(redb::ReadableTableMetadata::len(&intents)?),
+        None => Ok(0),
+    }
+}
+
+/// Every intent, in key order (UUIDv7 keys: creation order).
+pub(crate) fn for_each<E: From<Error>>(
+    txn: &ReadTransaction,
+    mut visit: impl FnMut(Intent) -> Result<(), E>,
+) -> Result<(), E> {
+    let Some(intents) = open_read(txn, INTENTS)? else {
+        return Ok(());
+    };
+    for entry in intents.iter().map_err(Error::from)? {
+        let (key, bytes) = entry.map_err(Error::from)?;
+        visit(decode_intent(key.value(), bytes.value())?)?;
+    }
+    Ok(())
+}
+
+/// Writes an imported intent into `txn`: true when written, false when the same intent
+/// is there already; `Err(Ok(message))` when a different intent holds its key.
+pub(crate) fn import(
+    txn: &WriteTransaction,
+    intent: &Intent,
+) -> Result<Result<bool, String>, Error> {
+    let mut tables = IntentTables::open(txn)?;
+    match tables.get(&intent.key)? {
+        Some(existing) if existing == *intent => Ok(Ok(false)),
+        Some(_) => Ok(Err(format!(
+            "intent {}: the store already holds a different intent under this key",
+            intent.key
+        ))),
+        None => {
+            tables.put(None, intent)?;
+            Ok(Ok(true))
+        }
+    }
+}
+
+/// Checks the outbox's tables: every intent decodes and has exactly its state entry
+/// and, when queued, its due entry. Calls `problem` for each inconsistency; returns the
+/// number of intents.
+pub(crate) fn check(txn: &ReadTransaction, problem: &mut dyn FnMut(String)) -> Result<u64, Error> {
+    let Some(intents) = open_read(txn, INTENTS)? else {
+        return Ok(0);
+    };
+    let states = open_read(txn, STATES)?;
+    let due = open_read(txn, DUE)?;
+    let (mut total, mut queued) = (0u64, 0u64);
+    for entry in intents.iter()? {
+        let (key, bytes) = entry?;
+        total += 1;
+        let intent = match decode_intent(key.value(), bytes.value()) {
+            Ok(intent) => intent,
+            Err(e) => {
+                problem(e.to_string());
+                continue;
+            }
+        };
+        let indexed = match &states {
+            Some(states) => states
+                .get(state_key(intent.state, &intent.key).as_slice())?
+                .is_some(),
+            None => false,
+        };
+        if !indexed {
+            problem(format!(
+                "intent {}: missing from the {} index",
+                intent.key, intent.state
+            ));
+        }
+        if intent.state == IntentState::Queued {
+            queued += 1;
+            let listed = match &due {
+                Some(due) => due
+                    .get(due_key(intent.next_attempt_at, &intent.key).as_slice())?
+                    .is_some(),
+                None => false,
+            };
+            if !listed {
+                problem(format!(
+                    "intent {}: queued, missing from the due index",
+                    intent.key
+                ));
+            }
+        }
+    }
+    // Every intent has its entries (checked above); equal lengths then mean that no
+    // entry lacks an intent.
+    let len = |table: &Option<redb::ReadOnlyTable<&'static [u8], ()>>| -> Result<u64, Error> {
+        Ok(match table {
+            Some(table) => redb::ReadableTableMetadata::len(table)?,
+            None => 0,
+        })
+    };
+    let (states_len, due_len) = (len(&states)?, len(&due)?);
+    if states_len != total {
+        problem(format!(
+            "intent state index holds {states_len} entries for {total} intents"
+        ));
+    }
+    if due_len != queued {
+        problem(format!(
+            "intent due index holds {due_len} entries for {queued} queued intents"
+        ));
+    }
+    Ok(total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
