@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
-use idem_core::{State, Timestamp};
+use idem_core::{IntentState, State, Timestamp};
 
 use crate::time::{parse_duration, parse_instant};
 
@@ -258,6 +258,9 @@ Example:
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
     },
+    /// The outbox's intents (what this terminal sends): list them, or show one.
+    #[command(subcommand)]
+    Intents(IntentsCommand),
     /// Counts by state, expired leases, the oldest pending and unknown, file size.
     #[command(after_help = "\
 Example:
@@ -328,6 +331,45 @@ Example:
         #[arg(long, value_name = "N", default_value_t = 300)]
         ops: u32,
     },
+}
+
+/// `idem intents ...`: the sender's side of the file.
+#[derive(Debug, Subcommand)]
+pub(crate) enum IntentsCommand {
+    /// List intents, oldest first, filtered by state.
+    #[command(after_help = "\
+States: queued, in_flight, completed, failed, conflict, expired. An expired intent got no
+definitive answer before its deadline and is never sent again: check with the receiver
+what happened to it.
+
+Examples:
+  idem intents list --state expired
+  idem intents list --json --limit 50")]
+    List {
+        /// Only intents in this state.
+        #[arg(long, value_name = "STATE", value_parser = parse_intent_state)]
+        state: Option<IntentState>,
+        /// At most this many intents.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+    /// Show one intent.
+    #[command(after_help = "\
+Exit status 7 when no intent has the key.
+
+Example:
+  idem intents get 0190b7c2-5e1a-7c3e-9a41-8d2f0c6b7e11 --json")]
+    Get {
+        /// The intent's idempotency key.
+        #[arg(value_name = "KEY", allow_hyphen_values = true)]
+        key: String,
+    },
+}
+
+fn parse_intent_state(text: &str) -> Result<IntentState, String> {
+    IntentState::from_name(text).ok_or_else(|| {
+        "expected one of queued, in_flight, completed, failed, conflict, expired".to_string()
+    })
 }
 
 /// `T O K`: the record's address.

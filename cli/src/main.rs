@@ -12,6 +12,7 @@ mod demo;
 mod exec;
 mod exit;
 mod input;
+mod intents;
 mod keyed;
 mod maintain;
 mod output;
@@ -25,7 +26,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use clap::Parser;
 use clap::error::ErrorKind;
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, IntentsCommand};
 use crate::exec::ExecRequest;
 use crate::exit::{Ending, Exit, Failure, clap_line, quiet_redb_panics, redb_panicked};
 use crate::keyed::Reconciled;
@@ -157,6 +158,10 @@ fn run(cli: &Cli) -> Ending {
             },
         ),
         Command::Stats => maintain::stats(&session),
+        Command::Intents(IntentsCommand::List { state, limit }) => {
+            intents::list(&session, *state, *limit)
+        }
+        Command::Intents(IntentsCommand::Get { key }) => intents::get(&session, key),
         Command::Reconcile { with, limit, args } => reconcile::run(&session, with, args, *limit),
         Command::Sweep { limit, dry_run } => maintain::sweep(&session, *limit, *dry_run),
         Command::Check => maintain::check(&session),
