@@ -12,12 +12,17 @@ const MAIN_HELP: &str = "\
 Exit status: 0 done (claimed, replay, settled, found) · 1 runtime error (I/O, corrupt file) ·
 2 usage or invalid input · 3 conflict · 4 in progress · 5 unknown, needs reconciliation ·
 6 stale generation or wrong state for the command · 7 not found.
-`exec` exits with the program's status, or the stored one on replay.
+`exec` exits with the program's status, or the stored one on replay; a program's exit 75
+(or a status of --retry-on) releases the key instead of settling it.
 
 Durations: 500ms, 30s, 15m, 24h, 7d. Defaults: lease 30s, retention 24h.
 
-get, list, stats, export and sweep --dry-run only read: they change no byte of the file,
-work on a read-only file or mount, and never wait for a process writing it.
+Time: --now replaces the clock; a command that writes refuses a --now more than 5 minutes
+ahead of the system clock. The store never lets time go back: a write uses the latest time
+a write used (the clock floor, shown by stats) when its clock is behind it.
+
+get, list, intents, stats, export and sweep --dry-run only read: they change no byte of
+the file, work on a read-only file or mount, and never wait for a process writing it.
 
 Examples:
   idem demo                                   # the whole story in one screen
