@@ -48,6 +48,7 @@ pub mod encoding;
 pub mod fingerprint;
 pub mod id;
 pub mod ledger;
+pub mod machine;
 pub mod memory;
 mod order;
 pub mod protocol;
@@ -63,6 +64,7 @@ pub use ledger::{
     Attempt, Effect, Intent, IntentState, Ledger, LedgerConfig, LedgerConfigError, LedgerError,
     Reply,
 };
+pub use machine::{Entity, EntityDecision, Machine, MachineError, MachineSpec};
 pub use protocol::{Decision, Refusal, Resolution, Transition, Write};
 pub use record::{Outcome, OutcomeError, Record, State, Status, Verdict};
 pub use time::{Generation, Timestamp};

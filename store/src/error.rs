@@ -131,6 +131,15 @@ pub enum Error {
     /// A tenant, operation or key breaks its rule.
     #[error(transparent)]
     Id(#[from] IdError),
+    /// A name of an entity or a claimed value (tenant, kind, id, scope, value, holder)
+    /// breaks its rule.
+    #[error("{field}: {problem}")]
+    Name {
+        /// The part at fault.
+        field: &'static str,
+        /// What is wrong with it and the rule.
+        problem: String,
+    },
     /// The protocol refused the input (stale generation, wrong state, not found, outcome
     /// too large); nothing was written.
     #[error(transparent)]

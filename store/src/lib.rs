@@ -214,6 +214,7 @@
 
 mod cache;
 mod clock;
+mod entities;
 mod error;
 mod execute;
 mod group;
@@ -235,6 +236,7 @@ mod writer;
 
 pub use cache::{DEFAULT_REPLAY_CACHE, REPLAY_CACHE_BYTES, REPLAY_CACHE_MAX_BODY};
 pub use clock::now;
+pub use entities::{EntityId, Uniqueness};
 pub use error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
 pub use execute::Executed;
 pub use group::{CommitCounts, MAX_BATCH};

@@ -23,6 +23,7 @@ use std::io::{BufRead, Write};
 use std::ops::ControlFlow;
 use std::path::Path;
 
+use idem_core::machine::{Entity, EntityDecision, Machine};
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{
     Config, Fingerprint, Generation, LeaseExpiry, LedgerConfig, LedgerConfigError, Outcome, Record,
@@ -31,9 +32,11 @@ use idem_core::{
 use redb::{ReadTransaction, WriteTransaction};
 
 use crate::cache::ReplayCache;
+use crate::entities::{self, EntityId, Uniqueness};
 use crate::error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
 use crate::execute::{Executed, execute_in};
 use crate::group::{CommitCounts, Committer};
+use crate::handle::guard_read;
 use crate::maintain::{self, CheckReport, Stats, SweepReport};
 use crate::open::{Opened, StoreBuilder};
 use crate::outbox::Outbox;
@@ -543,6 +546,157 @@ impl Store {
             self.cache.insert(&id_key, record, epoch);
         }
         Ok(executed)
+    }
+
+    /// Moves the entity `id` to `to` inside a write transaction the caller has, such as
+    /// the one [`Store::execute`] hands its work: the key's record, the business write
+    /// and the state change then commit together, or none does. Decides with
+    /// [`idem_core::machine::transition`]: only [`EntityDecision::Applied`] writes.
+    ///
+    /// `expected_version` is the optimistic check: the version the caller read; `None`
+    /// skips it.
+    ///
+    /// # Errors
+    ///
+    /// Storage or decode errors; after one the transaction may hold part of the write:
+    /// do not commit it (return an error from the work).
+    pub fn transition_in(
+        &self,
+        txn: &WriteTransaction,
+        machine: &Machine,
+        id: &EntityId,
+        to: &str,
+        expected_version: Option<u64>,
+        now: Timestamp,
+    ) -> Result<EntityDecision, Error> {
+        entities::transition_in(txn, machine, id, to, expected_version, now)
+    }
+
+    /// [`Store::transition_in`] in a write transaction of its own, committed when the
+    /// move is applied.
+    ///
+    /// # Errors
+    ///
+    /// Storage or decode errors; nothing was written.
+    pub fn transition(
+        &self,
+        machine: &Machine,
+        id: &EntityId,
+        to: &str,
+        expected_version: Option<u64>,
+        now: Timestamp,
+    ) -> Result<EntityDecision, Error> {
+        let writing = self.writer.writing("transition")?;
+        let decided = entities::transition_in(&writing.txn, machine, id, to, expected_version, now);
+        match decided {
+            Ok(decision) => {
+                let applied = matches!(decision, EntityDecision::Applied { .. });
+                self.writer.finish(writing, applied)?;
+                Ok(decision)
+            }
+            Err(e) => {
+                self.writer.finish(writing, false)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// The entity `id`, if it was ever moved.
+    ///
+    /// # Errors
+    ///
+    /// Storage or decode errors.
+    pub fn get_entity(&self, id: &EntityId) -> Result<Option<Entity>, Error> {
+        guard_read(|_| {
+            let db = self.writer.read();
+            entities::get(&db.begin_read()?, id)
+        })
+    }
+
+    /// The entity `id` as `txn` sees it: read a business row and the entity's version
+    /// from one snapshot, then move it with that version as `expected_version`.
+    ///
+    /// # Errors
+    ///
+    /// Storage or decode errors.
+    pub fn entity_in(&self, txn: &ReadTransaction, id: &EntityId) -> Result<Option<Entity>, Error> {
+        entities::get(txn, id)
+    }
+
+    /// The entities of `kind`, in `state` when given, ordered by state then by tenant and
+    /// id, at most `limit`.
+    ///
+    /// # Errors
+    ///
+    /// Storage or decode errors.
+    pub fn list_entities(
+        &self,
+        kind: &str,
+        state: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(EntityId, Entity)>, Error> {
+        guard_read(|_| {
+            let db = self.writer.read();
+            entities::list(&db.begin_read()?, kind, state, limit)
+        })
+    }
+
+    /// Claims the business value `value` (a receipt number, an order number) in `scope`
+    /// for the holder `by`, inside the caller's write transaction. A second claim by
+    /// another holder answers [`Uniqueness::Taken`] with who holds it; the same holder
+    /// claiming again gets [`Uniqueness::Claimed`]. Sweep never removes a claim; only
+    /// [`Store::release_unique`] does.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Name`] for a tenant, scope, value or holder that breaks its rule (the
+    /// tenant rule, the operation rule, the key rule, 1 to 255 bytes); storage errors.
+    pub fn claim_unique_in(
+        &self,
+        txn: &WriteTransaction,
+        tenant: &str,
+        scope: &str,
+        value: &str,
+        by: &str,
+    ) -> Result<Uniqueness, Error> {
+        entities::claim_unique_in(txn, tenant, scope, value, by)
+    }
+
+    /// Gives `value` in `scope` back, in a transaction of its own; true when it was
+    /// claimed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Name`]; storage errors.
+    pub fn release_unique(&self, tenant: &str, scope: &str, value: &str) -> Result<bool, Error> {
+        let writing = self.writer.writing("release_unique")?;
+        match entities::release_unique_in(&writing.txn, tenant, scope, value) {
+            Ok(released) => {
+                self.writer.finish(writing, released)?;
+                Ok(released)
+            }
+            Err(e) => {
+                self.writer.finish(writing, false)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Who holds `value` in `scope`, if anyone.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Name`]; storage errors.
+    pub fn unique_holder(
+        &self,
+        tenant: &str,
+        scope: &str,
+        value: &str,
+    ) -> Result<Option<String>, Error> {
+        guard_read(|_| {
+            let db = self.writer.read();
+            entities::unique_holder(&db.begin_read()?, tenant, scope, value)
+        })
     }
 
     /// The record under `id`, if any.
