@@ -11,7 +11,7 @@ use crate::time::{parse_duration, parse_instant};
 const MAIN_HELP: &str = "\
 Exit status: 0 done (claimed, replay, settled, found) · 1 runtime error (I/O, corrupt file) ·
 2 usage or invalid input · 3 conflict · 4 in progress · 5 unknown, needs reconciliation ·
-6 stale generation or wrong state for the command · 7 not found.
+6 stale generation, wrong state, illegal move or version mismatch · 7 not found.
 `exec` exits with the program's status, or the stored one on replay; a program's exit 75
 (or a status of --retry-on) releases the key instead of settling it.
 
@@ -263,6 +263,44 @@ Example:
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
     },
+    /// Move a business entity to another state, checked by a state machine and a version.
+    #[command(after_help = "\
+The machine is a JSON file: its states, the initial one, and the allowed moves:
+  {\"states\": [\"created\", \"paid\", \"refunded\"], \"initial\": \"created\",
+   \"moves\": [[\"created\", \"paid\"], [\"paid\", \"refunded\"]]}
+An entity that does not exist yet starts in the initial state (version 1) or moves to a
+state allowed from it. Prints the decision: applied (the new state and version),
+already_there (a repeated move, harmless), illegal (the machine does not allow it) or
+version_mismatch (--expected-version is not the entity's: someone moved it meanwhile).
+Exit status: 0 applied or already there, 6 illegal or version mismatch, 2 a bad machine.
+JSON: {\"decision\":\"applied\",\"state\":S,\"version\":N,\"updated_at\":MS},
+{\"decision\":\"illegal\",\"from\":S,\"to\":S}, {\"decision\":\"version_mismatch\",\"expected\":N,\"current\":N}.
+
+Example:
+  idem transition shop-7 payment p-991 refunded --machine payment.json --expected-version 2")]
+    Transition {
+        /// Tenant: 1-255 bytes of UTF-8, no control characters.
+        #[arg(value_name = "TENANT")]
+        tenant: String,
+        /// The kind of business object (payment, order): the rule of an operation.
+        #[arg(value_name = "KIND")]
+        kind: String,
+        /// The object's id: the rule of a key.
+        #[arg(value_name = "ID", allow_hyphen_values = true)]
+        id: String,
+        /// The state to move to.
+        #[arg(value_name = "TO")]
+        to: String,
+        /// The machine, a JSON file (see below).
+        #[arg(long, value_name = "FILE", required = true)]
+        machine: PathBuf,
+        /// The version the caller read; the move is refused if the entity's differs.
+        #[arg(long, value_name = "N")]
+        expected_version: Option<u64>,
+    },
+    /// Business entities moved by `idem transition`: show one, or list a kind.
+    #[command(subcommand)]
+    Entity(EntityCommand),
     /// The outbox's intents (what this terminal sends): list them, or show one.
     #[command(subcommand)]
     Intents(IntentsCommand),
@@ -335,6 +373,44 @@ Example:
         /// Calls per measurement (the pure core gets 1,000 times as many).
         #[arg(long, value_name = "N", default_value_t = 300)]
         ops: u32,
+    },
+}
+
+/// `idem entity ...`: the entities of `idem transition`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum EntityCommand {
+    /// Show one entity: its state, version and last move.
+    #[command(after_help = "\
+Exit status 7 when the entity was never moved.
+JSON: {\"tenant\",\"kind\",\"id\",\"state\",\"version\",\"updated_at\"}.
+
+Example:
+  idem entity get shop-7 payment p-991 --json")]
+    Get {
+        /// Tenant.
+        #[arg(value_name = "TENANT")]
+        tenant: String,
+        /// The kind of business object.
+        #[arg(value_name = "KIND")]
+        kind: String,
+        /// The object's id.
+        #[arg(value_name = "ID", allow_hyphen_values = true)]
+        id: String,
+    },
+    /// List the entities of a kind, by state.
+    #[command(after_help = "\
+Example:
+  idem entity list payment --state paid --limit 20")]
+    List {
+        /// The kind of business object.
+        #[arg(value_name = "KIND")]
+        kind: String,
+        /// Only entities in this state.
+        #[arg(long, value_name = "STATE")]
+        state: Option<String>,
+        /// At most this many entities.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
     },
 }
 

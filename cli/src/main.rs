@@ -9,6 +9,7 @@
 mod args;
 mod bench;
 mod demo;
+mod entity;
 mod exec;
 mod exit;
 mod input;
@@ -26,7 +27,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use clap::Parser;
 use clap::error::ErrorKind;
 
-use crate::args::{Cli, Command, IntentsCommand};
+use crate::args::{Cli, Command, EntityCommand, IntentsCommand};
 use crate::exec::ExecRequest;
 use crate::exit::{Ending, Exit, Failure, clap_line, quiet_redb_panics, redb_panicked};
 use crate::keyed::Reconciled;
@@ -158,6 +159,20 @@ fn run(cli: &Cli) -> Ending {
             },
         ),
         Command::Stats => maintain::stats(&session),
+        Command::Transition {
+            tenant,
+            kind,
+            id,
+            to,
+            machine,
+            expected_version,
+        } => entity::transition(&session, (tenant, kind, id), to, machine, *expected_version),
+        Command::Entity(EntityCommand::Get { tenant, kind, id }) => {
+            entity::get(&session, (tenant, kind, id))
+        }
+        Command::Entity(EntityCommand::List { kind, state, limit }) => {
+            entity::list(&session, kind, state.as_deref(), *limit)
+        }
         Command::Intents(IntentsCommand::List { state, limit }) => {
             intents::list(&session, *state, *limit)
         }
