@@ -252,10 +252,10 @@ pub use view::{RecordView, ViewError, record_json};
 // The core types this crate's API takes and returns: an application may depend on
 // idem-store alone.
 pub use idem_core::{
-    Attempt, Config, ConfigError, Decision, DecodeError, Effect, Fingerprint, FingerprintError,
-    Generation, IdError, Intent, IntentState, LeaseExpiry, LedgerConfig, LedgerConfigError,
-    LedgerError, Outcome, Record, RecordId, Refusal, Reply, Resolution, State, Status, Timestamp,
-    Verdict,
+    Attempt, Config, ConfigError, Decision, DecodeError, Effect, Entity, EntityDecision,
+    Fingerprint, FingerprintError, Generation, IdError, Intent, IntentState, LeaseExpiry,
+    LedgerConfig, LedgerConfigError, LedgerError, Machine, MachineError, MachineSpec, Outcome,
+    Record, RecordId, Refusal, Reply, Resolution, State, Status, Timestamp, Verdict,
 };
 
 /// The redb version this store is built on, for the application's own tables in the

@@ -556,6 +556,55 @@ impl Store {
     /// `expected_version` is the optimistic check: the version the caller read; `None`
     /// skips it.
     ///
+    /// ```
+    /// use idem_store::redb::{ReadableTable, TableDefinition};
+    /// use idem_store::{
+    ///     EntityDecision, EntityId, Executed, Fingerprint, Machine, MachineSpec, Outcome, RecordId,
+    ///     Store, Timestamp, Uniqueness, Verdict,
+    /// };
+    ///
+    /// const REFUNDS: TableDefinition<&str, u64> = TableDefinition::new("shop.refunds");
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path().join("terminal.redb"))?;
+    /// let payment = Machine::new(MachineSpec {
+    ///     states: vec!["created".into(), "paid".into(), "refunded".into()],
+    ///     initial: "created".into(),
+    ///     moves: vec![("created".into(), "paid".into()), ("paid".into(), "refunded".into())],
+    /// })?;
+    /// let pay = EntityId::new("shop-7", "payment", "p-991")?;
+    /// let now = Timestamp(1_700_000_000_000);
+    /// store.transition(&payment, &pay, "paid", None, now)?;
+    ///
+    /// // Two refund requests under two different keys (a double click on two devices): the
+    /// // key cannot see that they are one refund; the receipt claim and the machine can.
+    /// let refund = |key: &str| -> Result<Executed<()>, Box<dyn std::error::Error>> {
+    ///     let id = RecordId::new("shop-7", "refund", key)?;
+    ///     let work = |txn: &idem_store::redb::WriteTransaction| -> Result<_, idem_store::Error> {
+    ///         // The receipt number is claimed once, whichever key comes first.
+    ///         if let Uniqueness::Taken { by } = store.claim_unique_in(txn, "shop-7", "receipt", "R-77", key)? {
+    ///             return Ok((Verdict::Failed, Outcome::new(409, format!("receipt R-77 is {by}'s")), ()));
+    ///         }
+    ///         match store.transition_in(txn, &payment, &pay, "refunded", Some(1), now)? {
+    ///             EntityDecision::Applied { .. } => {
+    ///                 txn.open_table(REFUNDS)?.insert("p-991", 1250)?;
+    ///                 Ok((Verdict::Succeeded, Outcome::new(200, "refunded"), ()))
+    ///             }
+    ///             other => Ok((Verdict::Failed, Outcome::new(409, format!("{other:?}")), ())),
+    ///         }
+    ///     };
+    ///     Ok(store.execute(&id, Fingerprint::of_bytes(b"refund p-991"), now, work)?)
+    /// };
+    /// assert!(matches!(refund("device-a")?, Executed::Ran { .. }));
+    /// let second = refund("device-b")?;
+    /// assert_eq!(second.outcome().map(|(v, o)| (v, o.code)), Some((Verdict::Failed, 409)));
+    /// let refunds = store.read(|txn| -> Result<u64, idem_store::redb::Error> {
+    ///     Ok(txn.open_table(REFUNDS)?.iter()?.count() as u64)
+    /// })??;
+    /// assert_eq!(refunds, 1, "one refund, not two");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// Storage or decode errors; after one the transaction may hold part of the write:
