@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use idem_core::protocol::{self, Decision};
 use idem_core::{Config, Fingerprint, Generation, Outcome, RecordId, Timestamp, Verdict};
 use idem_store::redb::{ConcurrencyMode, Durability};
-use idem_store::{ExecuteError, Executed, Store};
+use idem_store::{EntityDecision, EntityId, ExecuteError, Executed, Machine, MachineSpec, Store};
 use serde::Serialize;
 
 use crate::measure::{BenchError, KeySequence, Row, Timing, measure};
@@ -141,6 +141,8 @@ pub fn run(dir: &Path, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Re
     rows.push(bench.two_phase(1)?);
     progress("execute, one transaction each");
     rows.push(bench.execute_alone(1, plan.keys_per_caller)?);
+    progress("entity moves, alone and inside execute");
+    rows.extend(bench.transitions()?);
     for &callers in &plan.callers {
         progress(&format!("execute_grouped, {callers} callers"));
         rows.push(bench.execute_grouped(callers)?);
@@ -289,6 +291,78 @@ impl Writes<'_> {
             ("execute", "execute, one transaction per call")
         };
         Ok(Row::new(id, name, callers, &timing).with_commits(timing.calls.len() as u64, commits))
+    }
+
+    /// An entity move per call (DESIGN §8): [`Store::transition`] in a transaction of
+    /// its own, and [`Store::transition_in`] inside an atomic execute (the key's record
+    /// and the move in one commit). One entity per row flips between two states, so
+    /// every call is a real move that bumps the version.
+    fn transitions(&self) -> Result<[Row; 2], BenchError> {
+        let machine = Machine::new(MachineSpec {
+            states: vec!["even".into(), "odd".into()],
+            initial: "even".into(),
+            moves: vec![("even".into(), "odd".into()), ("odd".into(), "even".into())],
+        })?;
+        let target = |n: u32| if n % 2 == 0 { "odd" } else { "even" };
+        let applied = |decision: EntityDecision| match decision {
+            EntityDecision::Applied { .. } => Ok(()),
+            other => Err(BenchError::from(format!(
+                "the move was not applied: {other:?}"
+            ))),
+        };
+        let alone = EntityId::new("bench", "account", "alone")?;
+        self.store
+            .transition(&machine, &alone, "even", None, NOW)
+            .map(drop)?;
+        let timing = measure(1, self.keys, |_, n| {
+            applied(
+                self.store
+                    .transition(&machine, &alone, target(n), None, NOW)?,
+            )
+        })?;
+        let inside = EntityId::new("bench", "account", "inside")?;
+        self.store
+            .transition(&machine, &inside, "even", None, NOW)
+            .map(drop)?;
+        let keys = KeySequence::default();
+        let in_execute = measure(1, self.keys, |_, n| {
+            let id = Self::id("transition", 1, &keys)?;
+            let fingerprint = Fingerprint::of_bytes(id.key().as_bytes());
+            let executed = self.store.execute(&id, fingerprint, NOW, |txn| {
+                let decision =
+                    self.store
+                        .transition_in(txn, &machine, &inside, target(n), None, NOW)?;
+                match decision {
+                    EntityDecision::Applied { .. } => {
+                        Ok((Verdict::Succeeded, self.outcome.clone(), ()))
+                    }
+                    other => Err(idem_store::Error::Corrupt {
+                        detail: format!("the move was not applied: {other:?}"),
+                    }),
+                }
+            });
+            match executed {
+                Ok(Executed::Ran { .. }) => Ok(()),
+                Ok(Executed::NotRun(decision)) => {
+                    Err(format!("{id} did not run: {decision:?}").into())
+                }
+                Err(ExecuteError::Store(e) | ExecuteError::Work(e)) => Err(e.into()),
+            }
+        })?;
+        Ok([
+            Row::new(
+                "transition",
+                "transition, one transaction per move",
+                1,
+                &timing,
+            ),
+            Row::new(
+                "execute_transition",
+                "execute with transition_in, one transaction per call",
+                1,
+                &in_execute,
+            ),
+        ])
     }
 
     /// [`Store::execute_grouped`] at `callers`.
@@ -579,6 +653,8 @@ mod tests {
             ("execute", 3),
             ("execute_grouped", 1),
             ("execute_grouped", 3),
+            ("transition", 1),
+            ("execute_transition", 1),
             ("execute_no_fsync", 1),
             ("execute_grouped_no_fsync", 1),
             ("execute_single_process", 1),
