@@ -14,7 +14,12 @@
 //!   back work, executions slower than the lease) over 24 simulated days;
 //! - in memory, 100 seeds: about 12,000 intents, 40,000 requests, 13,600 faults over
 //!   200 simulated days;
-//! - the deadline guard: a duplicate found with the guard off, none with it on.
+//! - the deadline guard: a duplicate found with the guard off, none with it on;
+//! - the clock floor: with the receiver's clock reset half a day to a day and a half back
+//!   for up to half an hour, a duplicate found with the floor off (an outcome settled at
+//!   the reset clock expired when the clock was corrected, and a retry within its
+//!   deadline ran the effect again), none with it on: seed 2 has the duplicate, and
+//!   seeds 0 to 2 with the floor on make 80 claims at a reset clock, all kept.
 //!
 //! About a minute in a debug build on two cores (half of that on an idle machine).
 
@@ -32,6 +37,8 @@ const DEFAULT_SEEDS: u64 = 12;
 const DEFAULT_MEMORY_SEEDS: u64 = 100;
 /// The deadline-guard test gives up looking for a duplicate after this many seeds.
 const GUARD_SEARCH: u64 = 30;
+/// The clock-floor test gives up looking for a duplicate after this many seeds.
+const FLOOR_SEARCH: u64 = 30;
 
 fn env_u64(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
@@ -210,5 +217,55 @@ fn the_deadline_guard_is_load_bearing() {
     assert!(
         expired > 0,
         "with the guard on, intents must expire instead"
+    );
+}
+
+/// With the clock floor off, a receiver whose clock was reset far back settles outcomes
+/// that expire early: once the clock is corrected, a retry still within its sender's
+/// deadline finds the outcome expired (or swept) and runs the effect again. The search
+/// must find such a seed; with the floor on, the same seeds (and at least two) keep every
+/// promise, with claims made while the clock was reset. A few seconds in a debug build.
+#[test]
+fn the_clock_floor_is_load_bearing() {
+    let started = Instant::now();
+    let mut found = None;
+    for seed in 0..FLOOR_SEARCH {
+        let config = SimConfig::clock_reset_scenario(seed, false);
+        match sim::run(seed, &config, &mut durable()) {
+            Err(failure) if failure.violations.iter().any(|v| v.check == "at-most-once") => {
+                found = Some(failure);
+                break;
+            }
+            Err(failure) => {
+                panic!("unfloored seed {seed} failed other than by a duplicate:\n{failure}")
+            }
+            Ok(_) => {}
+        }
+    }
+    let failure = found.unwrap_or_else(|| {
+        panic!("no seed in 0..{FLOOR_SEARCH} ran an effect twice with the clock floor off")
+    });
+    let duplicate = failure
+        .violations
+        .iter()
+        .find(|v| v.check == "at-most-once")
+        .expect("found by check");
+    println!("floor off, seed {}: {duplicate}", failure.seed);
+
+    let floored: Vec<u64> = (0..(failure.seed + 1).max(2)).collect();
+    let results = run_all(
+        &floored,
+        |seed| SimConfig::clock_reset_scenario(seed, true),
+        durable,
+    );
+    let claims_in_reset: u64 = results
+        .iter()
+        .filter_map(|(_, run)| run.as_ref().ok())
+        .map(|r| r.faults.claims_in_reset)
+        .sum();
+    expect_exactly_once("clock floor on", &results, started);
+    assert!(
+        claims_in_reset > 0,
+        "with the floor on, the receiver must have claimed keys while its clock was reset"
     );
 }

@@ -1,10 +1,21 @@
 //! Fault injection: which faults a run suffers, drawn from its seed up front, and what
 //! each one does to the world.
 //!
-//! Clock faults keep every clock within `max_skew_ms` of true time, so a clock may jump
+//! Clock jumps keep every clock within `max_skew_ms` of true time, so a clock may jump
 //! back by up to twice that and forward by up to twice that. The senders' safety margin
 //! must cover four times the skew plus the longest time in flight (see
 //! [`FaultConfig::margin_needed_ms`]); within that bound exactly-once must hold.
+//!
+//! Clock resets, off unless a scenario turns them on, go far beyond the skew: the
+//! receiver's clock is set back by hours or days (a terminal whose real-time clock lost
+//! its time) and stays there until it is corrected. What bounds their harm is the
+//! receiver's clock floor: a write never uses a time behind the latest one a write used.
+//! The floor is only as recent as the receiver's latest write, so a reset strikes while
+//! the receiver is busy: within `clock_reset_quiet_ms` of a claim it made with a good
+//! clock, or else right after its next such claim. (A receiver idle for hours before its
+//! clock went back would settle at that old time; then the margin has to cover the idle
+//! time too, as DESIGN §2 says: retention covers the longest offline period plus the
+//! clock error.)
 
 use super::events::{Event, Queue};
 use super::network::Cut;
@@ -41,6 +52,16 @@ pub struct FaultConfig {
     pub long_partition_share: f64,
     /// Length range of a long partition.
     pub long_partition_ms: (u64, u64),
+    /// Mean time between resets of the receiver's clock; 0 (the default scenarios) turns
+    /// them off.
+    pub clock_reset_every_ms: u64,
+    /// How far back a reset sets the receiver's clock, a range.
+    pub clock_reset_back_ms: (u64, u64),
+    /// How long a reset lasts before the clock is corrected, a range.
+    pub clock_reset_for_ms: (u64, u64),
+    /// A reset strikes only when the receiver made a claim with a good clock within this
+    /// long; otherwise it waits for the next such claim.
+    pub clock_reset_quiet_ms: u64,
     /// Mean time between extra receiver sweeps, besides the periodic one.
     pub sweep_every_ms: u64,
     /// Probability that a sale's own write fails, rolling back the sale and its intent.
@@ -59,9 +80,22 @@ impl FaultConfig {
     /// The safety margin that covers these clock faults and `max_delay_ms` in flight:
     /// a sender clock behind by the skew at creation and ahead at the last send, and the
     /// receiver's ahead at that send's arrival and behind at the completion.
+    ///
+    /// A reset puts the receiver's clock further behind at a completion. With the
+    /// `clock_floor`, the completion uses the floor instead, the time of a claim at most
+    /// `clock_reset_quiet_ms` before the reset, which lasts at most
+    /// `clock_reset_for_ms.1`: behind by those two more. Without it, behind by the whole
+    /// reset.
     #[must_use]
-    pub fn margin_needed_ms(&self, max_delay_ms: u64) -> u64 {
-        4 * self.max_skew_ms + max_delay_ms
+    pub fn margin_needed_ms(&self, max_delay_ms: u64, clock_floor: bool) -> u64 {
+        let reset = if self.clock_reset_every_ms == 0 {
+            0
+        } else if clock_floor {
+            self.clock_reset_for_ms.1 + self.clock_reset_quiet_ms
+        } else {
+            self.clock_reset_back_ms.1
+        };
+        4 * self.max_skew_ms + max_delay_ms + reset
     }
 }
 
@@ -88,6 +122,22 @@ pub enum Fault {
         node: usize,
         /// The new offset.
         offset_ms: i64,
+    },
+    /// The receiver's clock is to be reset `back_ms` behind true time for `for_ms`, as
+    /// soon as the receiver is busy (see the module doc); when it strikes, it is logged
+    /// as a [`Fault::ClockJump`] of node 0. Nothing happens while a reset is already in
+    /// force or waiting.
+    ClockReset {
+        /// How far back.
+        back_ms: u64,
+        /// For how long.
+        for_ms: u64,
+    },
+    /// The reset that was to last until `until` (true time) ends: the receiver's clock is
+    /// set within the skew again.
+    ClockCorrected {
+        /// The end time it was scheduled with.
+        until: u64,
     },
     /// A sender's link is cut until `until` (true time).
     Partition {
@@ -127,6 +177,11 @@ pub struct FaultStats {
     pub clock_jumps_back: u64,
     /// Clock jumps forwards.
     pub clock_jumps_forward: u64,
+    /// Resets of the receiver's clock (each also counted as a jump back).
+    pub clock_resets: u64,
+    /// Claims the receiver made while its clock was reset: the outcomes a reset could
+    /// make expire early.
+    pub claims_in_reset: u64,
     /// Partitions of any length.
     pub partitions: u64,
     /// Partitions longer than an hour.
@@ -150,6 +205,8 @@ impl FaultStats {
         self.lost_executions += other.lost_executions;
         self.clock_jumps_back += other.clock_jumps_back;
         self.clock_jumps_forward += other.clock_jumps_forward;
+        self.clock_resets += other.clock_resets;
+        self.claims_in_reset += other.claims_in_reset;
         self.partitions += other.partitions;
         self.long_partitions += other.long_partitions;
         self.extra_sweeps += other.extra_sweeps;
@@ -214,6 +271,14 @@ pub fn schedule(
     for at in arrivals(rng, config.sweep_every_ms, start, end) {
         let limit = rng.below(200) + 1;
         queue.push(at, Event::Fault(Fault::Sweep { limit }));
+    }
+    // Last, and drawing nothing when off: the default scenarios draw what they drew
+    // before resets existed.
+    for at in arrivals(rng, config.clock_reset_every_ms, start, end) {
+        let (back, lasts) = (config.clock_reset_back_ms, config.clock_reset_for_ms);
+        let back_ms = rng.range(back.0, back.1);
+        let for_ms = rng.range(lasts.0, lasts.1);
+        queue.push(at, Event::Fault(Fault::ClockReset { back_ms, for_ms }));
     }
 }
 
@@ -302,6 +367,29 @@ impl<S: Outbox, R: Receiver> World<S, R> {
                     self.reschedule_wake(node - 1);
                 }
             }
+            Fault::ClockReset { back_ms, for_ms } => {
+                let receiver = &mut self.receiver;
+                if receiver.reset_until.is_some() || receiver.pending_reset.is_some() {
+                    // Already reset, or about to be.
+                    return;
+                }
+                let busy = receiver
+                    .last_good_claim
+                    .is_some_and(|at| self.now - at <= self.config.faults.clock_reset_quiet_ms);
+                if busy {
+                    self.reset_receiver_clock(back_ms, for_ms);
+                } else {
+                    receiver.pending_reset = Some((back_ms, for_ms));
+                }
+            }
+            Fault::ClockCorrected { until } => {
+                if self.receiver.reset_until == Some(until) {
+                    self.receiver.reset_until = None;
+                    let skew = i64::try_from(self.config.faults.max_skew_ms).unwrap_or(i64::MAX);
+                    let offset_ms = offset_within(&mut self.rng, skew);
+                    self.apply_fault(Fault::ClockJump { node: 0, offset_ms });
+                }
+            }
             Fault::Partition { sender, cut, until } => {
                 self.network.partition(sender, cut);
                 self.senders[sender].partition_until = Some(until);
@@ -322,6 +410,32 @@ impl<S: Outbox, R: Receiver> World<S, R> {
                 self.faults.extra_sweeps += 1;
                 self.sweep(limit);
             }
+        }
+    }
+
+    /// Sets the receiver's clock `back_ms` behind true time, until a correction `for_ms`
+    /// from now.
+    fn reset_receiver_clock(&mut self, back_ms: u64, for_ms: u64) {
+        let until = self.now + for_ms;
+        self.receiver.reset_until = Some(until);
+        self.faults.clock_resets += 1;
+        let offset_ms = -i64::try_from(back_ms).unwrap_or(i64::MAX);
+        self.apply_fault(Fault::ClockJump { node: 0, offset_ms });
+        self.queue
+            .push(until, Event::Fault(Fault::ClockCorrected { until }));
+    }
+
+    /// The receiver claimed a key at `self.now`; with a good clock, that claim raised its
+    /// clock floor to within the skew of true time, and a reset waiting for a busy
+    /// receiver strikes now.
+    pub(super) fn receiver_claimed(&mut self) {
+        if self.receiver.reset_until.is_some() {
+            self.faults.claims_in_reset += 1;
+            return;
+        }
+        self.receiver.last_good_claim = Some(self.now);
+        if let Some((back_ms, for_ms)) = self.receiver.pending_reset.take() {
+            self.reset_receiver_clock(back_ms, for_ms);
         }
     }
 }

@@ -7,7 +7,8 @@
 //! at most once: most operations on the atomic path, some on the two-phase path with
 //! an external provider. The network drops, duplicates, delays and reorders; senders
 //! and the receiver crash and restart, clocks jump back and forward, links partition,
-//! the receiver sweeps. Time jumps to the next event, so a run covers days of simulated
+//! the receiver sweeps; in one scenario the receiver's clock is also reset days back for
+//! a while. Time jumps to the next event, so a run covers days of simulated
 //! time in a moment. [`run`] returns a [`Report`], or a [`Failure`] naming the seed,
 //! the broken checks and the log of every intent concerned.
 //!
@@ -72,6 +73,9 @@ pub struct SimConfig {
     pub ledger: LedgerConfig,
     /// The receiver's settings.
     pub receiver: Config,
+    /// The receiver keeps its clock floor (idem-store does, always, except in a
+    /// test-only build that can turn it off; idem-core's in-memory receiver keeps none).
+    pub clock_floor: bool,
     /// The network.
     pub network: NetworkConfig,
     /// The faults.
@@ -111,6 +115,7 @@ impl SimConfig {
                 ..LedgerConfig::with_seed(0)
             },
             receiver,
+            clock_floor: true,
             network: NetworkConfig {
                 drop: 0.25 * knobs.unit(),
                 duplicate: 0.15 * knobs.unit(),
@@ -125,6 +130,10 @@ impl SimConfig {
                 receiver_down_max_ms: 5 * MINUTE,
                 clock_jump_every_ms: knobs.range(30, 180) * MINUTE,
                 max_skew_ms: 10 * MINUTE,
+                clock_reset_every_ms: 0,
+                clock_reset_back_ms: (0, 0),
+                clock_reset_for_ms: (0, 0),
+                clock_reset_quiet_ms: 0,
                 partition_every_ms: knobs.range(2, 8) * HOUR,
                 partition_mean_ms: 15 * MINUTE,
                 long_partition_share: 0.05,
@@ -160,6 +169,41 @@ impl SimConfig {
         config
     }
 
+    /// The run that shows the clock floor is load-bearing: about every hour the
+    /// receiver's clock is reset half a day to a day and a half back, for five minutes to
+    /// half an hour, while three senders keep sending. Without the floor, an outcome
+    /// settled at such a clock expires as much too early as the clock was behind, often
+    /// before the clock is even corrected;
+    /// a retry after the correction, still within its sender's deadline, finds it expired
+    /// or swept and runs the effect again. With `floored == false` the receiver's store
+    /// runs without its clock floor (idem-store's test-only switch).
+    ///
+    /// The senders' safety margin is two hours: it covers the skew, the time in flight
+    /// and what a reset costs with the floor (see [`FaultConfig::margin_needed_ms`]),
+    /// not a reset without it.
+    ///
+    /// Two-phase executions are neither slow nor lost in a crash here. A lease is
+    /// compared with the receiver's clock as it is, so a Pending record stays in progress
+    /// while that clock is reset, and its sender, told to retry at a lease end already
+    /// past on its own clock, retries at once: such a record costs thousands of round
+    /// trips until the correction, and shows nothing about the floor.
+    #[must_use]
+    pub fn clock_reset_scenario(seed: u64, floored: bool) -> SimConfig {
+        let mut config = SimConfig::for_seed(seed);
+        config.senders = 3;
+        config.sales_per_sender = 40;
+        config.window_ms = 12 * HOUR;
+        config.clock_floor = floored;
+        config.ledger.safety_margin_ms = 2 * HOUR;
+        config.faults.clock_reset_every_ms = HOUR;
+        config.faults.clock_reset_back_ms = (12 * HOUR, 36 * HOUR);
+        config.faults.clock_reset_for_ms = (5 * MINUTE, 30 * MINUTE);
+        config.faults.clock_reset_quiet_ms = 15 * MINUTE;
+        config.faults.crash_mid_execution = 0.0;
+        config.faults.slow_execution = 0.0;
+        config
+    }
+
     /// The mean time between two sales of one sender.
     #[must_use]
     pub fn sale_gap_ms(&self) -> u64 {
@@ -185,10 +229,12 @@ impl SimConfig {
                 self.ledger.server_retention_ms
             ));
         }
-        let needed = self.faults.margin_needed_ms(self.network.max_delay_ms);
+        let needed = self
+            .faults
+            .margin_needed_ms(self.network.max_delay_ms, self.clock_floor);
         if self.ledger.safety_margin_ms <= needed {
             return Err(format!(
-                "safety margin {} ms does not cover clock skew and time in flight ({needed} ms)",
+                "safety margin {} ms does not cover clock skew, resets and time in flight ({needed} ms)",
                 self.ledger.safety_margin_ms
             ));
         }
@@ -207,8 +253,9 @@ pub trait Backend {
     type Receiver: Receiver;
     /// The outbox of sender `index`.
     fn sender(&mut self, index: usize, config: LedgerConfig) -> Self::Sender;
-    /// The receiver's store.
-    fn receiver(&mut self, config: Config) -> Self::Receiver;
+    /// The receiver's store, with `config.receiver` and, where it has one, the clock
+    /// floor as `config.clock_floor` says.
+    fn receiver(&mut self, config: &SimConfig) -> Self::Receiver;
 }
 
 /// idem-core's in-memory ledger and receiver: fast, for many seeds.
@@ -223,8 +270,16 @@ impl Backend for InMemory {
         MemoryOutbox::new(config)
     }
 
-    fn receiver(&mut self, config: Config) -> MemoryStore {
-        MemoryStore::new(config)
+    /// # Panics
+    ///
+    /// When `config` resets the receiver's clock and counts on a clock floor: this
+    /// receiver keeps none.
+    fn receiver(&mut self, config: &SimConfig) -> MemoryStore {
+        assert!(
+            config.faults.clock_reset_every_ms == 0 || !config.clock_floor,
+            "idem-core's in-memory receiver keeps no clock floor: run clock resets on idem-store"
+        );
+        MemoryStore::new(config.receiver.clone())
     }
 }
 
@@ -351,14 +406,15 @@ impl fmt::Display for Failure {
 ///
 /// # Panics
 ///
-/// When `config` fails [`SimConfig::validate`] and its deadline guard is on: such a run
-/// could fail without a bug.
+/// When `config` fails [`SimConfig::validate`] with its deadline guard and clock floor
+/// on: such a run could fail without a bug. (A run with a safeguard off is there to
+/// show what breaks without it.)
 pub fn run<B: Backend>(
     seed: u64,
     config: &SimConfig,
     backend: &mut B,
 ) -> Result<Report, Box<Failure>> {
-    if !config.ledger.unguarded_deadline {
+    if !config.ledger.unguarded_deadline && config.clock_floor {
         if let Err(e) = config.validate() {
             panic!("simulation config cannot promise exactly-once: {e}");
         }

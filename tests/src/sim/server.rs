@@ -71,6 +71,7 @@ impl<S: Outbox, R: Receiver> World<S, R> {
             match self.receiver.store.begin(&id, fingerprint, now) {
                 Decision::Claimed { generation, .. } => {
                     self.history.claimed(&key, self.now, generation);
+                    self.receiver_claimed();
                     let lease = self.config.receiver.lease_ms;
                     let took = if self.rng.chance(self.config.faults.slow_execution) {
                         self.faults.slow_executions += 1;
@@ -108,6 +109,7 @@ impl<S: Outbox, R: Receiver> World<S, R> {
                 ..
             } => {
                 self.history.claimed(&key, self.now, generation);
+                self.receiver_claimed();
                 self.history.note(&key, self.now, Note::Ran(run));
                 self.traffic.executions += 1;
                 self.answer(&request, &key, outcome_reply(outcome));

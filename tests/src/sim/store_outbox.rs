@@ -9,13 +9,13 @@
 use std::path::{Path, PathBuf};
 
 use idem_core::ledger::Effect;
-use idem_core::{Attempt, Config, Fingerprint, Intent, LedgerConfig, Reply, Timestamp};
+use idem_core::{Attempt, Fingerprint, Intent, LedgerConfig, Reply, Timestamp};
 use idem_store::redb::{self, ReadableTable, TableDefinition};
 use idem_store::{EnqueueError, IntentFilter, Store};
 
-use super::Backend;
 use super::sender::Outbox;
 use super::store_receiver::StoreReceiver;
+use super::{Backend, SimConfig};
 
 /// The sender's own table: intent key → sale payload.
 const SALES: TableDefinition<&str, &[u8]> = TableDefinition::new("shop.sales");
@@ -204,11 +204,12 @@ impl Backend for Durable {
         StoreOutbox::open(self.dir.path().join(format!("sender-{index}.redb")), config)
     }
 
-    fn receiver(&mut self, config: Config) -> StoreReceiver {
+    fn receiver(&mut self, config: &SimConfig) -> StoreReceiver {
         StoreReceiver::open(
             self.dir.path().join("receiver.redb"),
             self.dir.path().join("provider.redb"),
-            config,
+            config.receiver.clone(),
+            config.clock_floor,
         )
     }
 }

@@ -38,23 +38,31 @@ enum Work {
 pub struct StoreReceiver {
     path: PathBuf,
     config: Config,
+    clock_floor: bool,
     store: Option<Store>,
     provider: Database,
 }
 
 impl StoreReceiver {
-    /// Opens (creating) the store at `path` and the provider at `provider`.
+    /// Opens (creating) the store at `path` and the provider at `provider`; the store
+    /// keeps its clock floor unless `clock_floor` is false.
     ///
     /// # Panics
     ///
     /// When a file cannot be opened: the simulation's own temporary files.
     #[must_use]
-    pub fn open(path: PathBuf, provider: PathBuf, config: Config) -> StoreReceiver {
-        let store = open_store(&path, &config);
+    pub fn open(
+        path: PathBuf,
+        provider: PathBuf,
+        config: Config,
+        clock_floor: bool,
+    ) -> StoreReceiver {
+        let store = open_store(&path, &config, clock_floor);
         let provider = Database::create(provider).expect("provider file");
         StoreReceiver {
             path,
             config,
+            clock_floor,
             store: Some(store),
             provider,
         }
@@ -67,9 +75,14 @@ impl StoreReceiver {
     }
 }
 
-fn open_store(path: &PathBuf, config: &Config) -> Store {
-    Store::builder()
-        .config(config.clone())
+fn open_store(path: &PathBuf, config: &Config, clock_floor: bool) -> Store {
+    let mut builder = Store::builder().config(config.clone());
+    if !clock_floor {
+        // Test-only (idem-store's `test-unfloored-clock` feature): the scenario that
+        // shows what the floor prevents.
+        builder = builder.without_clock_floor();
+    }
+    builder
         .open(path)
         .unwrap_or_else(|e| panic!("receiver store {}: {e}", path.display()))
 }
@@ -254,6 +267,6 @@ impl Receiver for StoreReceiver {
     }
 
     fn restart(&mut self) {
-        self.store = Some(open_store(&self.path, &self.config));
+        self.store = Some(open_store(&self.path, &self.config, self.clock_floor));
     }
 }

@@ -52,6 +52,12 @@ pub(crate) struct ReceiverNode<R> {
     pub(crate) up: bool,
     /// Grows at every crash: executors of an earlier process are gone.
     pub(crate) incarnation: u32,
+    /// While its clock is reset: when the correction is due (true time).
+    pub(crate) reset_until: Option<u64>,
+    /// A reset (how far back, for how long) waiting for the receiver's next claim.
+    pub(crate) pending_reset: Option<(u64, u64)>,
+    /// The (true) time of its latest claim made while its clock was not reset.
+    pub(crate) last_good_claim: Option<u64>,
 }
 
 /// Everything in one run.
@@ -103,9 +109,12 @@ impl<S: Outbox, R: Receiver> World<S, R> {
             })
             .collect();
         let receiver = ReceiverNode {
-            store: backend.receiver(config.receiver.clone()),
+            store: backend.receiver(&config),
             up: true,
             incarnation: 0,
+            reset_until: None,
+            pending_reset: None,
+            last_good_claim: None,
         };
         let mut queue = Queue::default();
         let gap = config.sale_gap_ms();
@@ -156,7 +165,8 @@ impl<S: Outbox, R: Receiver> World<S, R> {
             self.dispatch(event);
         }
         // Quiet: every intent is finished. An operator reconciles what is still open,
-        // once every lease has surely run out.
+        // once every lease has surely run out. (A reset of the receiver's clock ends with
+        // a correction event of its own, so by now that clock is within the skew again.)
         self.now += 2 * (self.config.receiver.lease_ms + self.config.faults.max_skew_ms);
         self.reconcile();
     }
