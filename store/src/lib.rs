@@ -196,8 +196,11 @@
 //! Every time is the caller's `now`, but a store never lets it go backwards for its
 //! records: it keeps a clock floor, the latest time a write of a record used, and a
 //! write whose `now` is behind it uses the floor instead ([`Store::clock_floor`]). A
-//! terminal whose clock jumped back therefore cannot settle an outcome that expires
-//! early. A sweep reads the floor but does not raise it. Answers that write nothing
+//! terminal whose clock jumped back therefore settles outcomes at the time of its last
+//! write at the latest: they can expire early only by the time between that write and
+//! the jump, plus the time the clock stays behind (so a retention must cover the
+//! longest gap between writes and the clock's error, DESIGN §2). A sweep reads the
+//! floor but does not raise it. Answers that write nothing
 //! (a replay, an in-progress answer) use the caller's `now` as given: a clock behind the
 //! floor only keeps an outcome or a lease a little longer. The outbox's intents take
 //! the caller's time as given: a sender's deadline counted from a raised time could be
