@@ -264,7 +264,7 @@ fn client_kept_as_one_record_per_intent() {
     let _ = leader.due(1_000.0).unwrap();
     assert_eq!(
         changes(&mut leader),
-        [sent.clone(), sent.clone()],
+        [sent.as_str(), sent.as_str()],
         "begun, then sent"
     );
     assert!(
@@ -321,7 +321,7 @@ fn client_kept_as_one_record_per_intent() {
         .unwrap();
     assert_eq!(
         changes(&mut leader),
-        [sent.clone()],
+        [sent.as_str()],
         "an ignored reply changes nothing"
     );
     assert!(other.put(&leader.intent(&sent).unwrap()).unwrap());
@@ -330,7 +330,7 @@ fn client_kept_as_one_record_per_intent() {
     let _ = leader.forget(&sent).unwrap();
     assert_eq!(
         changes(&mut leader),
-        [sent.clone()],
+        [sent.as_str()],
         "forgotten: delete its record"
     );
 
