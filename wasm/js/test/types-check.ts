@@ -10,7 +10,14 @@ import init, {
   type IntentState,
   type IntentView,
 } from "idem-wasm";
-import { IdemSender, indexedDbStorage, memoryStorage } from "idem-wasm/browser";
+import {
+  IdemSender,
+  idempotencyKeyHeader,
+  indexedDbStorage,
+  memoryStorage,
+  type LedgerStorage,
+} from "idem-wasm/browser";
+import { backgroundSync, sendQueued, type SendQueuedResult } from "idem-wasm/worker";
 
 export async function check(): Promise<string> {
   await init();
@@ -23,6 +30,11 @@ export async function check(): Promise<string> {
   const wake: number | undefined = client.nextWakeup();
   const bytes: Uint8Array = client.snapshot();
   IdemClient.restore(bytes).list().forEach((i: IntentView) => i.attempts.toFixed());
+  const changed: string[] = client.takeChanges();
+  const records: Uint8Array[] = changed.flatMap((k) => client.intent(k) ?? []);
+  const copy = IdemClient.restoreParts(client.ledgerState(), records);
+  const { intent }: { intent: Uint8Array } = copy.prepare("order", "{}", Date.now());
+  const added: boolean = copy.put(intent);
   new IdemClient();
 
   const receiver = new MemoryReceiver({ leaseMs: 1_000, onLeaseExpiry: "takeover" });
@@ -30,13 +42,35 @@ export async function check(): Promise<string> {
   if (decision.decision === "claimed") {
     receiver.complete({ tenant: "t", operation: "o", key }, decision.generation, "succeeded", { code: 200 }, 2);
   }
+  const storage: LedgerStorage = typeof indexedDB === "undefined" ? memoryStorage() : indexedDbStorage({ database: "x" });
   const sender = await IdemSender.open({
     url: (attempt) => `/orders/${attempt.operation}`,
-    storage: typeof indexedDB === "undefined" ? memoryStorage() : indexedDbStorage({ database: "x" }),
+    storage,
     headers: { "Content-Type": "application/json" },
     onChange: (intent) => intent.state satisfies IntentState,
+    onLeader: (leading: boolean) => leading,
+    backgroundSync: false,
   });
   const done = await sender.settled((await sender.submit("order", "{}")).key);
+  const leading: boolean = sender.leading;
   sender.stop();
-  return [fingerprintBytes("x"), fingerprintJson("{}", ["/a"]), fingerprintFields({ a: "1" }), state, wake, done.status].join();
+  sender.close();
+  const queued: SendQueuedResult = await sendQueued({ url: "/orders", lockWaitMs: 1_000, budgetMs: 5_000 });
+  const tag: string = backgroundSync(
+    { addEventListener: (_type, listener) => listener({ tag: "idem:idem", lastChance: false, waitUntil: () => {} }) },
+    { url: "/orders" },
+  );
+  return [
+    fingerprintBytes("x"),
+    fingerprintJson("{}", ["/a"]),
+    fingerprintFields({ a: "1" }),
+    state,
+    wake,
+    done.status,
+    leading,
+    added,
+    queued.remaining,
+    tag,
+    idempotencyKeyHeader(key),
+  ].join();
 }
