@@ -197,6 +197,9 @@ export function senderKit({ init, IdemClient }) {
     #takingOver = null;
     #heard = null;
     #lastState = undefined;
+    // The service worker leads only until a page asks for the lock (`want`).
+    #wanted = false;
+    #wake = null;
     // Writes: changes wait in these until the next transaction takes them all.
     #adds = [];
     #dirty = new Set();
@@ -312,7 +315,7 @@ export function senderKit({ init, IdemClient }) {
     async submit(operation, payload) {
       const { key, fingerprint, intent } = this.client.prepare(operation, payload, this.#now());
       await this.#write({ add: [key, intent] });
-      if (this.#sync) this.#registerSync();
+      if (this.#sync && !this.#online()) this.#registerSync();
       if (this.#leading && this.#started) this.#pump();
       return { key, fingerprint };
     }
@@ -368,6 +371,7 @@ export function senderKit({ init, IdemClient }) {
     #join() {
       const abort = new AbortController();
       this.#joining = abort;
+      this.#channel?.postMessage({ want: true });
       this.#locks
         .request(this.#storage.name, { signal: abort.signal }, async () => {
           if (!this.#started) return;
@@ -484,6 +488,11 @@ export function senderKit({ init, IdemClient }) {
     /** A message from another sender on this storage: records it wrote. */
     #hear(message) {
       if (this.#closed) return;
+      if (message.want) {
+        this.#wanted = true;
+        this.#wake?.();
+        return;
+      }
       if (this.#heard) {
         this.#heard.push(message);
         return;
@@ -631,17 +640,33 @@ export function senderKit({ init, IdemClient }) {
       return sent;
     }
 
-    /** Sends until nothing is due within `budgetMs`; resolves with the number of sends. */
+    /**
+     * Sends until nothing is due within `budgetMs`, or until a page asks for the lock;
+     * resolves with the number of sends.
+     */
     async #drain(budgetMs) {
       const end = this.#now() + budgetMs;
       let sent = 0;
       for (;;) {
+        if (await this.#pageWaits()) return sent;
         sent += await this.#rounds();
         const at = this.client.nextWakeup();
         if (at === undefined || at > end || !this.#online()) return sent;
-        const wait = Math.max(0, at - this.#now());
-        if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+        await new Promise((resolve) => {
+          const timer = setTimeout(resolve, Math.max(0, at - this.#now()));
+          this.#wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        this.#wake = null;
       }
+    }
+
+    async #pageWaits() {
+      if (this.#wanted) return true;
+      const { pending = [] } = await this.#locks.query();
+      return pending.some((request) => request.name === this.#storage.name);
     }
 
     #schedule() {
