@@ -51,12 +51,21 @@ function changed() {
 // the worker also sends queued orders while no page is open (Background Sync).
 await navigator.serviceWorker?.register("/sw.js", { type: "module" });
 
+// What this tab heard: each intent's latest state by key, and when it began to lead.
+const seen = new Map();
+let ledAt;
 sender = await IdemSender.open({
   url: "/orders",
   headers: { "Content-Type": "application/json" },
   client: { baseBackoffMs: 200, maxBackoffMs: 2_000 },
-  onChange: changed,
-  onLeader: changed,
+  onChange: (intent) => {
+    seen.set(intent.key, intent.state);
+    changed();
+  },
+  onLeader: (leading) => {
+    ledAt = leading ? Date.now() : undefined;
+    changed();
+  },
 });
 addEventListener("online", render);
 addEventListener("offline", render);
@@ -66,7 +75,7 @@ button.addEventListener("click", async () => {
   await order();
   render();
 });
-window.shop = { sender, order };
+window.shop = { sender, order, seen, ledAt: () => ledAt };
 render();
 button.disabled = false;
 document.body.dataset.ready = "true";
