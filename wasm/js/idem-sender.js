@@ -194,7 +194,6 @@ export function senderKit({ init, IdemClient }) {
     #term = 0;
     #resign = null;
     #joining = null;
-    #takingOver = null;
     #heard = null;
     #lastState = undefined;
     // The service worker leads only until a page asks for the lock (`want`).

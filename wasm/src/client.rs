@@ -292,11 +292,8 @@ impl IdemClient {
     pub fn restore_parts(state: &[u8], intents: IntentRecords) -> Result<IdemClient, JsError> {
         let records: Array = intents.unchecked_into();
         let mut decoded = Vec::new();
-        for (at, record) in records.iter().enumerate() {
-            let field = format!("intents[{at}]");
-            let bytes = js::bytes(&field, &record)?;
-            let intent = Intent::decode(&bytes).map_err(|e| js::invalid(&field, &e.to_string()))?;
-            decoded.push(intent);
+        for record in records.iter() {
+            decoded.push(Intent::decode(&js::bytes("intents", &record)?)?);
         }
         Ok(IdemClient::from(Ledger::restore_parts(state, decoded)?))
     }

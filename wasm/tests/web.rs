@@ -341,7 +341,15 @@ fn client_kept_as_one_record_per_intent() {
         "ledger intents: decoded value breaks its rules"
     );
     let damaged = IdemClient::restore_parts(&leader.ledger_state(), js("[[1]]"));
-    assert!(message(damaged.err().unwrap()).starts_with("intents[0]: "));
+    assert_eq!(
+        message(damaged.err().unwrap()),
+        "intents: an array, expected a Uint8Array or a string"
+    );
+    let damaged = IdemClient::restore_parts(&leader.ledger_state(), js("[\"\"]"));
+    assert_eq!(
+        message(damaged.err().unwrap()),
+        "encoded value: empty, expected a version byte"
+    );
 }
 
 #[wasm_bindgen_test]
