@@ -324,3 +324,117 @@ test("a storage holding a version 1 snapshot: its intents become records on the 
     sender.stop();
   }
 });
+
+/** Web Locks in one process, as browsers grant them: one holder per name, the others in line. */
+function lockManager() {
+  const held = new Map();
+  const queues = new Map();
+  const grant = (name) => {
+    if (held.has(name)) return;
+    const next = queues.get(name)?.shift();
+    if (!next) return;
+    held.set(name, next);
+    Promise.resolve()
+      .then(() => next.callback({ name }))
+      .then(next.resolve, next.reject)
+      .finally(() => {
+        held.delete(name);
+        grant(name);
+      });
+  };
+  return {
+    request(name, options, callback) {
+      return new Promise((resolve, reject) => {
+        const entry = { callback, resolve, reject };
+        options.signal?.addEventListener("abort", () => {
+          const queue = queues.get(name) ?? [];
+          if (!queue.includes(entry)) return;
+          queue.splice(queue.indexOf(entry), 1);
+          reject(options.signal.reason ?? new DOMException("aborted", "AbortError"));
+        });
+        queues.set(name, [...(queues.get(name) ?? []), entry]);
+        grant(name);
+      });
+    },
+    async query() {
+      return { held: [...held.keys()].map((name) => ({ name })), pending: [...queues].flatMap(([name, q]) => q.map(() => ({ name }))) };
+    },
+  };
+}
+
+/** A storage in memory that senders share by name, as tabs share an IndexedDB database. */
+function sharedStorage(name) {
+  return { name, ...memoryStorage() };
+}
+
+/** Events to wait for: `when(test)` resolves with the first later `emit(value)` that passes `test`. */
+function signals() {
+  const waiting = new Set();
+  return {
+    emit(value) {
+      for (const w of waiting) {
+        if (!w.test(value)) continue;
+        waiting.delete(w);
+        clearTimeout(w.timer);
+        w.resolve(value);
+      }
+    },
+    when(test, what, ms = 5_000) {
+      return new Promise((resolve, reject) => {
+        const w = { test, resolve };
+        w.timer = setTimeout(() => {
+          waiting.delete(w);
+          reject(new Error(`timed out after ${ms} ms waiting for ${what}`));
+        }, ms);
+        waiting.add(w);
+      });
+    },
+  };
+}
+
+test("two senders on one storage: one leads and sends, the other's intents too; stop hands the lead over", async () => {
+  const storage = sharedStorage(`idem:test-${Date.now()}`);
+  const locks = lockManager();
+  const srv = server();
+  const events = signals();
+  const leadership = [];
+  const openTab = (name, extra = {}) =>
+    open(storage, srv, {
+      locks,
+      backgroundSync: false,
+      onLeader: (leading) => {
+        leadership.push([name, leading]);
+        events.emit({ name, leading });
+      },
+      onChange: (intent) => events.emit({ name, intent }),
+      ...extra,
+    });
+  const firstLeads = events.when((e) => e.name === "first" && e.leading, "the first sender to lead");
+  const first = await openTab("first");
+  await firstLeads;
+  const second = await openTab("second");
+  const third = await openTab("third", { start: false });
+  try {
+    assert.equal(second.leading, false);
+    const heardByThird = (key) => events.when((e) => e.name === "third" && e.intent?.key === key && e.intent.state === "completed", "the third sender to hear the outcome");
+    const { key } = await second.submit("order", "H-1");
+    const thirdHeard = heardByThird(key);
+    assert.equal((await stored(storage)).get(key).state, "queued", "durable when submit resolves");
+    const done = await second.settled(key);
+    assert.equal(done.state, "completed", "the follower hears the outcome");
+    assert.deepEqual(srv.seen.keys, [key], "sent once, by the leader");
+    await thirdHeard;
+
+    const secondLeads = events.when((e) => e.name === "second" && e.leading, "the second sender to lead");
+    first.stop();
+    await secondLeads;
+    const secondHears = events.when((e) => e.name === "second" && e.intent?.state === "completed", "the new leader to send it");
+    const { key: next } = await first.submit("order", "H-2"); // a stopped sender still submits
+    assert.equal((await secondHears).intent.key, next);
+    assert.deepEqual(srv.seen.keys, [key, next]);
+    assert.deepEqual(leadership, [["first", true], ["first", false], ["second", true]]);
+    assert.equal(third.leading, false, "never started: never leads");
+  } finally {
+    for (const sender of [first, second, third]) sender.close();
+  }
+});
