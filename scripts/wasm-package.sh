@@ -106,7 +106,7 @@ export * from "./idem_wasm.js";
 export default function init(options?: unknown): Promise<unknown>;
 export function initSync(options?: unknown): unknown;
 EOF
-cp wasm/js/idem-sender.js wasm/js/idem-browser.js wasm/js/idem-browser.d.ts \
+cp wasm/js/idem-storage.js wasm/js/idem-sender.js wasm/js/idem-browser.js wasm/js/idem-browser.d.ts \
   wasm/js/idem-worker.js wasm/js/idem-worker.d.ts wasm/js/README.md "$pkg/"
 node - "$pkg/package.json" "$version" <<'EOF'
 const [file, version] = process.argv.slice(2);
@@ -135,7 +135,17 @@ const pkg = {
     "./web/idem_wasm_bg.wasm": "./web/idem_wasm_bg.wasm",
     "./package.json": "./package.json",
   },
-  files: ["web/", "node/", "idem-sender.js", "idem-browser.js", "idem-browser.d.ts", "idem-worker.js", "idem-worker.d.ts", "README.md"],
+  files: [
+    "web/",
+    "node/",
+    "idem-storage.js",
+    "idem-sender.js",
+    "idem-browser.js",
+    "idem-browser.d.ts",
+    "idem-worker.js",
+    "idem-worker.d.ts",
+    "README.md",
+  ],
   engines: { node: ">=20" },
   keywords: ["idempotency", "idempotency-key", "retry", "wasm", "offline"],
 };

@@ -12,6 +12,7 @@ const SHELL = [
   "/pkg/web/idem_wasm_bg.wasm",
   "/pkg/idem-browser.js",
   "/pkg/idem-sender.js",
+  "/pkg/idem-storage.js",
 ];
 
 // The same url, headers and client settings as the page's sender.
