@@ -12,9 +12,9 @@
 # <target> is $CARGO_TARGET_DIR, else cargo's target directory of this workspace. The
 # package holds one wasm-bindgen build for browsers and bundlers (ESM, `--target web`),
 # one for Node (CommonJS, with an ESM entry), their TypeScript types, and the hand-written
-# helper `idem-wasm/browser` (wasm/js). Installs what a fresh machine lacks: the
-# wasm32-unknown-unknown target, wasm-bindgen-cli at the version in Cargo.lock, and
-# binaryen's wasm-opt from npm (Debian's binaryen is not used).
+# helpers `idem-wasm/browser` and `idem-wasm/worker` (wasm/js). Installs what a fresh
+# machine lacks: the wasm32-unknown-unknown target, wasm-bindgen-cli at the version in
+# Cargo.lock, and binaryen's wasm-opt from npm (Debian's binaryen is not used).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -106,7 +106,8 @@ export * from "./idem_wasm.js";
 export default function init(options?: unknown): Promise<unknown>;
 export function initSync(options?: unknown): unknown;
 EOF
-cp wasm/js/idem-browser.js wasm/js/idem-browser.d.ts wasm/js/README.md "$pkg/"
+cp wasm/js/idem-storage.js wasm/js/idem-sender.js wasm/js/idem-browser.js wasm/js/idem-browser.d.ts \
+  wasm/js/idem-worker.js wasm/js/idem-worker.d.ts wasm/js/README.md "$pkg/"
 node - "$pkg/package.json" "$version" <<'EOF'
 const [file, version] = process.argv.slice(2);
 const web = { types: "./web/idem_wasm.d.ts", default: "./web/idem_wasm.js" };
@@ -130,10 +131,21 @@ const pkg = {
       default: web,
     },
     "./browser": { types: "./idem-browser.d.ts", default: "./idem-browser.js" },
+    "./worker": { types: "./idem-worker.d.ts", default: "./idem-worker.js" },
     "./web/idem_wasm_bg.wasm": "./web/idem_wasm_bg.wasm",
     "./package.json": "./package.json",
   },
-  files: ["web/", "node/", "idem-browser.js", "idem-browser.d.ts", "README.md"],
+  files: [
+    "web/",
+    "node/",
+    "idem-storage.js",
+    "idem-sender.js",
+    "idem-browser.js",
+    "idem-browser.d.ts",
+    "idem-worker.js",
+    "idem-worker.d.ts",
+    "README.md",
+  ],
   engines: { node: ">=20" },
   keywords: ["idempotency", "idempotency-key", "retry", "wasm", "offline"],
 };

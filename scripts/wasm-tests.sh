@@ -5,8 +5,12 @@
 #   3. wasm-bindgen tests in headless Chromium
 #   4. the packed npm package installed into a scratch folder, with node:test
 #      (vectors, client, receiver, helper, TypeScript types)
-#   5. the Playwright end-to-end test in Chromium against the Rust test server on idem-store
-#      (tests/examples/e2e-server.rs)
+#   5. the Playwright end-to-end tests in Chromium against the Rust test server on idem-store
+#      (tests/examples/e2e-server.rs): lost replies, reloads, several tabs, a leading tab
+#      closed or crashed, the service worker sending with every page closed, and the upgrade
+#      of a version 0.1 database
+#   6. a benchmark, printed and not asserted: bytes written per change and the time of
+#      `submit` with 0 and 2,000 intents queued
 # Builds the package with scripts/wasm-package.sh first (which prints the .wasm size).
 # Installs what is missing: Debian's chromium and chromium-driver, and from npm
 # typescript and playwright-core into the scratch folder (pinned below).
@@ -58,15 +62,18 @@ cp wasm/js/test/* "$scratch/test/"
 (cd "$scratch" && IDEM_VECTORS="$repo/testdata/fingerprints.json" \
   node --test test/package.test.mjs test/sender.test.mjs test/types.test.mjs)
 
-step "5. Playwright end-to-end test in Chromium (Rust test server on idem-store)"
+step "5. Playwright end-to-end tests in Chromium (Rust test server on idem-store)"
 cargo build -p idem-tests --example e2e-server
 site=$scratch/site
 mkdir -p "$site/pkg"
-cp wasm/e2e/site/* "$site/"
+cp -r wasm/e2e/site/. "$site/"
 # The page loads the package exactly as npm installed it.
 cp -r "$scratch/node_modules/idem-wasm/." "$site/pkg/"
-cp wasm/e2e/e2e.test.mjs "$scratch/test/"
-(cd "$scratch" && IDEM_E2E_SERVER="$target_dir/debug/examples/e2e-server" IDEM_E2E_SITE="$site" \
-  CHROMIUM="$chromium_bin" node --test test/e2e.test.mjs)
+cp wasm/e2e/e2e.test.mjs wasm/e2e/bench.mjs "$scratch/test/"
+export IDEM_E2E_SERVER="$target_dir/debug/examples/e2e-server" IDEM_E2E_SITE="$site" CHROMIUM="$chromium_bin"
+(cd "$scratch" && node --test --test-concurrency=1 test/e2e.test.mjs)
+
+step "6. benchmark: a queue of 2,000 intents in Chromium (printed, not asserted)"
+(cd "$scratch" && node test/bench.mjs)
 
 step "idem-wasm: all test layers passed"

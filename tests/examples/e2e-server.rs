@@ -6,15 +6,17 @@
 //! ```
 //!
 //! Binds 127.0.0.1 on a free port and prints `listening http://127.0.0.1:PORT` as its first
-//! line. `POST /orders` needs an `Idempotency-Key` header (400 without); the body's
-//! fingerprint is SHA-256 of its RFC 8785 canonical form. A new key is claimed in the
-//! store, the order is "executed" (counted, then `--work-ms` of work), and the outcome
-//! (201 and a JSON body) settles the record before the answer is written. While the first
-//! request runs, a retry gets 409 with `Retry-After`; after it, the stored outcome with
-//! `Idempotent-Replayed: true`; the key with another payload gets 422.
+//! line. `POST /orders` needs an `Idempotency-Key` header (400 without, or malformed): an
+//! RFC 8941 String (`"…"`, as draft-ietf-httpapi-idempotency-key-header asks), or a bare
+//! token as older clients send. The body's fingerprint is SHA-256 of its RFC 8785
+//! canonical form. A new key is claimed in the store, the order is "executed" (counted,
+//! then `--work-ms` of work), and the outcome (201 and a JSON body) settles the record
+//! before the answer is written. While the first request runs, a retry gets 409 with
+//! `Retry-After` (the lease end, or the work's length if sooner); after it, the stored
+//! outcome with `Idempotent-Replayed: true`; the key with another payload gets 422.
 //!
-//! `GET /stats` tells the test what happened (executions, every attempt's key and status);
-//! `POST /shutdown` ends the process, and so does `--lifetime-s` running out.
+//! `GET /stats` tells the test what happened (executions, every attempt's key, header and
+//! status); `POST /shutdown` ends the process, and so does `--lifetime-s` running out.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -49,6 +51,8 @@ struct Options {
 struct Log {
     /// Keys of `POST /orders` requests, in order of arrival.
     received: Vec<String>,
+    /// Their `Idempotency-Key` headers as sent.
+    headers: Vec<String>,
     /// Every answer to `POST /orders`.
     answered: Vec<Value>,
     /// Orders executed, by key.
@@ -65,6 +69,7 @@ struct Server {
 struct Request {
     method: String,
     path: String,
+    /// The `Idempotency-Key` header as sent.
     key: Option<String>,
     body: Vec<u8>,
 }
@@ -190,6 +195,7 @@ impl Server {
             200,
             &json!({
                 "received": log.received,
+                "headers": log.headers,
                 "answered": log.answered,
                 "executed": log.executed,
             }),
@@ -203,10 +209,18 @@ impl Server {
     }
 
     fn order(&self, request: &Request) -> Response {
-        let Some(key) = request.key.clone() else {
+        let Some(header) = request.key.as_deref() else {
             return Response::text(400, "Idempotency-Key: missing, this endpoint needs one");
         };
-        self.lock().received.push(key.clone());
+        let key = match idempotency_key(header) {
+            Ok(key) => key,
+            Err(problem) => return Response::text(400, format!("Idempotency-Key: {problem}")),
+        };
+        {
+            let mut log = self.lock();
+            log.received.push(key.clone());
+            log.headers.push(header.to_owned());
+        }
         let response = self.decide(&key, &request.body);
         let replayed = response
             .headers
@@ -263,7 +277,9 @@ impl Server {
                 }
             }
             Decision::InProgress { lease_until, .. } => {
-                let seconds = lease_until.millis_since(now()).div_ceil(1_000).max(1);
+                let work = u64::try_from(self.options.work.as_millis()).unwrap_or(u64::MAX);
+                let wait = lease_until.millis_since(now()).min(work);
+                let seconds = wait.div_ceil(1_000).max(1);
                 let mut response = Response::text(409, "a request with this key is in progress");
                 response.headers.push(("Retry-After", seconds.to_string()));
                 response
@@ -313,6 +329,40 @@ impl Server {
             body,
         }
     }
+}
+
+/// The key of an `Idempotency-Key` header value: an RFC 8941 String (an Item, so
+/// parameters may follow; they are ignored), or a bare token as older clients send it.
+fn idempotency_key(value: &str) -> Result<String, String> {
+    let Some(quoted) = value.strip_prefix('"') else {
+        return if value.is_empty() {
+            Err("empty".into())
+        } else {
+            Ok(value.to_owned())
+        };
+    };
+    let mut key = String::new();
+    let mut chars = quoted.chars();
+    loop {
+        match chars.next() {
+            None => return Err("a String without its closing quote".into()),
+            Some('"') => break,
+            Some('\\') => match chars.next() {
+                Some(c @ ('"' | '\\')) => key.push(c),
+                _ => return Err("a String may escape only \" and \\".into()),
+            },
+            Some(c @ ' '..='~') => key.push(c),
+            Some(c) => return Err(format!("{c:?} in a String, only printable ASCII")),
+        }
+    }
+    let rest = chars.as_str();
+    if !rest.is_empty() && !rest.starts_with(';') {
+        return Err(format!("{rest:?} after the String"));
+    }
+    if key.is_empty() {
+        return Err("an empty String".into());
+    }
+    Ok(key)
 }
 
 fn read_request(reader: &mut impl BufRead) -> Result<Request, String> {
@@ -387,5 +437,30 @@ fn reason(status: u16) -> &'static str {
         409 => "Conflict",
         422 => "Unprocessable Content",
         _ => "Internal Server Error",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::idempotency_key;
+
+    #[test]
+    fn the_key_as_a_structured_field_string_or_a_bare_token() {
+        let uuid = "01890a5d-ac96-774b-bcce-b302099a8057";
+        assert_eq!(idempotency_key(&format!("\"{uuid}\"")).unwrap(), uuid);
+        assert_eq!(idempotency_key(uuid).unwrap(), uuid);
+        assert_eq!(idempotency_key(r#""a\"b\\c""#).unwrap(), r#"a"b\c"#);
+        assert_eq!(idempotency_key(r#""k";v=1"#).unwrap(), "k");
+        for bad in [
+            "",
+            r#"""#,
+            r#""""#,
+            r#""open"#,
+            r#""a\nb""#,
+            r#""k" x"#,
+            "\"caf\u{e9}\"",
+        ] {
+            assert!(idempotency_key(bad).is_err(), "{bad:?}");
+        }
     }
 }

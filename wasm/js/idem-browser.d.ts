@@ -1,22 +1,51 @@
-// Types of idem-wasm/browser: persistence and a fetch sender around IdemClient.
+// Types of idem-wasm/browser: storage, tabs and a fetch sender around IdemClient.
 import type { Attempt, BeginResult, IdemClient, IdemClientOptions, IntentView } from "idem-wasm";
 
-/** Where the client's snapshot lives between page loads. */
-export interface SnapshotStorage {
-  /** The last snapshot saved, or undefined when there is none. */
-  load(): Promise<Uint8Array | undefined>;
-  /** Replaces the snapshot; resolves once it is durable. */
-  save(bytes: Uint8Array): Promise<unknown>;
+/** One transaction of a storage: every part is optional. */
+export interface StorageWrite {
+  /** New intents' records, by key: refused (the whole write fails) if the key has a record. */
+  add?: Array<[string, Uint8Array]>;
+  /** Changed intents' records, by key: written over the record. */
+  put?: Array<[string, Uint8Array]>;
+  /** Keys whose records go (forgotten intents). */
+  delete?: string[];
+  /** The ledger's settings and backoff state (`IdemClient.ledgerState()`). */
+  state?: Uint8Array;
 }
 
-/** IndexedDB: database `database` (default "idem"), store "snapshots", entry `key` (default "client"). */
-export function indexedDbStorage(options?: { database?: string; key?: string }): SnapshotStorage;
+/** Where the client lives between page loads: one record per intent and the ledger's state. */
+export interface LedgerStorage {
+  /**
+   * Senders of storages with the same name share them: one leads at a time (a Web Lock of
+   * this name) and they talk on a BroadcastChannel of this name. Undefined for storage that
+   * one sender has to itself.
+   */
+  readonly name?: string;
+  /** Everything stored; undefined when nothing is. */
+  load(): Promise<{ state?: Uint8Array; intents: Uint8Array[] } | undefined>;
+  /** Applies `change` atomically; resolves once it is durable. */
+  write(change: StorageWrite): Promise<unknown>;
+}
+
+/**
+ * IndexedDB: database `database` (default "idem"), one record per intent. A database of
+ * version 0.1 (a whole snapshot in store "snapshots", entry `key`, default "client") is
+ * upgraded on open.
+ */
+export function indexedDbStorage(options?: { database?: string; key?: string }): LedgerStorage & {
+  readonly name: string;
+  /** Closes the database connection; the next call opens it again. */
+  close(): void;
+};
 
 /** In memory only: for tests. */
-export function memoryStorage(): SnapshotStorage;
+export function memoryStorage(): LedgerStorage;
 
 /** A Retry-After header (seconds or HTTP date) as ms since the epoch; undefined when absent. */
 export function retryAfter(header: string | null | undefined, nowMs: number): number | undefined;
+
+/** `key` as the `Idempotency-Key` header sends it: an RFC 8941 String, `"…"`. */
+export function idempotencyKeyHeader(key: string): string;
 
 export interface SenderOptions {
   /** Where to send an attempt. */
@@ -25,8 +54,8 @@ export interface SenderOptions {
   method?: string;
   /** Extra request headers (Content-Type, Authorization); Idempotency-Key is set by the sender. */
   headers?: HeadersInit | ((attempt: Attempt) => HeadersInit);
-  /** Where the client is persisted. Default: indexedDbStorage(). */
-  storage?: SnapshotStorage;
+  /** Where the client is kept. Default: indexedDbStorage(). */
+  storage?: LedgerStorage;
   /** Options of a new client, when storage holds none. */
   client?: IdemClientOptions;
   /** The fetch to use. Default: globalThis.fetch. */
@@ -35,23 +64,34 @@ export interface SenderOptions {
   timeoutMs?: number;
   /** The clock, in ms since the epoch. Default: Date.now. */
   now?: () => number;
-  /** Called with an intent each time its state, attempts or next attempt time changes. */
+  /** Called in every tab with an intent each time its state, attempts or next attempt time changes. */
   onChange?: (intent: IntentView) => void;
-  /** Called with errors of the background loop (a failed save). Default: console.error. */
+  /** Called when this sender starts or stops leading (sending for every tab). */
+  onLeader?: (leading: boolean) => void;
+  /** Called with errors of the background loop (a failed write). Default: console.error. */
   onError?: (error: unknown) => void;
   /** The .wasm to load in browsers, when not next to the package's JS (web build only). */
   wasm?: string | URL | Response | BufferSource | WebAssembly.Module;
-  /** Start sending at once. Default true. */
+  /** Join the senders of this storage and send when leading. Default true. */
   start?: boolean;
+  /**
+   * Register a Background Sync (tag: the storage's name) for the site's service worker when
+   * intents wait to be sent. Default true; nothing happens without a worker or Background Sync.
+   */
+  backgroundSync?: boolean;
+  /** The Web Locks to lead with. Default: navigator.locks; null: this sender is alone on its storage. */
+  locks?: LockManager | null;
 }
 
 export class IdemSender {
-  /** Restores the client from storage (or makes a new one) and starts sending. */
+  /** Reads the client from storage (or makes a new one) and starts sending. */
   static open(options: SenderOptions): Promise<IdemSender>;
-  constructor(client: IdemClient, storage: SnapshotStorage, options: SenderOptions);
-  /** The client inside. Change it only through the sender, or persistence falls behind. */
+  private constructor();
+  /** The client inside. Change it only through the sender, or the storage falls behind. */
   readonly client: IdemClient;
-  /** Starts a new intent and sends it; resolves once it is persisted, before the first send. */
+  /** True while this sender leads: it alone sends and rewrites records. */
+  readonly leading: boolean;
+  /** Starts a new intent; resolves once its record is durable, before the first send. */
   submit(operation: string, payload: Uint8Array | string): Promise<BeginResult>;
   get(key: string): IntentView | undefined;
   list(): IntentView[];
@@ -59,8 +99,12 @@ export class IdemSender {
   settled(key: string): Promise<IntentView>;
   /** Removes a finished intent. */
   forget(key: string): Promise<IntentView>;
+  /** Joins the senders of this storage: sends while leading. */
   start(): void;
+  /** Stops sending and leaves the lead to another tab or the service worker. */
   stop(): void;
-  /** Sends what is due now; resolves when those sends are answered and persisted. */
+  /** `stop`, and hears no more changes. */
+  close(): void;
+  /** Sends what is due now, if leading; resolves when those sends are answered and written. */
   flush(): Promise<void>;
 }

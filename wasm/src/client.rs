@@ -1,14 +1,14 @@
 //! `IdemClient`: the sender ledger of idem-core, for JavaScript.
 
-use idem_core::ledger::{self, Intent, Ledger, LedgerConfig, Reply};
+use idem_core::ledger::{self, Intent, Ledger, LedgerConfig, LedgerError, Reply};
 use idem_core::{Fingerprint, Timestamp};
 use js_sys::{Array, Uint8Array};
 use wasm_bindgen::prelude::*;
 
 use crate::js::{self, Builder, Fields};
 use crate::types::{
-    Attempts, BeginResult, BytesInput, ClientOptions, Effect, IntentView, IntentViews,
-    MaybeIntentView,
+    Attempts, BeginResult, BytesInput, ClientOptions, Effect, IntentRecords, IntentView,
+    IntentViews, Keys, MaybeIntentView, PreparedIntent,
 };
 
 const OPTIONS: &[&str] = &[
@@ -26,9 +26,17 @@ const REPLY: &[&str] = &["status", "body", "retryAt"];
 /// Persist [`IdemClient::snapshot`] after every call that changes it (`begin`, `due`,
 /// `onResponse`, `onTransportError`, `forget`); after a reload, [`IdemClient::restore`]
 /// gives it back with in-flight intents queued again under the same key.
+///
+/// Or persist one record per intent: after each change, write `intent(key)` for every
+/// key of [`IdemClient::take_changes`] (delete the record of a key that is gone) and
+/// `ledgerState()` when it differs from the last one written; [`IdemClient::restore_parts`]
+/// reads them back. Several copies of one client (browser tabs) stay in step with
+/// `prepare` and `put`.
 #[wasm_bindgen]
 pub struct IdemClient {
     ledger: Ledger,
+    /// Keys changed by this client's own transitions since the last `takeChanges`.
+    changes: Vec<String>,
 }
 
 #[wasm_bindgen]
@@ -63,9 +71,7 @@ impl IdemClient {
                 .unwrap_or(defaults.max_backoff_ms),
             ..defaults
         };
-        Ok(IdemClient {
-            ledger: Ledger::new(config)?,
-        })
+        Ok(IdemClient::from(Ledger::new(config)?))
     }
 
     /// Starts a new intent for one user action: a fresh UUIDv7 key from `nowMs` and 16
@@ -83,21 +89,48 @@ impl IdemClient {
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
         random: Option<Uint8Array>,
     ) -> Result<BeginResult, JsError> {
-        let payload = js::bytes("payload", &payload)?;
-        let now = js::timestamp("nowMs", now_ms)?;
-        let random = match random {
-            Some(bytes) => <[u8; 16]>::try_from(bytes.to_vec())
-                .map_err(|b| js::invalid("random", &format!("{} bytes, expected 16", b.len())))?,
-            None => js::random_bytes("random")?,
-        };
-        let fingerprint = Fingerprint::of_bytes(&payload);
-        let intent = self
-            .ledger
-            .begin(operation, payload, fingerprint, now, random)?;
+        let intent = self.new_intent(operation, &payload, now_ms, random)?;
+        let begun = Builder::new()
+            .set("key", intent.key.as_str())
+            .set("fingerprint", intent.fingerprint.to_hex());
+        self.changes.push(intent.key.clone());
+        self.ledger.put(intent);
+        Ok(begun.build())
+    }
+
+    /// Makes a new intent as `begin` does but does not keep it: returns its key,
+    /// fingerprint and record bytes, for a driver that persists the intent first and then
+    /// adds it with `put` (so an intent is never sent before it is durable).
+    ///
+    /// # Errors
+    ///
+    /// As `begin`.
+    pub fn prepare(
+        &self,
+        operation: &str,
+        payload: BytesInput,
+        #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
+        random: Option<Uint8Array>,
+    ) -> Result<PreparedIntent, JsError> {
+        let intent = self.new_intent(operation, &payload, now_ms, random)?;
         Ok(Builder::new()
             .set("key", intent.key.as_str())
             .set("fingerprint", intent.fingerprint.to_hex())
+            .set("intent", js::uint8_array(&intent.encode()))
             .build())
+    }
+
+    /// Takes in an intent record (`intent(key)` bytes, `prepare`'s `intent`) written by
+    /// another copy of this client or by `prepare`: adds it, or replaces the intent with
+    /// its key unless that one is finished (a finished intent never changes). Returns
+    /// whether anything changed. Not reported by `takeChanges`: the record is already
+    /// persisted.
+    ///
+    /// # Errors
+    ///
+    /// Bytes that are not a valid intent record.
+    pub fn put(&mut self, intent: &[u8]) -> Result<bool, JsError> {
+        Ok(self.ledger.put(Intent::decode(intent)?))
     }
 
     /// Call when `nowMs` reaches `nextWakeup()` (or at any time): expires queued intents
@@ -113,9 +146,12 @@ impl IdemClient {
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
     ) -> Result<Attempts, JsError> {
         let now = js::timestamp("nowMs", now_ms)?;
-        let attempts: Array = self
-            .ledger
-            .due(now)
+        let polled = self.ledger.poll(now);
+        self.changes.extend(polled.expired);
+        self.changes
+            .extend(polled.attempts.iter().map(|a| a.key.clone()));
+        let attempts: Array = polled
+            .attempts
             .into_iter()
             .map(|a| {
                 JsValue::from(
@@ -167,7 +203,8 @@ impl IdemClient {
             body,
             retry_at,
         };
-        Ok(effect(self.ledger.on_reply(key, reply, now)?))
+        let effect = self.ledger.on_reply(key, reply, now)?;
+        Ok(self.report(key, effect))
     }
 
     /// The attempt in flight for `key` failed before any reply (offline, connection
@@ -183,7 +220,8 @@ impl IdemClient {
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
     ) -> Result<Effect, JsError> {
         let now = js::timestamp("nowMs", now_ms)?;
-        Ok(effect(self.ledger.on_transport_error(key, now)?))
+        let effect = self.ledger.on_transport_error(key, now)?;
+        Ok(self.report(key, effect))
     }
 
     /// The intent with `key`, or `undefined`.
@@ -214,7 +252,50 @@ impl IdemClient {
     ///
     /// No intent with `key`, or the intent is still queued or in flight.
     pub fn forget(&mut self, key: &str) -> Result<IntentView, JsError> {
-        Ok(view(&self.ledger.forget(key)?))
+        let intent = self.ledger.forget(key)?;
+        self.changes.push(intent.key.clone());
+        Ok(view(&intent))
+    }
+
+    /// The keys of the intents changed since the last call by `begin`, `due` (sent or
+    /// expired), `onResponse`, `onTransportError` and `forget`, oldest change first (a key
+    /// may repeat): what a storage with one record per intent writes next. Each call
+    /// starts a new list.
+    #[wasm_bindgen(js_name = takeChanges)]
+    pub fn take_changes(&mut self) -> Keys {
+        let keys: Array = self.changes.drain(..).map(JsValue::from).collect();
+        keys.unchecked_into()
+    }
+
+    /// The record of the intent with `key` (a version byte, then postcard), or
+    /// `undefined` when there is none.
+    pub fn intent(&self, key: &str) -> Option<Vec<u8>> {
+        self.ledger.get(key).map(Intent::encode)
+    }
+
+    /// The settings and backoff state without the intents (a snapshot that holds no
+    /// intent): the record kept beside the intents' own. It changes when a retry backs
+    /// off.
+    #[wasm_bindgen(js_name = ledgerState)]
+    pub fn ledger_state(&self) -> Vec<u8> {
+        self.ledger.state_snapshot()
+    }
+
+    /// The client kept as `ledgerState()` and one `intent(key)` record per intent (in
+    /// any order); in-flight intents are queued again with their key. `state` may also be
+    /// a whole `snapshot()`.
+    ///
+    /// # Errors
+    ///
+    /// A damaged or newer-format record, or two records with one key.
+    #[wasm_bindgen(js_name = restoreParts)]
+    pub fn restore_parts(state: &[u8], intents: IntentRecords) -> Result<IdemClient, JsError> {
+        let records: Array = intents.unchecked_into();
+        let mut decoded = Vec::new();
+        for record in records.iter() {
+            decoded.push(Intent::decode(&js::bytes("intents", &record)?)?);
+        }
+        Ok(IdemClient::from(Ledger::restore_parts(state, decoded)?))
     }
 
     /// The whole client as bytes, to persist after every change.
@@ -228,9 +309,7 @@ impl IdemClient {
     ///
     /// Bytes that are empty, from a newer format, malformed or invalid.
     pub fn restore(bytes: &[u8]) -> Result<IdemClient, JsError> {
-        Ok(IdemClient {
-            ledger: Ledger::restore(bytes)?,
-        })
+        Ok(IdemClient::from(Ledger::restore(bytes)?))
     }
 
     /// How many intents the client holds.
@@ -246,9 +325,56 @@ impl IdemClient {
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
     }
+
+    /// A new intent with this client's settings, not yet kept.
+    fn new_intent(
+        &self,
+        operation: &str,
+        payload: &BytesInput,
+        now_ms: f64,
+        random: Option<Uint8Array>,
+    ) -> Result<Intent, JsError> {
+        let payload = js::bytes("payload", payload)?;
+        let now = js::timestamp("nowMs", now_ms)?;
+        let random = match random {
+            Some(bytes) => <[u8; 16]>::try_from(bytes.to_vec())
+                .map_err(|b| js::invalid("random", &format!("{} bytes, expected 16", b.len())))?,
+            None => js::random_bytes("random")?,
+        };
+        let fingerprint = Fingerprint::of_bytes(&payload);
+        let intent = Intent::new(
+            operation,
+            payload,
+            fingerprint,
+            now,
+            random,
+            self.ledger.config(),
+        )?;
+        if self.ledger.get(&intent.key).is_some() {
+            return Err(LedgerError::DuplicateKey { key: intent.key }.into());
+        }
+        Ok(intent)
+    }
+
+    /// Notes `key` as changed unless `effect` says nothing happened, and converts it.
+    fn report(&mut self, key: &str, effect: ledger::Effect) -> Effect {
+        if effect != ledger::Effect::Ignored {
+            self.changes.push(key.into());
+        }
+        convert(effect)
+    }
 }
 
-fn effect(effect: ledger::Effect) -> Effect {
+impl From<Ledger> for IdemClient {
+    fn from(ledger: Ledger) -> IdemClient {
+        IdemClient {
+            ledger,
+            changes: Vec::new(),
+        }
+    }
+}
+
+fn convert(effect: ledger::Effect) -> Effect {
     match effect {
         ledger::Effect::Finished(state) => Builder::new()
             .set("effect", "finished")

@@ -72,6 +72,14 @@ export interface Reply {
   retryAt?: number;
 }
 
+/** What `IdemClient.prepare` made: a new intent's key, fingerprint (hex) and record. */
+export interface PreparedIntent {
+  key: string;
+  fingerprint: string;
+  /** The intent's record, for storage and then `IdemClient.put`. */
+  intent: Uint8Array;
+}
+
 /** What a reply or a transport error did to an intent. */
 export type Effect =
   | { effect: "finished"; state: IntentState }
@@ -180,6 +188,15 @@ extern "C" {
     /// `BeginResult`.
     #[wasm_bindgen(typescript_type = "BeginResult")]
     pub type BeginResult;
+    /// `PreparedIntent`.
+    #[wasm_bindgen(typescript_type = "PreparedIntent")]
+    pub type PreparedIntent;
+    /// `Uint8Array[]`: intent records.
+    #[wasm_bindgen(typescript_type = "Uint8Array[]")]
+    pub type IntentRecords;
+    /// `string[]`: keys.
+    #[wasm_bindgen(typescript_type = "string[]")]
+    pub type Keys;
     /// `Attempt[]`.
     #[wasm_bindgen(typescript_type = "Attempt[]")]
     pub type Attempts;

@@ -248,6 +248,110 @@ fn client_survives_a_reload_with_the_same_key() {
     assert_eq!(message(err), "ledger snapshot: bytes do not decode");
 }
 
+/// The keys `takeChanges` reports, in order.
+fn changes(client: &mut IdemClient) -> Vec<String> {
+    let keys: Array = client.take_changes().unchecked_into();
+    keys.iter().map(|k| k.as_string().unwrap()).collect()
+}
+
+#[wasm_bindgen_test]
+fn client_kept_as_one_record_per_intent() {
+    let mut leader = client();
+    let sent = text(
+        &leader.begin("order", bytes(b"a"), 1_000.0, None).unwrap(),
+        "key",
+    );
+    let _ = leader.due(1_000.0).unwrap();
+    assert_eq!(
+        changes(&mut leader),
+        [sent.as_str(), sent.as_str()],
+        "begun, then sent"
+    );
+    assert!(
+        changes(&mut leader).is_empty(),
+        "each call starts a new list"
+    );
+
+    // Another copy (a tab) makes an intent without keeping it, persists it, then puts it.
+    let mut other = IdemClient::restore_parts(&leader.ledger_state(), js("[]")).unwrap();
+    let prepared = other.prepare("order", bytes(b"b"), 1_001.0, None).unwrap();
+    let queued = text(&prepared, "key");
+    let record: Uint8Array = get(&prepared, "intent").unchecked_into();
+    assert!(other.get(&queued).is_undefined(), "prepare keeps nothing");
+    assert!(other.put(&record.to_vec()).unwrap());
+    assert!(leader.put(&record.to_vec()).unwrap());
+    assert!(
+        !leader.put(&record.to_vec()).unwrap(),
+        "the same record again"
+    );
+    assert!(
+        changes(&mut leader).is_empty(),
+        "a put record is persisted already"
+    );
+    assert!(other.put(&leader.intent(&sent).unwrap()).unwrap());
+    assert_eq!(
+        text(&other.get(&sent), "state"),
+        "in_flight",
+        "an exact copy"
+    );
+
+    // The records restore the client, in any order, with the in-flight one queued again.
+    let records = Array::new();
+    records.push(&Uint8Array::from(
+        leader.intent(&queued).unwrap().as_slice(),
+    ));
+    records.push(&Uint8Array::from(leader.intent(&sent).unwrap().as_slice()));
+    let restored =
+        IdemClient::restore_parts(&leader.ledger_state(), records.clone().unchecked_into())
+            .unwrap();
+    assert_eq!(
+        restored.snapshot(),
+        IdemClient::restore(&leader.snapshot()).unwrap().snapshot()
+    );
+    assert_eq!(text(&restored.get(&sent), "state"), "queued");
+    assert!(leader.intent("no such key").is_none());
+
+    // A finished intent: reported, and no late copy brings it back.
+    let before = leader.intent(&sent).unwrap();
+    let _ = leader
+        .on_response(&sent, reply(r#"{"status":201}"#), 1_002.0)
+        .unwrap();
+    let _ = leader
+        .on_response(&sent, reply(r#"{"status":500}"#), 1_003.0)
+        .unwrap();
+    assert_eq!(
+        changes(&mut leader),
+        [sent.as_str()],
+        "an ignored reply changes nothing"
+    );
+    assert!(other.put(&leader.intent(&sent).unwrap()).unwrap());
+    assert!(!other.put(&before).unwrap());
+    assert_eq!(text(&other.get(&sent), "state"), "completed");
+    let _ = leader.forget(&sent).unwrap();
+    assert_eq!(
+        changes(&mut leader),
+        [sent.as_str()],
+        "forgotten: delete its record"
+    );
+
+    records.push(&records.get(0));
+    let twice = IdemClient::restore_parts(&leader.ledger_state(), records.unchecked_into());
+    assert_eq!(
+        message(twice.err().unwrap()),
+        "ledger intents: decoded value breaks its rules"
+    );
+    let damaged = IdemClient::restore_parts(&leader.ledger_state(), js("[[1]]"));
+    assert_eq!(
+        message(damaged.err().unwrap()),
+        "intents: an array, expected a Uint8Array or a string"
+    );
+    let damaged = IdemClient::restore_parts(&leader.ledger_state(), js("[\"\"]"));
+    assert_eq!(
+        message(damaged.err().unwrap()),
+        "encoded value: empty, expected a version byte"
+    );
+}
+
 #[wasm_bindgen_test]
 fn keys_come_from_crypto_when_no_random_bytes_are_given() {
     let mut client = client();

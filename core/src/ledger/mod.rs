@@ -10,7 +10,9 @@
 //! - [`Intent`]'s methods are pure transitions of one intent, for a durable store that
 //!   keeps intents in rows and its own [`BackoffRng`].
 //! - [`Ledger`] is an in-memory collection of intents (what the browser bindings use),
-//!   persisted whole with [`Ledger::snapshot`].
+//!   persisted whole with [`Ledger::snapshot`], or one record per intent
+//!   ([`Intent::encode`]) beside [`Ledger::state_snapshot`], read back by
+//!   [`Ledger::restore_parts`].
 //!
 //! | state | input | result |
 //! |---|---|---|
@@ -23,6 +25,7 @@
 //! | Queued | any other reply; transport error | ignored |
 //! | InFlight | [`Ledger::restart`], [`Ledger::restore`] | Queued, same key, due at once |
 //! | terminal | anything | ignored; only [`Ledger::forget`] removes it |
+//! | absent, Queued or InFlight | [`Ledger::put`] (a copy persisted elsewhere) | the copy |
 //!
 //! **Deadline.** `deadline = created_at + server_retention − safety_margin`. An intent is
 //! sent only while `now < deadline`: after it the receiver may have forgotten the key and
@@ -117,6 +120,16 @@ pub struct Ledger {
     intents: Vec<Intent>,
 }
 
+/// What [`Ledger::poll`] did: the attempts to send and the intents that expired.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[must_use = "the attempts are in flight: send every one"]
+pub struct Polled {
+    /// Intents now in flight, oldest first: send every one.
+    pub attempts: Vec<Attempt>,
+    /// Keys of the intents that reached their deadline while queued and are now Expired.
+    pub expired: Vec<String>,
+}
+
 /// The persisted form of a [`Ledger`], written by [`Ledger::snapshot`].
 #[derive(Serialize)]
 struct SnapshotRef<'a> {
@@ -187,14 +200,22 @@ impl Ledger {
     /// answers the resend from its record.
     #[must_use = "the intents are now in flight: send every attempt"]
     pub fn due(&mut self, now: Timestamp) -> Vec<Attempt> {
+        self.poll(now).attempts
+    }
+
+    /// [`Ledger::due`], also naming the intents that expired: for a store that writes
+    /// only the intents that changed.
+    pub fn poll(&mut self, now: Timestamp) -> Polled {
         let config = &self.config;
-        self.intents
-            .iter_mut()
-            .filter_map(|intent| match intent.poll(now, config) {
-                Poll::Send(attempt) => Some(attempt),
-                Poll::Expired | Poll::Idle => None,
-            })
-            .collect()
+        let mut polled = Polled::default();
+        for intent in &mut self.intents {
+            match intent.poll(now, config) {
+                Poll::Send(attempt) => polled.attempts.push(attempt),
+                Poll::Expired => polled.expired.push(intent.key.clone()),
+                Poll::Idle => {}
+            }
+        }
+        polled
     }
 
     /// Takes the receiver's reply for `key` into account; see [`Intent::on_reply`].
@@ -287,6 +308,25 @@ impl Ledger {
         Ok(self.intents.remove(at))
     }
 
+    /// Takes in an intent changed or begun by another copy of this ledger (another
+    /// browser tab, a service worker) and already persisted there: inserts it, or
+    /// replaces the intent with its key, unless that one is terminal (a terminal intent
+    /// never changes, so a late copy of an earlier state cannot bring it back). Returns
+    /// whether the ledger changed.
+    pub fn put(&mut self, intent: Intent) -> bool {
+        match position(&self.intents, &intent.key) {
+            Ok(at) => {
+                let held = &mut self.intents[at];
+                if held.state.is_terminal() || *held == intent {
+                    return false;
+                }
+                *held = intent;
+            }
+            Err(at) => self.intents.insert(at, intent),
+        }
+        true
+    }
+
     /// The whole ledger as bytes (version byte, then postcard): settings, backoff state
     /// and intents by key. Persist after every change; [`Ledger::restore`] reads it.
     #[must_use]
@@ -296,6 +336,47 @@ impl Ledger {
             rng: self.rng,
             intents: self.intents.iter().collect(),
         })
+    }
+
+    /// The settings and the backoff state without the intents: a snapshot that holds no
+    /// intent (the format of [`Ledger::snapshot`]), for a store that keeps each intent in
+    /// a record of its own ([`Intent::encode`]). Write it again whenever it changes: a
+    /// reply or a transport error that backs off draws from the jitter state.
+    #[must_use]
+    pub fn state_snapshot(&self) -> Vec<u8> {
+        encoding::encode(&SnapshotRef {
+            config: StoredConfig::from(&self.config),
+            rng: self.rng,
+            intents: Vec::new(),
+        })
+    }
+
+    /// The ledger kept as [`Ledger::state_snapshot`] and one record per intent, with
+    /// restart applied: in-flight intents are queued again with the same key. `state`
+    /// may be a whole [`Ledger::snapshot`] (the single-record form): its intents join
+    /// `intents`.
+    ///
+    /// # Errors
+    ///
+    /// What [`Ledger::restore`] refuses in `state`, and [`DecodeError::Invalid`] when an
+    /// intent breaks the operation or key rule or two intents share a key.
+    pub fn restore_parts(
+        state: &[u8],
+        intents: impl IntoIterator<Item = Intent>,
+    ) -> Result<Ledger, DecodeError> {
+        let invalid = DecodeError::Invalid {
+            what: "ledger intents",
+        };
+        let mut ledger = Ledger::restore(state)?;
+        for mut intent in intents {
+            intent.check().map_err(|_| invalid.clone())?;
+            let Err(at) = position(&ledger.intents, &intent.key) else {
+                return Err(invalid);
+            };
+            intent.restart();
+            ledger.intents.insert(at, intent);
+        }
+        Ok(ledger)
     }
 
     /// The ledger [`Ledger::snapshot`] wrote, with restart applied: in-flight intents are

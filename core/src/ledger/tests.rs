@@ -464,6 +464,58 @@ fn unknown_keys_are_refused() {
 }
 
 #[test]
+fn poll_names_what_it_sent_and_what_expired() {
+    let mut ledger = ledger();
+    let old = begin(&mut ledger, 1);
+    let young = ledger
+        .begin("pay", vec![], fingerprint(), DEADLINE, [2; 16])
+        .unwrap()
+        .key
+        .clone();
+    let polled = ledger.poll(DEADLINE);
+    assert_eq!(polled.expired, [old.as_str()]);
+    assert_eq!(polled.attempts.len(), 1);
+    assert_eq!(polled.attempts[0].key, young);
+    assert_eq!(state(&ledger, &old), IntentState::Expired);
+    assert_eq!(
+        ledger.poll(DEADLINE),
+        Polled::default(),
+        "nothing left to do"
+    );
+}
+
+#[test]
+fn put_takes_in_copies_but_never_changes_a_terminal_intent() {
+    let mut here = ledger();
+    let mut there = ledger();
+    let key = in_flight(&mut there);
+    let sent = there.get(&key).unwrap().clone();
+    assert!(here.put(sent.clone()), "a new intent is inserted");
+    assert!(
+        !here.put(sent.clone()),
+        "the same copy again changes nothing"
+    );
+    assert_eq!(here.get(&key), Some(&sent));
+
+    there.on_reply(&key, reply(201), CREATED).unwrap();
+    let done = there.get(&key).unwrap().clone();
+    assert!(here.put(done.clone()), "a newer copy replaces it");
+    assert!(
+        !here.put(sent),
+        "a late copy cannot bring a terminal intent back"
+    );
+    assert_eq!(here.get(&key), Some(&done));
+
+    let other = begin(&mut there, 2);
+    assert!(here.put(there.get(&other).unwrap().clone()));
+    let keys: Vec<&str> = here.iter().map(|i| i.key.as_str()).collect();
+    let mut sorted = keys.clone();
+    sorted.sort_unstable();
+    assert_eq!(keys, sorted, "kept in key order");
+    assert_eq!(here.len(), 2);
+}
+
+#[test]
 fn forget_takes_only_terminal_intents() {
     let mut ledger = ledger();
     let key = in_flight(&mut ledger);

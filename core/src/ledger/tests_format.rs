@@ -249,6 +249,56 @@ const GOLDEN_INTENT: &str = concat!(
 );
 
 #[test]
+fn state_snapshot_and_intent_records_restore_as_the_whole_snapshot() {
+    let ledger = small_ledger();
+    let state = ledger.state_snapshot();
+    let whole = Ledger::restore(&ledger.snapshot()).unwrap();
+    // The state is a snapshot that holds no intent: version, settings, jitter, no intents.
+    assert_eq!(
+        hex(&state),
+        alloc::format!("{}00", &GOLDEN_SNAPSHOT[..GOLDEN_STATE_LEN * 2])
+    );
+    assert!(Ledger::restore(&state).unwrap().is_empty());
+
+    let records: Vec<Vec<u8>> = ledger.iter().map(Intent::encode).collect();
+    let decoded = || records.iter().map(|r| Intent::decode(r).unwrap());
+    assert_eq!(Ledger::restore_parts(&state, decoded()).unwrap(), whole);
+    // Any order of records, and the whole snapshot as state with no records.
+    assert_eq!(
+        Ledger::restore_parts(&state, decoded().rev()).unwrap(),
+        whole
+    );
+    assert_eq!(
+        Ledger::restore_parts(&ledger.snapshot(), []).unwrap(),
+        whole
+    );
+
+    const WHAT: DecodeError = DecodeError::Invalid {
+        what: "ledger intents",
+    };
+    let first = decoded().next().unwrap();
+    assert_eq!(
+        Ledger::restore_parts(&state, [first.clone(), first.clone()]),
+        Err(WHAT),
+        "two records with one key"
+    );
+    assert_eq!(
+        Ledger::restore_parts(&ledger.snapshot(), [first.clone()]),
+        Err(WHAT),
+        "a record of an intent the state already holds"
+    );
+    let bad = Intent {
+        operation: String::new(),
+        ..first
+    };
+    assert_eq!(Ledger::restore_parts(&state, [bad]), Err(WHAT));
+    assert_eq!(Ledger::restore_parts(&[], []), Err(DecodeError::Empty));
+}
+
+/// Bytes of [`GOLDEN_SNAPSHOT`] before its intents: version, settings, jitter state.
+const GOLDEN_STATE_LEN: usize = 21;
+
+#[test]
 fn restore_refuses_damaged_snapshots() {
     const WHAT: &str = "ledger snapshot";
     let good = small_ledger().snapshot();

@@ -1,20 +1,38 @@
 // The helper idem-wasm/browser against an in-process server with IETF Idempotency-Key
 // semantics (built on the package's MemoryReceiver): lost replies, a reload while a
-// request hangs, 409 with Retry-After, 422, and the offline/online switch.
+// request hangs, 409 with Retry-After, 422, the offline/online switch, the header's
+// structured-field form and the storage's records.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { IdemClient, MemoryReceiver, fingerprintBytes } from "idem-wasm";
-import { IdemSender, memoryStorage, retryAfter } from "idem-wasm/browser";
+import { IdemSender, idempotencyKeyHeader, memoryStorage, retryAfter } from "idem-wasm/browser";
 
 const utf8 = (bytes) => new TextDecoder().decode(bytes);
 const FAST = { baseBackoffMs: 5, maxBackoffMs: 20, seed: 11 };
 
+/** The client as its storage holds it. */
+async function stored(storage) {
+  const { state, intents } = await storage.load();
+  return IdemClient.restoreParts(state, intents);
+}
+
+/** An `Idempotency-Key` value: an RFC 8941 String, or a bare token as older senders send. */
+function parseKey(value) {
+  if (value === null) return null;
+  if (!value.startsWith('"')) return value;
+  const inner = /^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$/.exec(value);
+  assert.ok(inner, `not a structured field String: ${value}`);
+  return inner[1].replace(/\\(["\\])/g, "$1");
+}
+
 /** POST /orders with IETF semantics; `faults` decides per request what the network does. */
 function server({ faults = () => "deliver", leaseMs = 10_000 } = {}) {
   const receiver = new MemoryReceiver({ leaseMs });
-  const seen = { keys: [], executed: [], replayed: 0 };
+  const seen = { keys: [], headers: [], executed: [], replayed: 0 };
   const fetch = async (url, init) => {
-    const key = new Headers(init.headers).get("Idempotency-Key");
+    const header = new Headers(init.headers).get("Idempotency-Key");
+    const key = parseKey(header);
+    seen.headers.push(header);
     const body = new Uint8Array(init.body);
     seen.keys.push(key);
     const fault = faults(seen.keys.length);
@@ -58,8 +76,8 @@ test("a submitted intent is persisted before its first send, and completes", asy
   const checking = {
     ...srv,
     fetch: async (url, init) => {
-      const key = new Headers(init.headers).get("Idempotency-Key");
-      savedBeforeSend ??= IdemClient.restore(await storage.load()).get(key)?.key === key;
+      const key = parseKey(new Headers(init.headers).get("Idempotency-Key"));
+      savedBeforeSend ??= (await stored(storage)).get(key)?.key === key;
       return srv.fetch(url, init);
     },
   };
@@ -73,13 +91,14 @@ test("a submitted intent is persisted before its first send, and completes", asy
     assert.equal(done.status, 201);
     assert.equal(utf8(done.body), "order 1");
     assert.deepEqual(srv.seen.keys, [key]);
+    assert.deepEqual(srv.seen.headers, [`"${key}"`], "the key as a structured field String");
     assert.deepEqual(srv.seen.executed, ['{"sku":"A-1","qty":2}']);
     assert.deepEqual(changes, ["queued", "in_flight", "completed"]);
     await sender.flush();
-    const stored = IdemClient.restore(await storage.load()).get(key);
-    assert.equal(stored.state, "completed", "the outcome is persisted");
+    assert.equal((await stored(storage)).get(key).state, "completed", "the outcome is persisted");
     assert.equal((await sender.forget(key)).key, key);
-    assert.equal(IdemClient.restore(await storage.load()).get(key), undefined);
+    assert.equal((await stored(storage)).get(key), undefined);
+    assert.equal((await storage.load()).intents.length, 0, "its record is gone");
   } finally {
     sender.stop();
   }
@@ -209,4 +228,213 @@ test("Retry-After: seconds and HTTP dates", () => {
   assert.equal(retryAfter("soon", 1_000), undefined);
   assert.equal(retryAfter("Wed, 21 Oct 2015 07:28:00 GMT", 0), Date.UTC(2015, 9, 21, 7, 28));
   assert.equal(retryAfter("Wed, 21 Oct 2015 07:28:00 GMT", Date.UTC(2020, 0, 1)), Date.UTC(2020, 0, 1));
+});
+
+test("Idempotency-Key: an RFC 8941 String", () => {
+  assert.equal(idempotencyKeyHeader("01890a5d-ac96-774b-bcce-b302099a8057"), '"01890a5d-ac96-774b-bcce-b302099a8057"');
+  assert.equal(idempotencyKeyHeader('a"b\\c'), '"a\\"b\\\\c"');
+  assert.equal(parseKey(idempotencyKeyHeader('a"b\\c')), 'a"b\\c');
+  assert.throws(() => idempotencyKeyHeader("caf\u00e9"), /not printable ASCII/);
+});
+
+/** A storage in memory that tells what each write held. */
+function countingStorage() {
+  const inner = memoryStorage();
+  const writes = [];
+  return {
+    writes,
+    load: () => inner.load(),
+    write: (change) => {
+      const size = (list) => (list ?? []).reduce((n, [, record]) => n + record.length, 0);
+      writes.push({
+        add: change.add?.length ?? 0,
+        put: change.put?.length ?? 0,
+        delete: change.delete?.length ?? 0,
+        bytes: size(change.add) + size(change.put) + (change.state?.length ?? 0),
+      });
+      return inner.write(change);
+    },
+  };
+}
+
+test("one record per intent: a change writes that intent, not the queue", async () => {
+  const storage = countingStorage();
+  const srv = server();
+  const sender = await open(storage, srv, { start: false });
+  try {
+    const keys = [];
+    for (let i = 0; i < 20; i++) keys.push((await sender.submit("order", `order ${i}`)).key);
+    const adds = storage.writes.filter((w) => w.add > 0);
+    assert.equal(adds.length, 20, "one transaction per submit, none waiting on another");
+    const state = sender.client.ledgerState().length;
+    assert.deepEqual(
+      adds.map((w) => [w.put, w.bytes]),
+      keys.map((key, i) => [0, sender.client.intent(key).length + (i === 0 ? state : 0)]),
+      "a submit writes its own record (the first one the new ledger's state too)",
+    );
+    assert.equal((await storage.load()).intents.length, 20);
+
+    await sender.flush();
+    assert.equal(srv.seen.executed.length, 20);
+
+    // One more, sent alone: each write (in flight, then completed) holds its record only.
+    const { key } = await sender.submit("order", "one more");
+    storage.writes.length = 0;
+    await sender.flush();
+    assert.equal(sender.get(key).state, "completed");
+    const bound = sender.client.intent(key).length + state;
+    assert.equal(storage.writes.length, 2);
+    for (const w of storage.writes) {
+      assert.equal(w.add + w.put + w.delete, 1, JSON.stringify(w));
+      assert.ok(w.bytes <= bound, `${w.bytes} bytes, at most ${bound}`);
+    }
+    assert.ok(bound * 10 < sender.client.snapshot().length, "far less than the whole queue");
+
+    // Concurrent submits share transactions, and all of them are durable.
+    storage.writes.length = 0;
+    const many = await Promise.all(Array.from({ length: 30 }, (_, i) => sender.submit("order", `burst ${i}`)));
+    assert.ok(storage.writes.length < 30, `${storage.writes.length} transactions for 30 submits`);
+    const back = await stored(storage);
+    assert.ok(many.every(({ key }) => back.get(key)?.state === "queued"));
+    assert.equal(back.size, 51);
+  } finally {
+    sender.stop();
+  }
+});
+
+test("a storage holding a version 1 snapshot: its intents become records on the first lead", async () => {
+  const old = new IdemClient(FAST);
+  const { key } = old.begin("order", "G-1", Date.now());
+  void old.due(Date.now()); // in flight when the page went away
+  const storage = countingStorage();
+  await storage.write({ state: old.snapshot() });
+  const srv = server();
+  const sender = await open(storage, srv);
+  try {
+    const done = await sender.settled(key);
+    assert.equal(done.state, "completed");
+    assert.equal(done.attempts, 2, "sent again under its key");
+    assert.deepEqual(srv.seen.keys, [key]);
+    await sender.flush();
+    const loaded = await storage.load();
+    assert.equal(loaded.intents.length, 1, "the intent has a record of its own");
+    assert.equal(IdemClient.restoreParts(loaded.state, []).size, 0, "the state holds no intent any more");
+    assert.equal((await stored(storage)).get(key).state, "completed");
+  } finally {
+    sender.stop();
+  }
+});
+
+/** Web Locks in one process, as browsers grant them: one holder per name, the others in line. */
+function lockManager() {
+  const held = new Map();
+  const queues = new Map();
+  const grant = (name) => {
+    if (held.has(name)) return;
+    const next = queues.get(name)?.shift();
+    if (!next) return;
+    held.set(name, next);
+    Promise.resolve()
+      .then(() => next.callback({ name }))
+      .then(next.resolve, next.reject)
+      .finally(() => {
+        held.delete(name);
+        grant(name);
+      });
+  };
+  return {
+    request(name, options, callback) {
+      return new Promise((resolve, reject) => {
+        const entry = { callback, resolve, reject };
+        options.signal?.addEventListener("abort", () => {
+          const queue = queues.get(name) ?? [];
+          if (!queue.includes(entry)) return;
+          queue.splice(queue.indexOf(entry), 1);
+          reject(options.signal.reason ?? new DOMException("aborted", "AbortError"));
+        });
+        queues.set(name, [...(queues.get(name) ?? []), entry]);
+        grant(name);
+      });
+    },
+    async query() {
+      return { held: [...held.keys()].map((name) => ({ name })), pending: [...queues].flatMap(([name, q]) => q.map(() => ({ name }))) };
+    },
+  };
+}
+
+/** A storage in memory that senders share by name, as tabs share an IndexedDB database. */
+function sharedStorage(name) {
+  return { name, ...memoryStorage() };
+}
+
+/** Events to wait for: `when(test)` resolves with the first later `emit(value)` that passes `test`. */
+function signals() {
+  const waiting = new Set();
+  return {
+    emit(value) {
+      for (const w of waiting) {
+        if (!w.test(value)) continue;
+        waiting.delete(w);
+        clearTimeout(w.timer);
+        w.resolve(value);
+      }
+    },
+    when(test, what, ms = 5_000) {
+      return new Promise((resolve, reject) => {
+        const w = { test, resolve };
+        w.timer = setTimeout(() => {
+          waiting.delete(w);
+          reject(new Error(`timed out after ${ms} ms waiting for ${what}`));
+        }, ms);
+        waiting.add(w);
+      });
+    },
+  };
+}
+
+test("two senders on one storage: one leads and sends, the other's intents too; stop hands the lead over", async () => {
+  const storage = sharedStorage(`idem:test-${Date.now()}`);
+  const locks = lockManager();
+  const srv = server();
+  const events = signals();
+  const leadership = [];
+  const openTab = (name, extra = {}) =>
+    open(storage, srv, {
+      locks,
+      backgroundSync: false,
+      onLeader: (leading) => {
+        leadership.push([name, leading]);
+        events.emit({ name, leading });
+      },
+      onChange: (intent) => events.emit({ name, intent }),
+      ...extra,
+    });
+  const firstLeads = events.when((e) => e.name === "first" && e.leading, "the first sender to lead");
+  const first = await openTab("first");
+  await firstLeads;
+  const second = await openTab("second");
+  const third = await openTab("third", { start: false });
+  try {
+    assert.equal(second.leading, false);
+    const heardByThird = (key) => events.when((e) => e.name === "third" && e.intent?.key === key && e.intent.state === "completed", "the third sender to hear the outcome");
+    const { key } = await second.submit("order", "H-1");
+    const thirdHeard = heardByThird(key);
+    assert.equal((await stored(storage)).get(key).state, "queued", "durable when submit resolves");
+    const done = await second.settled(key);
+    assert.equal(done.state, "completed", "the follower hears the outcome");
+    assert.deepEqual(srv.seen.keys, [key], "sent once, by the leader");
+    await thirdHeard;
+
+    const secondLeads = events.when((e) => e.name === "second" && e.leading, "the second sender to lead");
+    first.stop();
+    await secondLeads;
+    const secondHears = events.when((e) => e.name === "second" && e.intent?.state === "completed", "the new leader to send it");
+    const { key: next } = await first.submit("order", "H-2"); // a stopped sender still submits
+    assert.equal((await secondHears).intent.key, next);
+    assert.deepEqual(srv.seen.keys, [key, next]);
+    assert.deepEqual(leadership, [["first", true], ["first", false], ["second", true]]);
+    assert.equal(third.leading, false, "never started: never leads");
+  } finally {
+    for (const sender of [first, second, third]) sender.close();
+  }
 });

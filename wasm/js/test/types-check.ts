@@ -12,7 +12,14 @@ import init, {
   type IntentView,
   type MachineDecision,
 } from "idem-wasm";
-import { IdemSender, indexedDbStorage, memoryStorage } from "idem-wasm/browser";
+import {
+  IdemSender,
+  idempotencyKeyHeader,
+  indexedDbStorage,
+  memoryStorage,
+  type LedgerStorage,
+} from "idem-wasm/browser";
+import { backgroundSync, sendQueued, type SendQueuedResult } from "idem-wasm/worker";
 
 export async function check(): Promise<string> {
   await init();
@@ -25,6 +32,11 @@ export async function check(): Promise<string> {
   const wake: number | undefined = client.nextWakeup();
   const bytes: Uint8Array = client.snapshot();
   IdemClient.restore(bytes).list().forEach((i: IntentView) => i.attempts.toFixed());
+  const changed: string[] = client.takeChanges();
+  const records: Uint8Array[] = changed.flatMap((k) => client.intent(k) ?? []);
+  const copy = IdemClient.restoreParts(client.ledgerState(), records);
+  const { intent }: { intent: Uint8Array } = copy.prepare("order", "{}", Date.now());
+  const added: boolean = copy.put(intent);
   new IdemClient();
 
   const receiver = new MemoryReceiver({ leaseMs: 1_000, onLeaseExpiry: "takeover" });
@@ -35,13 +47,35 @@ export async function check(): Promise<string> {
   const machine = new Machine({ states: ["created", "paid"], initial: "created", moves: [["created", "paid"]] });
   const move: MachineDecision = machine.transition(null, "paid", undefined, 1);
   if (move.decision === "applied") machine.transition(move.entity, "paid", move.entity.version, 2);
+  const storage: LedgerStorage = typeof indexedDB === "undefined" ? memoryStorage() : indexedDbStorage({ database: "x" });
   const sender = await IdemSender.open({
     url: (attempt) => `/orders/${attempt.operation}`,
-    storage: typeof indexedDB === "undefined" ? memoryStorage() : indexedDbStorage({ database: "x" }),
+    storage,
     headers: { "Content-Type": "application/json" },
     onChange: (intent) => intent.state satisfies IntentState,
+    onLeader: (leading: boolean) => leading,
+    backgroundSync: false,
   });
   const done = await sender.settled((await sender.submit("order", "{}")).key);
+  const leading: boolean = sender.leading;
   sender.stop();
-  return [fingerprintBytes("x"), fingerprintJson("{}", ["/a"]), fingerprintFields({ a: "1" }), state, wake, done.status].join();
+  sender.close();
+  const queued: SendQueuedResult = await sendQueued({ url: "/orders", lockWaitMs: 1_000, budgetMs: 5_000 });
+  const tag: string = backgroundSync(
+    { addEventListener: (_type, listener) => listener({ tag: "idem:idem", lastChance: false, waitUntil: () => {} }) },
+    { url: "/orders" },
+  );
+  return [
+    fingerprintBytes("x"),
+    fingerprintJson("{}", ["/a"]),
+    fingerprintFields({ a: "1" }),
+    state,
+    wake,
+    done.status,
+    leading,
+    added,
+    queued.remaining,
+    tag,
+    idempotencyKeyHeader(key),
+  ].join();
 }
