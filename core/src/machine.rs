@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Timestamp;
 use crate::encoding::{self, DecodeError};
+use crate::quote::Quoted;
 
 /// The longest state name, in bytes.
 pub const MAX_STATE_LEN: usize = 64;
@@ -116,26 +117,45 @@ impl fmt::Display for MachineError {
             MachineError::NoStates => f.write_str("states: empty, a machine needs at least one"),
             MachineError::BadName { name, field } => write!(
                 f,
-                "{field}: state name {name:?} must be 1 to {MAX_STATE_LEN} bytes without control characters"
+                "{field}: state name {} must be 1 to {MAX_STATE_LEN} bytes without control characters",
+                Quoted(name)
             ),
             MachineError::DuplicateState(name) => {
-                write!(f, "states: {name:?} is listed twice")
+                write!(f, "states: {} is listed twice", Quoted(name))
             }
             MachineError::UnknownState { name, field } => {
-                write!(f, "{field}: {name:?} is not one of the states")
+                write!(f, "{field}: {} is not one of the states", Quoted(name))
             }
             MachineError::DuplicateMove(from, to) => {
-                write!(f, "moves: [{from:?}, {to:?}] is listed twice")
+                write!(
+                    f,
+                    "moves: [{}, {}] is listed twice",
+                    Quoted(from),
+                    Quoted(to)
+                )
             }
             MachineError::SelfMove(name) => write!(
                 f,
-                "moves: [{name:?}, {name:?}] moves nowhere (staying is always allowed)"
+                "moves: [{0}, {0}] moves nowhere (staying is always allowed)",
+                Quoted(name)
             ),
         }
     }
 }
 
 impl core::error::Error for MachineError {}
+
+/// `items` in the order of `compare`, through the crate's one sort.
+fn sorted<T>(items: Vec<T>, compare: &mut dyn FnMut(&T, &T) -> core::cmp::Ordering) -> Vec<T> {
+    let order = crate::order::sorted_positions(items.len(), &mut |a, b| {
+        compare(&items[a], &items[b]).then(a.cmp(&b))
+    });
+    let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
+    order
+        .into_iter()
+        .filter_map(|at| slots.get_mut(at).and_then(Option::take))
+        .collect()
+}
 
 fn check_name(name: &str, field: &'static str) -> Result<(), MachineError> {
     if name.is_empty() || name.len() > MAX_STATE_LEN || name.chars().any(char::is_control) {
@@ -165,7 +185,7 @@ impl Machine {
         for name in &states {
             check_name(name, "states")?;
         }
-        states.sort_unstable();
+        states = sorted(states, &mut |a: &String, b: &String| a.cmp(b));
         if let Some(pair) = states.windows(2).find(|w| w[0] == w[1]) {
             return Err(MachineError::DuplicateState(pair[0].clone()));
         }
@@ -187,7 +207,9 @@ impl Machine {
                 return Err(MachineError::SelfMove(from.clone()));
             }
         }
-        moves.sort_unstable();
+        moves = sorted(moves, &mut |a: &(String, String), b: &(String, String)| {
+            a.cmp(b)
+        });
         if let Some(pair) = moves.windows(2).find(|w| w[0] == w[1]) {
             return Err(MachineError::DuplicateMove(
                 pair[0].0.clone(),
