@@ -227,6 +227,7 @@ mod reconcile;
 mod snapshot;
 mod store;
 mod tables;
+mod token;
 mod transfer;
 mod two_phase;
 mod view;
@@ -244,16 +245,18 @@ pub use outbox::{EnqueueError, IntentFilter, IntentView, Outbox, OutboxError};
 pub use read::ListFilter;
 pub use reconcile::{Abandoned, Check, ReconcileError, ReconcileReport};
 pub use store::Store;
+pub use token::Consumed;
 pub use transfer::{EXPORT_VERSION, Transferred};
 pub use view::{RecordView, ViewError, record_json};
 
 // The core types this crate's API takes and returns: an application may depend on
 // idem-store alone.
+pub use idem_core::token::{Issue, TOKEN_LEN};
 pub use idem_core::{
     Attempt, Config, ConfigError, Decision, DecodeError, Effect, Fingerprint, FingerprintError,
-    Generation, IdError, Intent, IntentState, LeaseExpiry, LedgerConfig, LedgerConfigError,
-    LedgerError, Outcome, Record, RecordId, Refusal, Reply, Resolution, State, Status, Timestamp,
-    Verdict,
+    Generation, IdError, Intent, IntentState, IssuedToken, LeaseExpiry, LedgerConfig,
+    LedgerConfigError, LedgerError, Outcome, Record, RecordId, Refusal, Reply, Resolution, State,
+    Status, Timestamp, Token, TokenError, TokenRefusal, Verdict,
 };
 
 /// The redb version this store is built on, for the application's own tables in the
