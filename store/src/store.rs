@@ -35,6 +35,7 @@ use crate::cache::ReplayCache;
 use crate::error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
 use crate::execute::{Executed, execute_in};
 use crate::group::{CommitCounts, Committer};
+use crate::inbox::Inbox;
 use crate::maintain::{self, CheckReport, Stats, SweepReport};
 use crate::open::{Opened, StoreBuilder};
 use crate::outbox::Outbox;
@@ -854,6 +855,16 @@ impl Store {
     pub fn sweep_tokens(&self, now: Timestamp, limit: usize) -> Result<SweepReport, Error> {
         self.writer.ensure_writable("sweep_tokens")?;
         token::sweep(&self.writer, now, limit)
+    }
+
+    /// The inbox of `consumer`: messages of an at-least-once queue handled once each,
+    /// their records under `(consumer, topic, message_id)`. See [`Inbox::handle`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Id`] for a consumer name that breaks the tenant rules.
+    pub fn inbox<'s>(&'s self, consumer: &'s str) -> Result<Inbox<'s>, Error> {
+        Inbox::new(self, consumer)
     }
 
     /// The outbox of this store's sender, with the settings its retries follow.
