@@ -22,8 +22,8 @@ Time: --now replaces the clock; a command that writes refuses a --now more than 
 ahead of the system clock. The store never lets time go back: a write uses the latest time
 a write used (the clock floor, shown by stats) when its clock is behind it.
 
-get, list, intents, stats, export and sweep --dry-run only read: they change no byte of
-the file, work on a read-only file or mount, and never wait for a process writing it.
+get, list, intents, token get, stats, export and sweep --dry-run only read: they change no
+byte of the file, work on a read-only file or mount, and never wait for a process writing it.
 
 Examples:
   idem demo                                   # the whole story in one screen
@@ -266,7 +266,7 @@ Example:
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
     },
-    /// One-time tokens: issue one, consume it (run a program at most once), show it.
+    /// One-time tokens: issue one, consume it (run a program at most once), show, sweep.
     #[command(subcommand)]
     Token(TokenCommand),
     /// The outbox's intents (what this terminal sends): list them, or show one.
@@ -438,6 +438,19 @@ Example:
     Get {
         #[command(flatten)]
         id: TokenIdArgs,
+    },
+    /// Delete tokens whose ttl has passed, oldest first.
+    #[command(after_help = "\
+The record of a used token stays until `idem sweep` deletes it after its retention; a
+retry of its consume is replayed until then. An expired token that was never used is
+gone: consuming it exits 8.
+
+Example:
+  idem token sweep --limit 10000")]
+    Sweep {
+        /// At most this many tokens [default: all that expired].
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
     },
 }
 

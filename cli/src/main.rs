@@ -176,6 +176,7 @@ fn run(cli: &Cli) -> Ending {
             program,
         }) => token::consume(&session, id, request, *lease, program),
         Command::Token(TokenCommand::Get { id }) => token::get(&session, id),
+        Command::Token(TokenCommand::Sweep { limit }) => token::sweep(&session, *limit),
         Command::Reconcile { with, limit, args } => reconcile::run(&session, with, args, *limit),
         Command::Sweep { limit, dry_run } => maintain::sweep(&session, *limit, *dry_run),
         Command::Check => maintain::check(&session),

@@ -154,6 +154,27 @@ struct TokenView<'a> {
     used: Option<&'static str>,
 }
 
+/// `idem token sweep [--limit N]`
+pub(crate) fn sweep(session: &Session, limit: Option<usize>) -> Ending {
+    let store = session.open(Config::default(), Access::Write)?;
+    let report = store
+        .sweep_tokens(session.now(), limit.unwrap_or(usize::MAX))
+        .map_err(store_failure)?;
+    let value = serde_json::json!({
+        "removed": report.removed,
+        "remaining_expired": report.remaining_expired,
+    });
+    session.printer().either(&value, || {
+        let more = if report.remaining_expired {
+            "; more expired tokens remain past --limit"
+        } else {
+            ""
+        };
+        format!("swept {} expired tokens{more}", report.removed)
+    })?;
+    Ok(Exit::Done.code())
+}
+
 /// The validated `(tenant, operation, token)`.
 fn token_id(args: &TokenIdArgs) -> Result<RecordId, Failure> {
     let id = RecordId::new(&args.tenant, &args.operation, "-")

@@ -199,3 +199,30 @@ fn help_lists_the_token_commands_and_their_exit_statuses() {
         assert!(help.stdout.contains(command), "{}", help.stdout);
     }
 }
+
+#[test]
+fn sweep_deletes_expired_tokens_and_keeps_used_ones_replayed() {
+    let idem = Idem::new();
+    let used = issue(&idem, "shop-7", &[]);
+    let unused = issue(&idem, "shop-7", &[]);
+    consume(&idem, T0 + 1, "shop-7", &used, "echo run >> ran; echo ok").code(0);
+    let late = T0 + 15 * MINUTE;
+    let swept = idem.at(late, &["token", "sweep", "--limit", "1"]);
+    assert_eq!(swept.code(0).json()["remaining_expired"], true);
+    let swept = idem.at(late, &["token", "sweep"]);
+    assert_eq!(swept.code(0).json()["removed"], 1);
+    consume(&idem, late, "shop-7", &unused, "echo run >> ran").code(8);
+    let replay = consume(&idem, late, "shop-7", &used, "echo run >> ran; echo ok");
+    replay.code(0);
+    assert_eq!(replay.stdout, "ok\n");
+    assert_eq!(runs(&idem), 1);
+}
+
+#[test]
+fn a_token_that_starts_with_a_hyphen_is_a_token() {
+    let idem = Idem::new();
+    // Tokens are random: one in 32 starts with '-'. This one does, by construction.
+    let token = "-Kc0IfkMMcCwK5clrIKrgQ";
+    let run = consume(&idem, T0, "shop-7", token, "true");
+    run.code(8).one_error_line(&["not issued"]);
+}
