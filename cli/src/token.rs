@@ -95,7 +95,14 @@ pub(crate) fn consume(
 /// `idem token get T O TOKEN`
 pub(crate) fn get(session: &Session, id: &TokenIdArgs) -> Ending {
     let id = token_id(id)?;
-    let not_issued = || refused(&id, TokenRefusal::NotIssued);
+    let not_issued = || {
+        Failure::new(
+            Exit::NotIssued,
+            format!(
+                "{id}: no such token (never issued for this tenant and operation, or swept after its ttl)"
+            ),
+        )
+    };
     if !session.db.exists() {
         return Err(not_issued());
     }

@@ -51,8 +51,10 @@ fn a_token_runs_its_program_once_and_replays_it() {
     assert_eq!(runs(&idem), 1);
     // Another command under the same token is a conflict.
     consume(&idem, T0 + 3, "shop-7", &token, "echo other").code(3);
+    let before = idem.db_bytes();
     let shown = idem.at(T0 + 4, &["token", "get", "shop-7", "redeem", &token]);
     shown.code(0);
+    assert!(idem.db_bytes() == before, "token get only reads");
     let shown = shown.json();
     assert_eq!(shown["used"], "succeeded");
     assert_eq!(shown["expires_at"], T0 + 15 * MINUTE);
@@ -76,7 +78,8 @@ fn not_issued_and_expired_tokens_exit_8_and_9_and_run_nothing() {
         .code(9)
         .one_error_line(&["expired"]);
     idem.at(T0, &["token", "get", "shop-8", "redeem", &token])
-        .code(8);
+        .code(8)
+        .one_error_line(&["no such token", "shop-8"]);
     assert_eq!(runs(&idem), 0);
     assert_eq!(export(), before);
     let shown = idem.at(T0 + 1, &["token", "get", "shop-7", "redeem", &token]);
