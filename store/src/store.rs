@@ -645,7 +645,8 @@ impl Store {
     /// its state index entry and, when settled, its expiry entry, no index entry lacks a
     /// record, every generation is at most the counter, and the schema version is this
     /// build's; and the outbox's: every intent decodes and has exactly its state entry
-    /// and, when queued, its due entry.
+    /// and, when queued, its due entry; and the tokens': every issued token decodes and
+    /// has exactly its expiry entry, and every intent's token decodes.
     ///
     /// It waits (at most the lock timeout) for this process's other operations to
     /// finish, and holds the redb write lock while redb verifies, so other processes'

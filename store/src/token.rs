@@ -14,7 +14,7 @@ use idem_core::{
     Config, Fingerprint, IssuedToken, Outcome, RecordId, Timestamp, Token, TokenRefusal, Verdict,
     Write,
 };
-use redb::{ReadableTable, TableError, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, TableError, WriteTransaction};
 
 use crate::error::{Error, ExecuteError};
 use crate::execute::{Executed, execute_in};
@@ -166,10 +166,9 @@ pub(crate) fn consume_execute_in<T, E>(
 pub(crate) fn get(writer: &Writer, id: &RecordId) -> Result<Option<IssuedToken>, Error> {
     let db = writer.read();
     let txn = db.begin_read()?;
-    match txn.open_table(TOKENS) {
-        Ok(tokens) => tables::read_token(&tokens, &id.to_key_bytes()),
-        Err(TableError::TableDoesNotExist(_)) => Ok(None),
-        Err(e) => Err(e.into()),
+    match open_read(&txn, TOKENS)? {
+        Some(tokens) => tables::read_token(&tokens, &id.to_key_bytes()),
+        None => Ok(None),
     }
 }
 
@@ -234,5 +233,72 @@ pub(crate) fn sweep(writer: &Writer, now: Timestamp, limit: usize) -> Result<Swe
             report.remaining_expired = more;
             return Ok(report);
         }
+    }
+}
+
+/// Verifies the tokens' tables for [`crate::Store::check`]: every entry decodes under a
+/// valid token id and has its expiry entry, the expiry index holds nothing else, and
+/// every intent's entry names a token. Reports each problem to `problem`.
+pub(crate) fn check(txn: &ReadTransaction, problem: &mut dyn FnMut(String)) -> Result<(), Error> {
+    let (Some(tokens), Some(expiry)) = (open_read(txn, TOKENS)?, open_read(txn, TOKEN_EXPIRY)?)
+    else {
+        // A file written before tokens existed, or one where none was ever issued.
+        return Ok(());
+    };
+    let mut count = 0u64;
+    for entry in tokens.iter()? {
+        let (key, _) = entry?;
+        count += 1;
+        let id_key = key.value();
+        let name = tables::describe_key(id_key);
+        match tables::decode_id(id_key) {
+            Ok(id) if Token::parse(id.key()).is_err() => {
+                problem(format!("token entry {name}: its key is not a token"));
+            }
+            Ok(_) => {}
+            Err(e) => problem(e.to_string()),
+        }
+        match tables::read_token(&tokens, id_key) {
+            Ok(Some(issued)) => {
+                if expiry
+                    .get(tables::timed_key(issued.expires_at, id_key).as_slice())?
+                    .is_none()
+                {
+                    problem(format!("token {name}: missing from the token expiry index"));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => problem(e.to_string()),
+        }
+    }
+    let len = expiry.len()?;
+    if len != count {
+        problem(format!(
+            "token expiry index holds {len} entries for {count} tokens"
+        ));
+    }
+    if let Some(intents) = open_read(txn, TOKEN_INTENTS)? {
+        for entry in intents.iter()? {
+            let (key, value) = entry?;
+            if let Err(e) = Token::decode(value.value()) {
+                problem(format!(
+                    "token of intent {}: {e}",
+                    tables::describe_key(key.value())
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Opens a table for reading; `None` when no write created it yet.
+fn open_read<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &ReadTransaction,
+    table: redb::TableDefinition<K, V>,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>, Error> {
+    match txn.open_table(table) {
+        Ok(table) => Ok(Some(table)),
+        Err(TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }

@@ -391,3 +391,48 @@ fn bad_input_names_the_field_and_the_rule_and_changes_nothing() {
     ));
     assert_eq!(std::fs::read(store.path()).unwrap(), before);
 }
+
+#[test]
+fn check_verifies_the_token_tables() {
+    use idem_store::redb::{self, ReadableTableMetadata, TableDefinition};
+    const TOKEN_EXPIRY: TableDefinition<&[u8], ()> = TableDefinition::new("idem.token.expiry");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.redb");
+    {
+        let store = Store::open(&path).unwrap();
+        issue(&store, 40, MINUTE, Some("order-1"));
+        issue(&store, 41, MINUTE, None);
+        let report = store.check().unwrap();
+        assert!(report.is_ok(), "{report:?}");
+    }
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut expiry = txn.open_table(TOKEN_EXPIRY).unwrap();
+            let first = expiry.pop_first().unwrap().unwrap().0.value().to_vec();
+            assert!(!first.is_empty());
+            assert_eq!(expiry.len().unwrap(), 1);
+        }
+        txn.commit().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    let report = store.check().unwrap();
+    let found = |needle: &str| {
+        report
+            .problems
+            .iter()
+            .filter(|p| p.contains(needle))
+            .count()
+    };
+    assert_eq!(
+        found("missing from the token expiry index"),
+        1,
+        "{report:?}"
+    );
+    assert_eq!(
+        found("token expiry index holds 1 entries for 2 tokens"),
+        1,
+        "{report:?}"
+    );
+}
