@@ -320,7 +320,7 @@ pub fn check_intent_id(intent_id: &str) -> Result<(), TokenError> {
 
 /// The token an issue answers, and whether it writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[must_use = "a new token must be stored before it is answered"]
+#[must_use = "the token is what the issuer hands out"]
 pub enum Issue {
     /// The token issued earlier for the same intent, unused and unexpired: answer it,
     /// write nothing.
