@@ -11,9 +11,11 @@ use crate::time::{parse_duration, parse_instant};
 const MAIN_HELP: &str = "\
 Exit status: 0 done (claimed, replay, settled, found) · 1 runtime error (I/O, corrupt file) ·
 2 usage or invalid input · 3 conflict · 4 in progress · 5 unknown, needs reconciliation ·
-6 stale generation, wrong state, illegal move or version mismatch · 7 not found.
-`exec` exits with the program's status, or the stored one on replay; a program's exit 75
-(or a status of --retry-on) releases the key instead of settling it.
+6 stale generation, wrong state, illegal move or version mismatch · 7 not found ·
+8 token not issued (never, or for another tenant or operation) · 9 token expired before
+its first use.
+`exec` and `token consume` exit with the program's status, or the stored one on replay; a
+program's exit 75 (or a status of --retry-on) releases the key instead of settling it.
 
 Durations: 500ms, 30s, 15m, 24h, 7d. Defaults: lease 30s, retention 24h.
 
@@ -21,15 +23,17 @@ Time: --now replaces the clock; a command that writes refuses a --now more than 
 ahead of the system clock. The store never lets time go back: a write uses the latest time
 a write used (the clock floor, shown by stats) when its clock is behind it.
 
-get, list, intents, stats, export and sweep --dry-run only read: they change no byte of
-the file, work on a read-only file or mount, and never wait for a process writing it.
+get, list, intents, token get, stats, export and sweep --dry-run only read: they change no
+byte of the file, work on a read-only file or mount, and never wait for a process writing it.
 
 Examples:
   idem demo                                   # the whole story in one screen
   idem exec shop-7 nightly-report 2025-03-01 -- ./report.sh
   idem list --state unknown
   idem resolve shop-7 charge order-991 --not-executed
-  idem reconcile --with ./ask-provider.sh     # settle every unknown key a checker can";
+  idem reconcile --with ./ask-provider.sh     # settle every unknown key a checker can
+  idem token issue shop-7 redeem --ttl 15m --intent order-991
+  idem token consume shop-7 redeem \"$TOKEN\" -- ./redeem.sh";
 
 /// `idem`: make "retry after a timeout" safe, from the command line.
 #[derive(Debug, Parser)]
@@ -301,6 +305,9 @@ Example:
     /// Business entities moved by `idem transition`: show one, or list a kind.
     #[command(subcommand)]
     Entity(EntityCommand),
+    /// One-time tokens: issue one, consume it (run a program at most once), show, sweep.
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// The outbox's intents (what this terminal sends): list them, or show one.
     #[command(subcommand)]
     Intents(IntentsCommand),
@@ -445,6 +452,97 @@ Example:
         #[arg(value_name = "KEY", allow_hyphen_values = true)]
         key: String,
     },
+}
+
+/// `idem token ...`: tokens the server hands out for one use.
+#[derive(Debug, Subcommand)]
+pub(crate) enum TokenCommand {
+    /// Issue a one-time token for TENANT and OPERATION, valid for --ttl.
+    #[command(after_help = "\
+Prints the token: 22 characters of URL-safe base64 (128 random bits from the system).
+--json prints {\"token\",\"issued_at\",\"expires_at\",\"intent_id\",\"new\"}.
+With --intent, issuing again returns the same token while it is unused and unexpired
+(\"new\": false), so a lost reply can be asked for again. The ttl is at most the retention
+(24h): the record of a token's use must outlive the token.
+
+Example:
+  TOKEN=$(idem token issue shop-7 redeem --ttl 15m --intent order-991)")]
+    Issue {
+        /// Tenant: 1-255 bytes of UTF-8, no control characters.
+        #[arg(value_name = "TENANT")]
+        tenant: String,
+        /// Operation: 1-255 bytes of UTF-8, no control characters.
+        #[arg(value_name = "OPERATION")]
+        operation: String,
+        /// How long the token may be used for the first time (at most 24h).
+        #[arg(long, value_name = "DUR", required = true, value_parser = parse_duration)]
+        ttl: u64,
+        /// The intent the token is for: 1-255 bytes of printable ASCII.
+        #[arg(long, value_name = "ID", allow_hyphen_values = true)]
+        intent: Option<String>,
+    },
+    /// Consume a token: run PROGRAM at most once with it, as exec does for a key.
+    #[command(after_help = "\
+A token never issued for TENANT and OPERATION exits 8, one whose ttl passed before its
+first use exits 9; neither runs PROGRAM nor changes the file. Otherwise as exec: the first
+consume runs PROGRAM and stores its stdout and exit status; a retry with the same command
+and payload prints the stored stdout and exits with the stored status, without running
+PROGRAM (not \"token already used\"); another command or payload is a conflict (exit 3);
+another consume running it exits 4. A program's exit 75 releases the token: it can be
+consumed again.
+
+Example:
+  idem token consume shop-7 redeem \"$TOKEN\" --payload voucher.json -- ./redeem.sh")]
+    Consume {
+        #[command(flatten)]
+        id: TokenIdArgs,
+        #[command(flatten)]
+        request: RequestArgs,
+        /// How long a claim holds without renewal; renewed while PROGRAM runs [default: 30s].
+        #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+        lease: Option<u64>,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
+        program: Vec<OsString>,
+    },
+    /// Show a token: when it was issued, when it expires, whether it was used.
+    #[command(after_help = "\
+Exit status 8 when no such token is stored (never issued here, or swept), 2 for a
+malformed token.
+
+Example:
+  idem token get shop-7 redeem \"$TOKEN\" --json")]
+    Get {
+        #[command(flatten)]
+        id: TokenIdArgs,
+    },
+    /// Delete tokens whose ttl has passed, oldest first.
+    #[command(after_help = "\
+The record of a used token stays until `idem sweep` deletes it after its retention; a
+retry of its consume is replayed until then. An expired token that was never used is
+gone: consuming it exits 8.
+
+Example:
+  idem token sweep --limit 10000")]
+    Sweep {
+        /// At most this many tokens [default: all that expired].
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+}
+
+/// `T O TOKEN`: where a token lives.
+#[derive(Debug, Args)]
+pub(crate) struct TokenIdArgs {
+    /// Tenant: 1-255 bytes of UTF-8, no control characters.
+    #[arg(value_name = "TENANT")]
+    pub(crate) tenant: String,
+    /// Operation: 1-255 bytes of UTF-8, no control characters.
+    #[arg(value_name = "OPERATION")]
+    pub(crate) operation: String,
+    /// The token: 22 characters of URL-safe base64, as `token issue` printed it.
+    #[arg(value_name = "TOKEN", allow_hyphen_values = true)]
+    pub(crate) token: String,
 }
 
 fn parse_intent_state(text: &str) -> Result<IntentState, String> {

@@ -61,12 +61,42 @@ pub(crate) fn exec(session: &Session, request: &ExecRequest<'_>) -> Ending {
     let fingerprint = command_fingerprint(program, args, request.fingerprint_args, input);
     let config = config(request.lease, None);
     let store = session.open(config.clone(), Access::Create)?;
-    let generation = match claim(session, &store, &id, fingerprint, request.wait)? {
-        Claim::Held(generation) => generation,
+    let begin = || {
+        store
+            .begin(&id, fingerprint, session.now())
+            .map_err(|e| key_failure(&id, e))
+    };
+    match claim(&id, begin, request.wait)? {
+        Claim::Held(generation) => run_claimed(
+            session,
+            &store,
+            &id,
+            generation,
+            &config,
+            request.retry_on,
+            request.program,
+        ),
         Claim::Settled(verdict, outcome) => {
             write_stdout(&outcome.body)?;
-            return Ok(exit_status(verdict, outcome.code));
+            Ok(exit_status(verdict, outcome.code))
         }
+    }
+}
+
+/// Runs `PROGRAM ARGS...` for the claim `generation` holds on `id`, then settles the
+/// key with its status and stdout (or releases it on a temporary failure), and answers
+/// like the program.
+pub(crate) fn run_claimed(
+    session: &Session,
+    store: &Store,
+    id: &RecordId,
+    generation: Generation,
+    config: &Config,
+    retry_on: &[i32],
+    program: &[OsString],
+) -> Ending {
+    let Some((program, args)) = program.split_first() else {
+        return Err(Failure::usage("PROGRAM: missing; give it after --"));
     };
     let mut command = Command::new(program);
     command
@@ -79,30 +109,29 @@ pub(crate) fn exec(session: &Session, request: &ExecRequest<'_>) -> Ending {
         Err(e) => {
             // Nothing ran: give the key back so a corrected retry can claim it.
             store
-                .release(&id, generation, session.now())
-                .map_err(|e| key_failure(&id, e))?;
+                .release(id, generation, session.now())
+                .map_err(|e| key_failure(id, e))?;
             return Err(Failure::usage(format!(
                 "PROGRAM: cannot run {}: {e}; the claim was released",
                 program.to_string_lossy()
             )));
         }
     };
-    let (status, stdout) =
-        run_with_heartbeat(&store, &id, generation, &config, session.clock, child)?;
+    let (status, stdout) = run_with_heartbeat(store, id, generation, config, session.clock, child)?;
     if let Some(code) = status
         .code()
-        .filter(|code| *code == TEMPFAIL || request.retry_on.contains(code))
+        .filter(|code| *code == TEMPFAIL || retry_on.contains(code))
     {
         // A failure for now: nothing is settled, a retry runs PROGRAM again.
-        let released = store.release(&id, generation, session.now());
+        let released = store.release(id, generation, session.now());
         write_stdout(&stdout)?;
-        released.map_err(|e| key_failure(&id, e))?;
+        released.map_err(|e| key_failure(id, e))?;
         eprintln!(
             "idem: {id}: PROGRAM exited {code}, a temporary failure (75 or --retry-on): the key was released, a retry runs PROGRAM again"
         );
         return Ok(code);
     }
-    settle(session, &store, &id, generation, &config, status, &stdout)
+    settle(session, store, id, generation, config, status, &stdout)
 }
 
 /// The fingerprint of one exec: PROGRAM as written, its arguments (unless `which` is
@@ -133,27 +162,22 @@ pub(crate) fn command_fingerprint(
 }
 
 /// How `begin` ended for exec: this process holds the key, or the outcome is known.
-enum Claim {
+pub(crate) enum Claim {
     Held(Generation),
     Settled(Verdict, Outcome),
 }
 
-/// Begins, and with `--wait` polls while another executor holds the key.
-fn claim(
-    session: &Session,
-    store: &Store,
+/// Begins with `begin`, and with `--wait` polls while another executor holds the key.
+pub(crate) fn claim(
     id: &RecordId,
-    fingerprint: Fingerprint,
+    mut begin: impl FnMut() -> Result<Decision, Failure>,
     wait_ms: Option<u64>,
 ) -> Result<Claim, Failure> {
     let started = Instant::now();
     let wait = Duration::from_millis(wait_ms.unwrap_or(0));
     let mut pause = Duration::from_millis(20);
     loop {
-        let decision = store
-            .begin(id, fingerprint, session.now())
-            .map_err(|e| key_failure(id, e))?;
-        match decision {
+        match begin()? {
             Decision::Claimed { generation, .. } => return Ok(Claim::Held(generation)),
             Decision::Replay {
                 verdict, outcome, ..
@@ -316,7 +340,7 @@ pub(crate) fn exit_status(verdict: Verdict, code: i32) -> i32 {
     }
 }
 
-fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
+pub(crate) fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
     let mut out = io::stdout().lock();
     out.write_all(bytes)
         .and_then(|()| out.flush())

@@ -24,6 +24,10 @@ pub(crate) enum Exit {
     Stale = 6,
     /// No record under the key.
     NotFound = 7,
+    /// No such token was issued for this tenant and operation.
+    NotIssued = 8,
+    /// The token's ttl passed before its first use.
+    TokenExpired = 9,
 }
 
 impl Exit {
@@ -169,5 +173,6 @@ mod tests {
         let f = Failure::usage("first\n  second\n\nthird");
         assert_eq!(f.to_string(), "first; second; third");
         assert_eq!(Exit::NotFound.code(), 7);
+        assert_eq!((Exit::NotIssued.code(), Exit::TokenExpired.code()), (8, 9));
     }
 }

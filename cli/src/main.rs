@@ -21,13 +21,14 @@ mod progress;
 mod reconcile;
 mod session;
 mod time;
+mod token;
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use clap::Parser;
 use clap::error::ErrorKind;
 
-use crate::args::{Cli, Command, EntityCommand, IntentsCommand};
+use crate::args::{Cli, Command, EntityCommand, IntentsCommand, TokenCommand};
 use crate::exec::ExecRequest;
 use crate::exit::{Ending, Exit, Failure, clap_line, quiet_redb_panics, redb_panicked};
 use crate::keyed::Reconciled;
@@ -177,6 +178,20 @@ fn run(cli: &Cli) -> Ending {
             intents::list(&session, *state, *limit)
         }
         Command::Intents(IntentsCommand::Get { key }) => intents::get(&session, key),
+        Command::Token(TokenCommand::Issue {
+            tenant,
+            operation,
+            ttl,
+            intent,
+        }) => token::issue(&session, tenant, operation, *ttl, intent.as_deref()),
+        Command::Token(TokenCommand::Consume {
+            id,
+            request,
+            lease,
+            program,
+        }) => token::consume(&session, id, request, *lease, program),
+        Command::Token(TokenCommand::Get { id }) => token::get(&session, id),
+        Command::Token(TokenCommand::Sweep { limit }) => token::sweep(&session, *limit),
         Command::Reconcile { with, limit, args } => reconcile::run(&session, with, args, *limit),
         Command::Sweep { limit, dry_run } => maintain::sweep(&session, *limit, *dry_run),
         Command::Check => maintain::check(&session),

@@ -128,7 +128,7 @@ pub(crate) fn open_failure(e: OpenError) -> Failure {
 /// A store error as a failure with the exit status of the contract.
 pub(crate) fn store_failure(e: Error) -> Failure {
     let exit = match &e {
-        Error::Id(_) => Exit::Usage,
+        Error::Id(_) | Error::Token(_) => Exit::Usage,
         Error::Refused(Refusal::NotFound) => Exit::NotFound,
         Error::Refused(Refusal::Stale { .. } | Refusal::WrongState { .. }) => Exit::Stale,
         Error::Refused(_) => Exit::Usage,

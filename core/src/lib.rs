@@ -55,6 +55,7 @@ pub mod protocol;
 pub mod quote;
 pub mod record;
 pub mod time;
+pub mod token;
 
 pub use config::{Config, ConfigError, LeaseExpiry};
 pub use encoding::DecodeError;
@@ -68,3 +69,4 @@ pub use machine::{Entity, EntityDecision, Machine, MachineError, MachineSpec};
 pub use protocol::{Decision, Refusal, Resolution, Transition, Write};
 pub use record::{Outcome, OutcomeError, Record, State, Status, Verdict};
 pub use time::{Generation, Timestamp};
+pub use token::{IssuedToken, Token, TokenError, TokenRefusal};

@@ -12,7 +12,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use idem_core::{ConfigError, DecodeError, IdError, Refusal};
+use idem_core::{ConfigError, DecodeError, IdError, Refusal, TokenError};
 
 /// Opening a store file failed; the file was left as it was.
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +140,13 @@ pub enum Error {
         /// What is wrong with it and the rule.
         problem: String,
     },
+    /// A token, ttl or intent id breaks its rule; nothing was written.
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    /// A new token's random bits made a token already issued under this tenant and
+    /// operation: the caller's source of randomness repeats. Nothing was written.
+    #[error("token: the random bytes made a token already issued here; draw new random bytes")]
+    TokenTaken,
     /// The protocol refused the input (stale generation, wrong state, not found, outcome
     /// too large); nothing was written.
     #[error(transparent)]

@@ -62,7 +62,7 @@ impl<T> Executed<T> {
 /// settled record are one put.
 ///
 /// The store's tables (`tables`) stay open while the work runs. The work opens its own
-/// (any table but `idem.records`, `idem.expiry`, `idem.state.*` and `idem.meta`; the
+/// (any table but `idem.records`, `idem.expiry`, `idem.state.*`, `idem.meta` and `idem.tokens`; the
 /// outbox's [`crate::Outbox::enqueue_in`] opens the outbox's), and redb refuses only to
 /// open one table twice in a transaction.
 ///

@@ -222,6 +222,7 @@ mod error;
 mod execute;
 mod group;
 mod handle;
+mod inbox;
 mod lock;
 mod maintain;
 mod open;
@@ -231,6 +232,7 @@ mod reconcile;
 mod snapshot;
 mod store;
 mod tables;
+mod token;
 mod transfer;
 mod two_phase;
 mod view;
@@ -243,22 +245,26 @@ pub use entities::{EntityId, Uniqueness};
 pub use error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
 pub use execute::Executed;
 pub use group::{CommitCounts, MAX_BATCH};
+pub use inbox::{Handled, Inbox};
 pub use maintain::{CheckReport, IntentCounts, SWEEP_BATCH, Stats, SweepReport};
 pub use open::{DEFAULT_LOCK_TIMEOUT, StoreBuilder};
 pub use outbox::{EnqueueError, IntentFilter, IntentView, Outbox, OutboxError};
 pub use read::ListFilter;
 pub use reconcile::{Abandoned, Check, ReconcileError, ReconcileReport};
 pub use store::Store;
+pub use token::Consumed;
 pub use transfer::{EXPORT_VERSION, Transferred};
 pub use view::{RecordView, ViewError, record_json};
 
 // The core types this crate's API takes and returns: an application may depend on
 // idem-store alone.
+pub use idem_core::token::{Issue, TOKEN_LEN};
 pub use idem_core::{
     Attempt, Config, ConfigError, Decision, DecodeError, Effect, Entity, EntityDecision,
-    Fingerprint, FingerprintError, Generation, IdError, Intent, IntentState, LeaseExpiry,
-    LedgerConfig, LedgerConfigError, LedgerError, Machine, MachineError, MachineSpec, Outcome,
-    Record, RecordId, Refusal, Reply, Resolution, State, Status, Timestamp, Verdict,
+    Fingerprint, FingerprintError, Generation, IdError, Intent, IntentState, IssuedToken,
+    LeaseExpiry, LedgerConfig, LedgerConfigError, LedgerError, Machine, MachineError, MachineSpec,
+    Outcome, Record, RecordId, Refusal, Reply, Resolution, State, Status, Timestamp, Token,
+    TokenError, TokenRefusal, Verdict,
 };
 
 /// The redb version this store is built on, for the application's own tables in the

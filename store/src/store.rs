@@ -25,9 +25,10 @@ use std::path::Path;
 
 use idem_core::machine::{Entity, EntityDecision, Machine};
 use idem_core::protocol::{Decision, Resolution};
+use idem_core::token::Issue;
 use idem_core::{
-    Config, Fingerprint, Generation, LeaseExpiry, LedgerConfig, LedgerConfigError, Outcome, Record,
-    RecordId, State, Timestamp, Verdict,
+    Config, Fingerprint, Generation, IssuedToken, LeaseExpiry, LedgerConfig, LedgerConfigError,
+    Outcome, Record, RecordId, State, Timestamp, Verdict,
 };
 use redb::{ReadTransaction, WriteTransaction};
 
@@ -37,12 +38,14 @@ use crate::error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
 use crate::execute::{Executed, execute_in};
 use crate::group::{CommitCounts, Committer};
 use crate::handle::guard_read;
+use crate::inbox::Inbox;
 use crate::maintain::{self, CheckReport, Stats, SweepReport};
 use crate::open::{Opened, StoreBuilder};
 use crate::outbox::Outbox;
 use crate::read::{self, ListFilter};
 use crate::reconcile::{self, Abandoned, Check, ReconcileError, ReconcileReport};
 
+use crate::token::{self, Consumed};
 use crate::transfer::{self, Transferred};
 use crate::writer::Writer;
 use crate::{snapshot, two_phase};
@@ -845,7 +848,8 @@ impl Store {
     /// its state index entry and, when settled, its expiry entry, no index entry lacks a
     /// record, every generation is at most the counter, and the schema version is this
     /// build's; and the outbox's: every intent decodes and has exactly its state entry
-    /// and, when queued, its due entry.
+    /// and, when queued, its due entry; and the tokens': every issued token decodes and
+    /// has exactly its expiry entry, and every intent's token decodes.
     ///
     /// It waits (at most the lock timeout) for this process's other operations to
     /// finish, and holds the redb write lock while redb verifies, so other processes'
@@ -898,6 +902,173 @@ impl Store {
     /// [`ImportError::Line`] naming the line and the field; storage errors.
     pub fn import(&self, input: impl BufRead) -> Result<Transferred, ImportError> {
         transfer::import(&self.writer, &self.cache, input)
+    }
+
+    /// Issues a one-time token for `(tenant, operation)`, valid for `ttl_ms` from `now`
+    /// (never behind the clock floor), made of `random` (128 bits from a secure source).
+    ///
+    /// With an `intent_id`, issuing is idempotent: while the token issued for that
+    /// intent is unused and unexpired, this answers it again ([`Issue::Existing`]) and
+    /// writes nothing, so an issuer whose reply was lost asks again safely.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Token`] for a ttl of 0 or above the store's retention (the record of a
+    /// use must outlive the token) or a bad intent id; [`Error::Id`] for a bad tenant or
+    /// operation; [`Error::TokenTaken`] when `random` repeats an issued token; storage
+    /// errors. Nothing is written on any error.
+    pub fn issue_token(
+        &self,
+        tenant: &str,
+        operation: &str,
+        ttl_ms: u64,
+        intent_id: Option<&str>,
+        random: [u8; 16],
+        now: Timestamp,
+    ) -> Result<Issue, Error> {
+        self.writer.ensure_writable("issue_token")?;
+        token::issue(
+            &self.writer,
+            &self.config,
+            tenant,
+            operation,
+            ttl_ms,
+            intent_id,
+            random,
+            now,
+        )
+    }
+
+    /// Consumes the token in `id`'s key (`id` is `(tenant, operation, token)`): the
+    /// two-phase [`Store::begin`] on it, after the token is admitted in the same
+    /// transaction. A token never issued under this tenant and operation is refused
+    /// with [`crate::TokenRefusal::NotIssued`], one whose ttl passed before its first use with
+    /// [`crate::TokenRefusal::Expired`]; otherwise the protocol decides: the first consume
+    /// claims, a retry with the same fingerprint is replayed (not "already used"),
+    /// another fingerprint is a conflict. Settle a claim with [`Store::complete`],
+    /// [`Store::release`] (the token is consumable again) or [`Store::mark_unknown`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Token`] when the key is not a token's text; storage errors.
+    pub fn consume(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Result<Consumed<Decision>, Error> {
+        self.writer.ensure_writable("consume")?;
+        token::token_of(id)?;
+        let id_key = id.to_key_bytes();
+        // A live record of a use admits the token whatever its entry says: answers
+        // that write nothing come from a read snapshot, as for begin.
+        if let Some(decision) = snapshot::begin(
+            &self.writer,
+            &self.cache,
+            &self.config,
+            &id_key,
+            fingerprint,
+            now,
+        )? {
+            return Ok(Consumed::Admitted(decision));
+        }
+        let step = token::consume(id_key, fingerprint);
+        self.committer
+            .input(&self.writer, &self.config, id, now, step)
+    }
+
+    /// Atomic consume: admits the token in `id`'s key as [`Store::consume`] does, then
+    /// runs `work` as [`Store::execute`] does, in one write transaction: the use of the
+    /// token, the work's writes and the settled record commit together, or nothing
+    /// does. A `work` that fails leaves the token consumable.
+    ///
+    /// # Errors
+    ///
+    /// [`ExecuteError::Work`] with the work's error (rolled back);
+    /// [`ExecuteError::Store`] with [`Error::Token`] when the key is not a token's text,
+    /// or storage errors.
+    pub fn consume_execute<T, E>(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+        work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
+    ) -> Result<Consumed<Executed<T>>, ExecuteError<E>> {
+        self.writer.ensure_writable("consume_execute")?;
+        token::token_of(id)?;
+        let id_key = id.to_key_bytes();
+        let epoch = self.cache.epoch();
+        if let Some(decision) = snapshot::begin(
+            &self.writer,
+            &self.cache,
+            &self.config,
+            &id_key,
+            fingerprint,
+            now,
+        )? {
+            return Ok(Consumed::Admitted(Executed::NotRun(decision)));
+        }
+        let writing = self.writer.writing("consume_execute")?;
+        let ran = {
+            let mut tables = self.writer.tables(&writing)?;
+            token::consume_execute_in(
+                &writing.txn,
+                &mut tables,
+                &id_key,
+                fingerprint,
+                now,
+                &self.config,
+                work,
+            )
+        };
+        let (changed, consumed) = match ran {
+            Ok(ran) => ran,
+            Err(e) => {
+                // The work may have written before it failed: roll it all back.
+                self.writer.finish(writing, false)?;
+                return Err(e);
+            }
+        };
+        self.writer.finish(writing, changed)?;
+        if let Consumed::Admitted(Executed::Ran { record, .. }) = &consumed {
+            self.cache.insert(&id_key, record, epoch);
+        }
+        Ok(consumed)
+    }
+
+    /// The issued token under `id` (`(tenant, operation, token)`), if it is stored; its
+    /// use, if any, is the record [`Store::get`] returns for the same id.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Token`] when the key is not a token's text; storage or decode errors.
+    pub fn get_token(&self, id: &RecordId) -> Result<Option<IssuedToken>, Error> {
+        token::token_of(id)?;
+        token::get(&self.writer, id)
+    }
+
+    /// Deletes the issued tokens whose ttl passed at `now`, oldest first, at most
+    /// `limit`, in write transactions of at most [`crate::SWEEP_BATCH`]. The record of a
+    /// used token is left to [`Store::sweep`]; a consume of a swept token is refused
+    /// with [`crate::TokenRefusal::NotIssued`] once that record is gone too.
+    ///
+    /// # Errors
+    ///
+    /// Storage errors (batches committed before one stay committed), or
+    /// [`Error::Corrupt`] when the token expiry index names a missing token.
+    pub fn sweep_tokens(&self, now: Timestamp, limit: usize) -> Result<SweepReport, Error> {
+        self.writer.ensure_writable("sweep_tokens")?;
+        token::sweep(&self.writer, now, limit)
+    }
+
+    /// The inbox of `consumer`: messages of an at-least-once queue handled once each,
+    /// their records under `(consumer, topic, message_id)`. See [`Inbox::handle`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Id`] for a consumer name that breaks the tenant rules.
+    pub fn inbox<'s>(&'s self, consumer: &'s str) -> Result<Inbox<'s>, Error> {
+        Inbox::new(self, consumer)
     }
 
     /// The outbox of this store's sender, with the settings its retries follow.

@@ -7,6 +7,12 @@
 //! | `idem.expiry` | `expires_at` (u64 big-endian) ++ id bytes | `()`; settled records only |
 //! | `idem.state.pending`, `.succeeded`, `.failed`, `.unknown` | `created_at` (u64 big-endian) ++ id bytes | `()` |
 //! | `idem.meta` | `b"schema"`, `b"generation"`, `b"clock_floor"` | u64 big-endian |
+//! | `idem.tokens` | [`RecordId::to_key_bytes`] of `(tenant, operation, token)` | [`IssuedToken::encode`] |
+//! | `idem.token.expiry` | `expires_at` (u64 big-endian) ++ token id bytes | `()` |
+//! | `idem.token.intents` | [`RecordId::to_key_bytes`] of `(tenant, operation, intent id)` | [`idem_core::Token::encode`] |
+//!
+//! A token's use is an ordinary record in `idem.records` under the same id bytes as its
+//! entry in `idem.tokens` (see `token.rs`).
 //!
 //! Every key and value is our own byte string: the file never depends on redb's
 //! encodings of composite types, which have changed between redb majors. Big-endian
@@ -16,7 +22,7 @@
 //! The state tables are indexes by state: their `len()` is the count of records in that
 //! state (redb keeps table lengths), and their first entry is the oldest one.
 
-use idem_core::{Generation, Record, RecordId, State, Timestamp, Write};
+use idem_core::{Generation, IssuedToken, Record, RecordId, State, Timestamp, Write};
 use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
 
 use crate::error::Error;
@@ -28,6 +34,14 @@ pub(crate) const SCHEMA_VERSION: u64 = 1;
 pub(crate) const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.records");
 /// `expires_at` ++ id bytes → (), for every settled record.
 pub(crate) const EXPIRY: TableDefinition<&[u8], ()> = TableDefinition::new("idem.expiry");
+/// Token id bytes → issued-token bytes.
+pub(crate) const TOKENS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.tokens");
+/// `expires_at` ++ token id bytes → (), for every issued token.
+pub(crate) const TOKEN_EXPIRY: TableDefinition<&[u8], ()> =
+    TableDefinition::new("idem.token.expiry");
+/// Intent id bytes (tenant, operation, intent id) → the token issued for it.
+pub(crate) const TOKEN_INTENTS: TableDefinition<&[u8], &[u8]> =
+    TableDefinition::new("idem.token.intents");
 /// Schema version and generation counter.
 pub(crate) const META: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.meta");
 /// One index per state, in the order of [`State::ALL`]: `created_at` ++ id bytes → ().
@@ -117,6 +131,22 @@ pub(crate) fn read_record(
     }
 }
 
+/// Reads and decodes the issued token under `id_key` from any readable tokens table.
+pub(crate) fn read_token(
+    tokens: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    id_key: &[u8],
+) -> Result<Option<IssuedToken>, Error> {
+    match tokens.get(id_key)? {
+        Some(bytes) => IssuedToken::decode(bytes.value())
+            .map(Some)
+            .map_err(|source| Error::Decode {
+                what: format!("issued token {}", describe_key(id_key)),
+                source,
+            }),
+        None => Ok(None),
+    }
+}
+
 /// Reads a u64 from any readable meta table.
 pub(crate) fn read_meta(
     meta: &impl ReadableTable<&'static [u8], &'static [u8]>,
@@ -142,6 +172,7 @@ pub(crate) struct Tables<'txn> {
     expiry: Table<'txn, &'static [u8], ()>,
     states: [Table<'txn, &'static [u8], ()>; 4],
     meta: Table<'txn, &'static [u8], &'static [u8]>,
+    tokens: Table<'txn, &'static [u8], &'static [u8]>,
     // False only where a test shows what the floor prevents.
     floored: bool,
 }
@@ -168,6 +199,7 @@ impl<'txn> Tables<'txn> {
                 txn.open_table(STATES[3])?,
             ],
             meta: txn.open_table(META)?,
+            tokens: txn.open_table(TOKENS)?,
         })
     }
 
@@ -305,6 +337,23 @@ impl<'txn> Tables<'txn> {
         Ok(())
     }
 
+    /// The issued token under `id_key`, if any.
+    pub(crate) fn token(&self, id_key: &[u8]) -> Result<Option<IssuedToken>, Error> {
+        read_token(&self.tokens, id_key)
+    }
+
+    /// Stores an issued token's entry (its expiry index is the caller's).
+    pub(crate) fn put_token(&mut self, id_key: &[u8], entry: &IssuedToken) -> Result<(), Error> {
+        self.tokens.insert(id_key, entry.encode().as_slice())?;
+        Ok(())
+    }
+
+    /// Removes an issued token's entry.
+    pub(crate) fn delete_token(&mut self, id_key: &[u8]) -> Result<(), Error> {
+        self.tokens.remove(id_key)?;
+        Ok(())
+    }
+
     /// The expiry index, for sweep.
     pub(crate) fn expiry(&self) -> &Table<'txn, &'static [u8], ()> {
         &self.expiry
@@ -337,16 +386,26 @@ mod tests {
             timed_key(Timestamp(0x0102_0304_0506), &id.to_key_bytes()),
             b"\x00\x00\x01\x02\x03\x04\x05\x06\x04shop\x06creditk-1"
         );
-        let names: Vec<&str> = [RECORDS.name(), EXPIRY.name(), META.name()]
-            .into_iter()
-            .chain(STATES.iter().map(|t| t.name()))
-            .collect();
+        let names: Vec<&str> = [
+            RECORDS.name(),
+            EXPIRY.name(),
+            META.name(),
+            TOKENS.name(),
+            TOKEN_EXPIRY.name(),
+            TOKEN_INTENTS.name(),
+        ]
+        .into_iter()
+        .chain(STATES.iter().map(|t| t.name()))
+        .collect();
         assert_eq!(
             names,
             [
                 "idem.records",
                 "idem.expiry",
                 "idem.meta",
+                "idem.tokens",
+                "idem.token.expiry",
+                "idem.token.intents",
                 "idem.state.pending",
                 "idem.state.succeeded",
                 "idem.state.failed",

@@ -1,0 +1,304 @@
+//! One-time tokens: issuing them, admitting their first use, and sweeping expired ones.
+//!
+//! A token's entry lives in `idem.tokens` under the id bytes of `(tenant, operation,
+//! token)`; its use is an ordinary record in `idem.records` under the same bytes. A
+//! consume reads both in the write transaction that runs the protocol's `begin`
+//! ([`idem_core::token::admit`], then the claim), so two consumers can never both pass
+//! the check: the second sees the first one's record. Nothing deletes a token when it
+//! is used: a consume whose work fails rolls back its claim and leaves the token as it
+//! was, consumable.
+
+use idem_core::protocol::Decision;
+use idem_core::token::{self, Earlier, Issue};
+use idem_core::{
+    Config, Fingerprint, IssuedToken, Outcome, RecordId, Timestamp, Token, TokenRefusal, Verdict,
+    Write,
+};
+use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, TableError, WriteTransaction};
+
+use crate::error::{Error, ExecuteError};
+use crate::execute::{Executed, execute_in};
+use crate::group::Step;
+use crate::maintain::{SWEEP_BATCH, SweepReport};
+use crate::tables::{self, TOKEN_EXPIRY, TOKEN_INTENTS, TOKENS, Tables};
+use crate::two_phase;
+use crate::writer::Writer;
+
+/// What a consume of a token answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a refused token must be answered to the caller"]
+pub enum Consumed<T> {
+    /// The token cannot be used; nothing was written.
+    Refused(TokenRefusal),
+    /// The token is admitted: what the protocol (or the atomic execute) did.
+    Admitted(T),
+}
+
+/// The token in `id`'s key, validated.
+pub(crate) fn token_of(id: &RecordId) -> Result<Token, Error> {
+    Ok(Token::parse(id.key())?)
+}
+
+/// Issues a token for `(tenant, operation)`, or answers the one issued earlier for the
+/// same intent id while it is unused and unexpired.
+// The arguments of `Store::issue_token`, plus the writer and the config it holds.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn issue(
+    writer: &Writer,
+    config: &Config,
+    tenant: &str,
+    operation: &str,
+    ttl_ms: u64,
+    intent_id: Option<&str>,
+    random: [u8; 16],
+    now: Timestamp,
+) -> Result<Issue, Error> {
+    // Input rules first, before any transaction: bad input changes nothing.
+    token::check_ttl(ttl_ms, config)?;
+    let intent_key = match intent_id {
+        Some(intent_id) => {
+            token::check_intent_id(intent_id)?;
+            Some(RecordId::new(tenant, operation, intent_id)?.to_key_bytes())
+        }
+        None => {
+            RecordId::new(tenant, operation, "-")?;
+            None
+        }
+    };
+    let writing = writer.writing("issue_token")?;
+    let issued = {
+        let txn = &writing.txn;
+        let mut tables = writer.tables(&writing)?;
+        let now = tables.effective(now)?;
+        let mut intents = txn.open_table(TOKEN_INTENTS)?;
+        let earlier_token = match &intent_key {
+            Some(key) => match intents.get(key.as_slice())? {
+                Some(bytes) => {
+                    Some(
+                        Token::decode(bytes.value()).map_err(|source| Error::Decode {
+                            what: format!("token of intent {}", tables::describe_key(key)),
+                            source,
+                        })?,
+                    )
+                }
+                None => None,
+            },
+            None => None,
+        };
+        let earlier = match &earlier_token {
+            Some(token) => {
+                let id_key = RecordId::new(tenant, operation, token.as_str())?.to_key_bytes();
+                Some((
+                    token,
+                    tables.token(&id_key)?,
+                    tables.get(&id_key)?.is_some(),
+                ))
+            }
+            None => None,
+        };
+        let issue = token::issue(
+            earlier.as_ref().map(|(token, entry, used)| Earlier {
+                token,
+                entry: entry.as_ref(),
+                used: *used,
+            }),
+            ttl_ms,
+            intent_id,
+            random,
+            now,
+            config,
+        )?;
+        if let Issue::New { token, entry } = &issue {
+            let id_key = RecordId::new(tenant, operation, token.as_str())?.to_key_bytes();
+            if tables.token(&id_key)?.is_some() || tables.get(&id_key)?.is_some() {
+                return Err(Error::TokenTaken);
+            }
+            tables.put_token(&id_key, entry)?;
+            txn.open_table(TOKEN_EXPIRY)?
+                .insert(tables::timed_key(entry.expires_at, &id_key).as_slice(), ())?;
+            if let Some(key) = &intent_key {
+                intents.insert(key.as_slice(), token.encode().as_slice())?;
+            }
+            tables.raise_floor(now)?;
+        }
+        issue
+    };
+    writer.finish(writing, matches!(issued, Issue::New { .. }))?;
+    Ok(issued)
+}
+
+/// The two-phase consume as a group-commit step: admit the token, then the protocol's
+/// begin, in the transaction that applies the begin's write.
+pub(crate) fn consume(id_key: Vec<u8>, fingerprint: Fingerprint) -> impl Step<Consumed<Decision>> {
+    let mut begin = two_phase::begin(fingerprint);
+    move |tables: &mut Tables<'_>, current, config: &Config, now| {
+        let entry = tables.token(&id_key)?;
+        if let Err(refusal) = token::admit(entry.as_ref(), current, now) {
+            return Ok((Write::Nothing, Consumed::Refused(refusal)));
+        }
+        let (write, decision) = begin(tables, current, config, now)?;
+        Ok((write, Consumed::Admitted(decision)))
+    }
+}
+
+/// Atomic consume in `txn`: admit the token, then claim, run `work` and settle, as
+/// [`execute_in`]. Returns whether anything was written, and what happened.
+pub(crate) fn consume_execute_in<T, E>(
+    txn: &WriteTransaction,
+    tables: &mut Tables<'_>,
+    id_key: &[u8],
+    fingerprint: Fingerprint,
+    now: Timestamp,
+    config: &Config,
+    work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
+) -> Result<(bool, Consumed<Executed<T>>), ExecuteError<E>> {
+    let entry = tables.token(id_key)?;
+    let current = tables.get(id_key)?;
+    let at = tables.effective(now)?;
+    if let Err(refusal) = token::admit(entry.as_ref(), current.as_ref(), at) {
+        return Ok((false, Consumed::Refused(refusal)));
+    }
+    let (changed, executed) = execute_in(txn, tables, id_key, fingerprint, now, config, work)?;
+    Ok((changed, Consumed::Admitted(executed)))
+}
+
+/// The issued token under `id`, from a read snapshot.
+pub(crate) fn get(writer: &Writer, id: &RecordId) -> Result<Option<IssuedToken>, Error> {
+    let db = writer.read();
+    let txn = db.begin_read()?;
+    match open_read(&txn, TOKENS)? {
+        Some(tokens) => tables::read_token(&tokens, &id.to_key_bytes()),
+        None => Ok(None),
+    }
+}
+
+/// Deletes the tokens whose ttl passed at `now`, oldest first, at most `limit`, in
+/// write transactions of at most [`SWEEP_BATCH`]. A used token's record stays (it is
+/// swept with the records); only its entry goes, and with it the intent's entry that
+/// names it.
+pub(crate) fn sweep(writer: &Writer, now: Timestamp, limit: usize) -> Result<SweepReport, Error> {
+    let mut report = SweepReport::default();
+    loop {
+        let removed = usize::try_from(report.removed).unwrap_or(usize::MAX);
+        let batch = SWEEP_BATCH.min(limit.saturating_sub(removed));
+        let writing = writer.writing("sweep_tokens")?;
+        let (deleted, more) = {
+            let txn = &writing.txn;
+            let mut tables = writer.tables(&writing)?;
+            let now = tables.effective(now)?;
+            let mut expiry = txn.open_table(TOKEN_EXPIRY)?;
+            let mut intents = txn.open_table(TOKEN_INTENTS)?;
+            let mut keys = Vec::with_capacity(batch + 1);
+            for entry in expiry.iter()? {
+                let (key, _) = entry?;
+                let (expires_at, _) = tables::split_timed_key(key.value())?;
+                if expires_at > now || keys.len() > batch {
+                    break;
+                }
+                keys.push(key.value().to_vec());
+            }
+            let take = keys.len().min(batch);
+            for key in &keys[..take] {
+                let (_, id_key) = tables::split_timed_key(key)?;
+                let Some(entry) = tables.token(id_key)? else {
+                    return Err(Error::Corrupt {
+                        detail: format!(
+                            "token expiry index names {}, which has no entry",
+                            tables::describe_key(id_key)
+                        ),
+                    });
+                };
+                if let Some(intent_id) = &entry.intent_id {
+                    let token_id = tables::decode_id(id_key)?;
+                    let intent_key =
+                        RecordId::new(token_id.tenant(), token_id.operation(), intent_id)?
+                            .to_key_bytes();
+                    let names_this = match intents.get(intent_key.as_slice())? {
+                        Some(bytes) => bytes.value() == Token::parse(token_id.key())?.encode(),
+                        None => false,
+                    };
+                    if names_this {
+                        intents.remove(intent_key.as_slice())?;
+                    }
+                }
+                tables.delete_token(id_key)?;
+                expiry.remove(key.as_slice())?;
+            }
+            (take, keys.len() > take)
+        };
+        writer.finish(writing, deleted > 0)?;
+        report.removed += deleted as u64;
+        let removed = usize::try_from(report.removed).unwrap_or(usize::MAX);
+        if !more || removed >= limit {
+            report.remaining_expired = more;
+            return Ok(report);
+        }
+    }
+}
+
+/// Verifies the tokens' tables for [`crate::Store::check`]: every entry decodes under a
+/// valid token id and has its expiry entry, the expiry index holds nothing else, and
+/// every intent's entry names a token. Reports each problem to `problem`.
+pub(crate) fn check(txn: &ReadTransaction, problem: &mut dyn FnMut(String)) -> Result<(), Error> {
+    let (Some(tokens), Some(expiry)) = (open_read(txn, TOKENS)?, open_read(txn, TOKEN_EXPIRY)?)
+    else {
+        // A file written before tokens existed, or one where none was ever issued.
+        return Ok(());
+    };
+    let mut count = 0u64;
+    for entry in tokens.iter()? {
+        let (key, _) = entry?;
+        count += 1;
+        let id_key = key.value();
+        let name = tables::describe_key(id_key);
+        match tables::decode_id(id_key) {
+            Ok(id) if Token::parse(id.key()).is_err() => {
+                problem(format!("token entry {name}: its key is not a token"));
+            }
+            Ok(_) => {}
+            Err(e) => problem(e.to_string()),
+        }
+        match tables::read_token(&tokens, id_key) {
+            Ok(Some(issued)) => {
+                if expiry
+                    .get(tables::timed_key(issued.expires_at, id_key).as_slice())?
+                    .is_none()
+                {
+                    problem(format!("token {name}: missing from the token expiry index"));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => problem(e.to_string()),
+        }
+    }
+    let len = expiry.len()?;
+    if len != count {
+        problem(format!(
+            "token expiry index holds {len} entries for {count} tokens"
+        ));
+    }
+    if let Some(intents) = open_read(txn, TOKEN_INTENTS)? {
+        for entry in intents.iter()? {
+            let (key, value) = entry?;
+            if let Err(e) = Token::decode(value.value()) {
+                problem(format!(
+                    "token of intent {}: {e}",
+                    tables::describe_key(key.value())
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Opens a table for reading; `None` when no write created it yet.
+fn open_read<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &ReadTransaction,
+    table: redb::TableDefinition<K, V>,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>, Error> {
+    match txn.open_table(table) {
+        Ok(table) => Ok(Some(table)),
+        Err(TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
