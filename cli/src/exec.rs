@@ -229,7 +229,8 @@ pub(crate) fn claim(
 
 /// Waits for the child, reading its stdout, while a thread renews the lease every third
 /// of it. A refused heartbeat (someone resolved or took the key) is reported and the
-/// heartbeats stop; the completion will then be refused too.
+/// heartbeats stop; the completion will then be refused too. Any other failure (the
+/// write lock held long by another process) is reported and the renewals go on.
 fn run_with_heartbeat(
     store: &Store,
     id: &RecordId,
@@ -243,12 +244,19 @@ fn run_with_heartbeat(
     thread::scope(|scope| {
         scope.spawn(move || {
             while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
-                if let Err(e) = store.heartbeat(id, generation, clock.now()) {
-                    eprintln!(
-                        "idem: warning: {id}: lease renewal refused, the outcome may not be stored: {}",
+                match store.heartbeat(id, generation, clock.now()) {
+                    Ok(_) => {}
+                    Err(e @ idem_store::Error::Refused(_)) => {
+                        eprintln!(
+                            "idem: warning: {id}: lease renewal refused, the outcome may not be stored: {}",
+                            with_causes(&e)
+                        );
+                        return;
+                    }
+                    Err(e) => eprintln!(
+                        "idem: warning: {id}: lease renewal failed, trying again: {}",
                         with_causes(&e)
-                    );
-                    return;
+                    ),
                 }
             }
         });

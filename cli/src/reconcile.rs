@@ -39,6 +39,8 @@ enum CheckerError {
     TooLarge { len: usize, max: usize },
     #[error("PROGRAM: reading its stdout failed")]
     Read(#[source] std::io::Error),
+    #[error("PROGRAM: waiting for it to end failed")]
+    Wait(#[source] std::io::Error),
 }
 
 /// What `idem reconcile --json` prints.
@@ -154,7 +156,7 @@ fn check(
         .stdout
         .take()
         .map_or(Ok(0), |mut out| out.read_to_end(&mut stdout));
-    let status = child.wait().map_err(CheckerError::Read)?;
+    let status = child.wait().map_err(CheckerError::Wait)?;
     read.map_err(CheckerError::Read)?;
     let Some(code) = status.code() else {
         return Err(CheckerError::Signal(status.signal().unwrap_or(0)));

@@ -231,7 +231,8 @@ impl Store {
     }
 
     /// The executor holding `generation` did nothing: the record is deleted and a retry
-    /// may claim the key. `now` raises the clock floor, as every write does.
+    /// may claim the key. `now` raises the clock floor, as every write of a record
+    /// does.
     ///
     /// # Errors
     ///
@@ -416,14 +417,16 @@ impl Store {
     /// commits the work's writes together with the settled record, or nothing.
     ///
     /// `work` gets the transaction to write its own tables (any name that does not start
-    /// with `idem.`; the outbox's [`Outbox::enqueue_in`] may be called with it) and
-    /// returns the verdict, the outcome to replay to every retry, and a value for this
-    /// caller. No Pending record is ever visible on this path. If `work` returns an
+    /// with `idem.`) and to call the store's functions that take a transaction
+    /// ([`Outbox::enqueue_in`], [`Store::transition_in`], [`Store::claim_unique_in`]),
+    /// and returns the verdict, the outcome to replay to every retry, and a value for
+    /// this caller. No Pending record is ever visible on this path. If `work` returns an
     /// error (or panics), everything rolls back and the key stays claimable.
     ///
     /// `work` runs while this process holds the store's write lock: keep it short, do no
-    /// network I/O in it, and do not call back into the store from it (that deadlocks).
-    /// For effects outside the file, use the two-phase path ([`Store::begin`]).
+    /// network I/O in it, and do not call the store's other writes from it (they wait
+    /// for the lock this call holds, and fail after the lock timeout). For effects
+    /// outside the file, use the two-phase path ([`Store::begin`]).
     ///
     /// Each call commits on its own (one fsync); when many threads execute at once,
     /// [`Store::execute_grouped`] shares the commit between them. Both run the same
@@ -470,8 +473,10 @@ impl Store {
         let (changed, executed) = match ran {
             Ok(ran) => ran,
             Err(e) => {
-                // The work may have written before it failed: roll it all back.
-                self.writer.finish(writing, false)?;
+                // The work may have written before it failed: roll it all back. The
+                // work's error is the answer; should the abort fail too, the
+                // transaction is dropped, which rolls it back as well.
+                let _ = self.writer.finish(writing, false);
                 return Err(e);
             }
         };
@@ -647,7 +652,8 @@ impl Store {
                 Ok(decision)
             }
             Err(e) => {
-                self.writer.finish(writing, false)?;
+                // The error is the answer; a failed abort drops the transaction anyway.
+                let _ = self.writer.finish(writing, false);
                 Err(e)
             }
         }
@@ -728,7 +734,8 @@ impl Store {
                 Ok(released)
             }
             Err(e) => {
-                self.writer.finish(writing, false)?;
+                // The error is the answer; a failed abort drops the transaction anyway.
+                let _ = self.writer.finish(writing, false);
                 Err(e)
             }
         }
@@ -1024,8 +1031,9 @@ impl Store {
         let (changed, consumed) = match ran {
             Ok(ran) => ran,
             Err(e) => {
-                // The work may have written before it failed: roll it all back.
-                self.writer.finish(writing, false)?;
+                // The work may have written before it failed: roll it all back; the
+                // work's error is the answer, a failed abort drops the transaction anyway.
+                let _ = self.writer.finish(writing, false);
                 return Err(e);
             }
         };

@@ -4,7 +4,7 @@
 //! the outbox (the terminal's queued sales):
 //!
 //! ```text
-//! {"idem_export":2,"generation":42,"records":2,"intents":1}
+//! {"idem_export":2,"generation":42,"clock_floor":1700000000300,"records":2,"intents":1}
 //! {"tenant":"shop","operation":"credit","key":"k-1","state":"succeeded","generation":41,"fingerprint":"9f…","created_at":1700000000000,"updated_at":1700000000100,"expires_at":1700086400100,"completed_at":1700000000100,"code":200,"outcome_b64":"b2s="}
 //! {"tenant":"shop","operation":"credit","key":"k-2","state":"pending","generation":42,"fingerprint":"9f…","created_at":1700000000200,"updated_at":1700000000200,"lease_until":1700000030200}
 //! {"intent":{"key":"0190b7c2-…","operation":"sale.forward","state":"queued","attempts":0,"created_at":1700000000300,"next_attempt_at":1700000000300,"deadline":1700082800300,"fingerprint":"9f…","payload_b64":"e30="}}
@@ -12,13 +12,16 @@
 //!
 //! Each record line is a [`RecordView`], each intent line an [`IntentView`] under
 //! `"intent"`. Import reads exactly this back: every record and intent byte for byte,
-//! and the generation counter raised to at least the header's and every record's
-//! generation, so generations keep increasing after a restore. Version 1 exports
+//! the generation counter raised to at least the header's and every record's
+//! generation, so generations keep increasing after a restore, and the clock floor
+//! raised to the header's and to every record's last update, so a restored terminal
+//! whose clock is behind never settles an outcome that expires before the ones it
+//! restored. Version 1 exports
 //! (records only, no `intents` in the header) import as before.
 
 use std::io::{self, BufRead, BufWriter, Write};
 
-use idem_core::Generation;
+use idem_core::{Generation, Timestamp};
 use redb::{ReadableTable, ReadableTableMetadata};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -27,7 +30,7 @@ use crate::cache::ReplayCache;
 use crate::error::{Error, ImportError, MaintainError};
 use crate::handle::{Caller, guard_read};
 use crate::outbox::{IntentView, count_intents, for_each_intent, import_intent};
-use crate::tables::{self, GENERATION_KEY, META, RECORDS};
+use crate::tables::{self, CLOCK_FLOOR_KEY, GENERATION_KEY, META, RECORDS};
 use crate::view::{RecordView, ViewError, unsigned, view_error};
 use crate::writer::Writer;
 
@@ -40,6 +43,7 @@ pub const EXPORT_VERSION: u64 = 2;
 struct Header {
     idem_export: u64,
     generation: u64,
+    clock_floor: u64,
     records: u64,
     intents: u64,
 }
@@ -73,6 +77,7 @@ fn export_guarded(writer: &Writer, mut out: impl Write) -> Result<Transferred, M
     let header = Header {
         idem_export: EXPORT_VERSION,
         generation: tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0),
+        clock_floor: tables::read_meta(&meta, CLOCK_FLOOR_KEY)?.unwrap_or(0),
         records: records.len().map_err(Error::from)?,
         intents: count_intents(&txn)?,
     };
@@ -142,6 +147,7 @@ pub(crate) fn import(
                 }
                 let header = read_header(&object).map_err(|e| bad(e.to_string()))?;
                 tables.raise_generation(Generation(header.generation))?;
+                tables.raise_floor(Timestamp(header.clock_floor.unwrap_or(0)))?;
                 announced = Some(header);
                 continue;
             }
@@ -178,6 +184,7 @@ pub(crate) fn import(
                 }
             }
             tables.raise_generation(record.generation)?;
+            tables.raise_floor(record.updated_at)?;
             count += 1;
         }
     }
@@ -229,6 +236,8 @@ impl<W: Write> Write for CallerWriter<'_, W> {
 /// What a header line announces.
 struct Announced {
     generation: u64,
+    /// Version 2 and later.
+    clock_floor: Option<u64>,
     records: u64,
     /// Version 2 and later.
     intents: Option<u64>,
@@ -238,7 +247,13 @@ fn read_header(object: &Map<String, Value>) -> Result<Announced, ViewError> {
     let version = unsigned(object, "idem_export")?;
     let fields: &[&str] = match version {
         1 => &["idem_export", "generation", "records"],
-        EXPORT_VERSION => &["idem_export", "generation", "records", "intents"],
+        EXPORT_VERSION => &[
+            "idem_export",
+            "generation",
+            "clock_floor",
+            "records",
+            "intents",
+        ],
         _ => {
             return Err(view_error(
                 "idem_export",
@@ -253,6 +268,9 @@ fn read_header(object: &Map<String, Value>) -> Result<Announced, ViewError> {
     }
     Ok(Announced {
         generation: unsigned(object, "generation")?,
+        clock_floor: (version >= 2)
+            .then(|| unsigned(object, "clock_floor"))
+            .transpose()?,
         records: unsigned(object, "records")?,
         intents: (version >= 2)
             .then(|| unsigned(object, "intents"))

@@ -330,7 +330,10 @@ fn export_then_import_is_lossless_including_the_generation_counter() {
     assert_eq!(source.export(&mut exported).unwrap().records, 6);
     let text = String::from_utf8(exported.clone()).unwrap();
     assert!(
-        text.starts_with("{\"idem_export\":2,\"generation\":7,\"records\":6,\"intents\":0}\n"),
+        text.starts_with(&format!(
+            "{{\"idem_export\":2,\"generation\":7,\"clock_floor\":{},\"records\":6,\"intents\":0}}\n",
+            source.clock_floor().unwrap().as_millis()
+        )),
         "{text}"
     );
 

@@ -555,7 +555,10 @@ fn export_and_import_carry_the_outbox_in_every_state() {
     assert_eq!((sent.records, sent.intents), (4, 6));
     let header = String::from_utf8_lossy(&exported);
     assert!(
-        header.starts_with(r#"{"idem_export":2,"generation":4,"records":4,"intents":6}"#),
+        header.starts_with(&format!(
+            r#"{{"idem_export":2,"generation":4,"clock_floor":{},"records":4,"intents":6}}"#,
+            T0 + 1
+        )),
         "{header}"
     );
 
@@ -580,6 +583,8 @@ fn export_and_import_carry_the_outbox_in_every_state() {
     target_stats.file_bytes = stats.file_bytes;
     assert_eq!(target_stats.intents, stats.intents);
     assert_eq!(target_stats.generation, stats.generation);
+    // The restored terminal's clock never goes behind what it restored.
+    assert_eq!(target.clock_floor().unwrap(), Timestamp(T0 + 1));
     let check = target.check().unwrap();
     assert!(check.is_ok(), "{:?}", check.problems);
     assert_eq!((check.records, check.intents), (4, 6));

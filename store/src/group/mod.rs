@@ -324,7 +324,7 @@ fn replicate(error: &Error) -> Error {
             Error::Storage(redb::Error::TransactionPoisoned)
         }
         Error::Storage(redb::Error::Io(e)) => Error::Storage(redb::Error::Io(copy_io(e))),
-        other => Error::Storage(redb::Error::Io(io::Error::other(other.to_string()))),
+        other => Error::Storage(redb::Error::Io(io::Error::other(with_causes(other)))),
     }
 }
 
@@ -333,8 +333,20 @@ fn replicate_storage(error: &StorageError) -> StorageError {
         StorageError::Io(e) => StorageError::Io(copy_io(e)),
         StorageError::Corrupted(detail) => StorageError::Corrupted(detail.clone()),
         StorageError::PreviousIo => StorageError::PreviousIo,
-        other => StorageError::Io(io::Error::other(other.to_string())),
+        other => StorageError::Io(io::Error::other(with_causes(other))),
     }
+}
+
+/// `error` and every cause in its chain, joined by ": ", for a copy that has no source.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
 }
 
 fn copy_io(error: &io::Error) -> io::Error {
