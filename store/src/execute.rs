@@ -7,11 +7,16 @@
 //! and rolls the transaction back otherwise: the work may have written before it failed.
 
 use idem_core::protocol::{self, Decision};
-use idem_core::{Config, Fingerprint, Outcome, Record, Timestamp, Transition, Verdict, Write};
+use idem_core::{
+    Config, Fingerprint, Outcome, Record, RecordId, Timestamp, Transition, Verdict, Write,
+};
 use redb::WriteTransaction;
 
+use crate::cache::ReplayCache;
 use crate::error::ExecuteError;
+use crate::snapshot;
 use crate::tables::Tables;
+use crate::writer::Writer;
 
 /// What [`crate::Store::execute`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +55,55 @@ impl<T> Executed<T> {
             Executed::NotRun(_) => None,
         }
     }
+}
+
+/// Atomic execute in a transaction of its own: [`crate::Store::execute`]. A key that
+/// is settled, in progress, in conflict or unknown is answered from the replay cache or
+/// a read snapshot; otherwise [`execute_in`] runs in a write transaction, which commits
+/// when it wrote and is rolled back when the work failed.
+pub(crate) fn alone<T, E>(
+    writer: &Writer,
+    cache: &ReplayCache,
+    config: &Config,
+    id: &RecordId,
+    fingerprint: Fingerprint,
+    now: Timestamp,
+    work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
+) -> Result<Executed<T>, ExecuteError<E>> {
+    writer.ensure_writable("execute")?;
+    let id_key = id.to_key_bytes();
+    let epoch = cache.epoch();
+    if let Some(decision) = snapshot::begin(writer, cache, config, &id_key, fingerprint, now)? {
+        return Ok(Executed::NotRun(decision));
+    }
+    let writing = writer.writing("execute")?;
+    let ran = {
+        let mut tables = writer.tables(&writing)?;
+        execute_in(
+            &writing.txn,
+            &mut tables,
+            &id_key,
+            fingerprint,
+            now,
+            config,
+            work,
+        )
+    };
+    let (changed, executed) = match ran {
+        Ok(ran) => ran,
+        Err(e) => {
+            // The work may have written before it failed: roll it all back. The work's
+            // error is the answer; should the abort fail too, the transaction is
+            // dropped, which rolls it back as well.
+            let _ = writer.finish(writing, false);
+            return Err(e);
+        }
+    };
+    writer.finish(writing, changed)?;
+    if let Executed::Ran { record, .. } = &executed {
+        cache.insert(&id_key, record, epoch);
+    }
+    Ok(executed)
 }
 
 /// Claims `id_key` in `txn` at `now` (never behind the clock floor), runs `work` in the

@@ -3,7 +3,7 @@
 //! A queue redelivers a message until the consumer acknowledges it, so a consumer that
 //! crashed between handling and acknowledging sees it again. The inbox maps
 //! `(consumer, topic, message_id)` onto a record id `(tenant, operation, key)` and runs
-//! the handler with [`Store::execute`]: the handler's writes and the record of the
+//! the handler with [`crate::Store::execute`]: the handler's writes and the record of the
 //! message commit together. A redelivered message is answered [`Handled::Duplicate`]
 //! without running the handler, and may be acknowledged again; a handler that fails
 //! leaves no record, so the redelivery runs it.
@@ -12,18 +12,30 @@
 //! handled again: the retention must outlast the queue's longest redelivery.
 
 use idem_core::protocol::Decision;
-use idem_core::{Fingerprint, Outcome, RecordId, Timestamp, Verdict};
+use idem_core::{Config, Fingerprint, Outcome, RecordId, Timestamp, Verdict};
 use redb::WriteTransaction;
 
+use crate::cache::ReplayCache;
 use crate::error::{Error, ExecuteError};
-use crate::execute::Executed;
-use crate::store::Store;
+use crate::execute::{self, Executed};
+use crate::writer::Writer;
 
-/// The inbox of one consumer. See [`Store::inbox`].
-#[derive(Debug, Clone, Copy)]
+/// The inbox of one consumer. See [`crate::Store::inbox`].
+#[derive(Clone, Copy)]
 pub struct Inbox<'s> {
-    store: &'s Store,
+    writer: &'s Writer,
+    cache: &'s ReplayCache,
+    config: &'s Config,
     consumer: &'s str,
+}
+
+impl std::fmt::Debug for Inbox<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inbox")
+            .field("consumer", &self.consumer)
+            .field("writer", self.writer)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What [`Inbox::handle`] did with a delivery.
@@ -47,10 +59,20 @@ pub enum Handled<T> {
 }
 
 impl<'s> Inbox<'s> {
-    /// The inbox of `consumer` in `store`.
-    pub(crate) fn new(store: &'s Store, consumer: &'s str) -> Result<Inbox<'s>, Error> {
+    /// The inbox of `consumer` in the store of `writer`, `cache` and `config`.
+    pub(crate) fn new(
+        writer: &'s Writer,
+        cache: &'s ReplayCache,
+        config: &'s Config,
+        consumer: &'s str,
+    ) -> Result<Inbox<'s>, Error> {
         RecordId::new(consumer, "-", "-")?;
-        Ok(Inbox { store, consumer })
+        Ok(Inbox {
+            writer,
+            cache,
+            config,
+            consumer,
+        })
     }
 
     /// The consumer this inbox belongs to.
@@ -65,7 +87,7 @@ impl<'s> Inbox<'s> {
     /// gets and returns the outcome to keep and a value.
     ///
     /// The handler runs under the store's write lock: keep it short and do no network
-    /// I/O in it (as for [`Store::execute`]).
+    /// I/O in it (as for [`crate::Store::execute`]).
     ///
     /// # Errors
     ///
@@ -82,9 +104,15 @@ impl<'s> Inbox<'s> {
         handler: impl FnOnce(&WriteTransaction) -> Result<(Outcome, T), E>,
     ) -> Result<Handled<T>, ExecuteError<E>> {
         let id = RecordId::new(self.consumer, topic, message_id).map_err(Error::from)?;
-        let executed = self.store.execute(&id, fingerprint, now, |txn| {
-            handler(txn).map(|(outcome, value)| (Verdict::Succeeded, outcome, value))
-        })?;
+        let executed = execute::alone(
+            self.writer,
+            self.cache,
+            self.config,
+            &id,
+            fingerprint,
+            now,
+            |txn| handler(txn).map(|(outcome, value)| (Verdict::Succeeded, outcome, value)),
+        )?;
         Ok(match executed {
             Executed::Ran { value, record } => match record.status {
                 idem_core::Status::Settled { outcome, .. } => Handled::Ran { value, outcome },

@@ -35,7 +35,7 @@ use redb::{ReadTransaction, WriteTransaction};
 use crate::cache::ReplayCache;
 use crate::entities::{self, EntityId, Uniqueness};
 use crate::error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
-use crate::execute::{Executed, execute_in};
+use crate::execute::{self, Executed};
 use crate::group::{CommitCounts, Committer};
 use crate::handle::guard_read;
 use crate::inbox::Inbox;
@@ -443,48 +443,15 @@ impl Store {
         now: Timestamp,
         work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
     ) -> Result<Executed<T>, ExecuteError<E>> {
-        self.writer.ensure_writable("execute")?;
-        let id_key = id.to_key_bytes();
-        let epoch = self.cache.epoch();
-        let answered = snapshot::begin(
+        execute::alone(
             &self.writer,
             &self.cache,
             &self.config,
-            &id_key,
+            id,
             fingerprint,
             now,
-        )?;
-        if let Some(decision) = answered {
-            return Ok(Executed::NotRun(decision));
-        }
-        let writing = self.writer.writing("execute")?;
-        let ran = {
-            let mut tables = self.writer.tables(&writing)?;
-            execute_in(
-                &writing.txn,
-                &mut tables,
-                &id_key,
-                fingerprint,
-                now,
-                &self.config,
-                work,
-            )
-        };
-        let (changed, executed) = match ran {
-            Ok(ran) => ran,
-            Err(e) => {
-                // The work may have written before it failed: roll it all back. The
-                // work's error is the answer; should the abort fail too, the
-                // transaction is dropped, which rolls it back as well.
-                let _ = self.writer.finish(writing, false);
-                return Err(e);
-            }
-        };
-        self.writer.finish(writing, changed)?;
-        if let Executed::Ran { record, .. } = &executed {
-            self.cache.insert(&id_key, record, epoch);
-        }
-        Ok(executed)
+            work,
+        )
     }
 
     /// Atomic execute, like [`Store::execute`], with the commit shared with concurrent
@@ -1076,7 +1043,7 @@ impl Store {
     ///
     /// [`Error::Id`] for a consumer name that breaks the tenant rules.
     pub fn inbox<'s>(&'s self, consumer: &'s str) -> Result<Inbox<'s>, Error> {
-        Inbox::new(self, consumer)
+        Inbox::new(&self.writer, &self.cache, &self.config, consumer)
     }
 
     /// The outbox of this store's sender, with the settings its retries follow.
