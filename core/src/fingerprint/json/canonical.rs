@@ -273,7 +273,7 @@ impl<'t> Canonical<'t> {
         let Some(frame) = self.stack.last() else {
             return false;
         };
-        let live = &self.live[frame.first_live..];
+        let live = self.live.get(frame.first_live..).unwrap_or_default();
         if live.is_empty() {
             return false;
         }
@@ -334,7 +334,7 @@ impl<'t> Canonical<'t> {
             return Ok(());
         }
         let (base, end) = (self.flushed, self.len());
-        let members = &self.members[frame.first_member..];
+        let members = self.members.get(frame.first_member..).unwrap_or_default();
         let out = &self.out;
         let name = |m: &Child| out.get(m.start - base + 2..).unwrap_or_default();
         // By UTF-16 code units, equal names in text order (the offsets make the order
@@ -411,8 +411,9 @@ impl<'t> Canonical<'t> {
             }
         });
         let final_len = pin.unwrap_or(self.len()) - self.flushed;
-        if final_len > 0 {
-            sink(&self.out[..final_len]);
+        // The end of a value or a container's opening bracket: a char boundary.
+        if let Some(done) = self.out.get(..final_len).filter(|done| !done.is_empty()) {
+            sink(done);
             self.out.drain(..final_len);
             self.flushed += final_len;
         }
