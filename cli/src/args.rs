@@ -577,11 +577,14 @@ pub(crate) struct GenerationArg {
 #[derive(Debug, Args)]
 pub(crate) struct RequestArgs {
     /// The request payload, from a file or - for stdin; its raw bytes are fingerprinted
-    /// [default: empty].
+    /// as given, never parsed, so no JSON limit applies [default: empty].
     #[arg(long, value_name = "FILE|-")]
     pub(crate) payload: Option<PathBuf>,
     /// A SHA-256 fingerprint in 64 hex digits, for callers that hash their own
-    /// canonical form.
+    /// canonical form. idem's canonical JSON (RFC 8785, in idem-core and the npm
+    /// package) accepts at most 16 MiB of UTF-8 and 10,000 levels of nesting, refuses
+    /// duplicate member names, numbers beyond a double's range and lone surrogates,
+    /// and accepts noncharacters.
     #[arg(long, value_name = "HEX", conflicts_with = "payload")]
     pub(crate) fingerprint: Option<String>,
 }
@@ -609,5 +612,25 @@ mod tests {
     #[test]
     fn the_command_tree_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// The JSON limits `--fingerprint`'s help states are the core's.
+    #[test]
+    fn the_help_states_the_json_limits_of_the_core() {
+        use idem_core::fingerprint::{MAX_JSON_BYTES, MAX_JSON_DEPTH};
+        let mut command = Cli::command();
+        let help = command
+            .find_subcommand_mut("begin")
+            .expect("begin")
+            .render_long_help()
+            .to_string();
+        assert_eq!(MAX_JSON_BYTES % (1 << 20), 0);
+        let size = format!("at most {} MiB of UTF-8", MAX_JSON_BYTES >> 20);
+        let depth = MAX_JSON_DEPTH.to_string();
+        let (thousands, units) = depth.split_at(depth.len() - 3);
+        let depth = format!("{thousands},{units} levels of nesting");
+        for stated in [size, depth] {
+            assert!(help.contains(&stated), "{stated:?} not in:\n{help}");
+        }
     }
 }

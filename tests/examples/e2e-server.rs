@@ -239,8 +239,13 @@ impl Server {
             Ok(id) => id,
             Err(e) => return Response::text(400, e.to_string()),
         };
-        let text = String::from_utf8_lossy(body);
-        let fingerprint = match Fingerprint::of_json(&text, &[]) {
+        // Not `from_utf8_lossy`: two bodies that differ only in invalid bytes would both
+        // become U+FFFD and share a fingerprint.
+        let text = match std::str::from_utf8(body) {
+            Ok(text) => text,
+            Err(e) => return Response::text(400, format!("body: not UTF-8: {e}")),
+        };
+        let fingerprint = match Fingerprint::of_json(text, &[]) {
             Ok(fp) => fp,
             Err(e) => return Response::text(400, e.to_string()),
         };
@@ -256,7 +261,7 @@ impl Server {
                     log.executed.len()
                 };
                 thread::sleep(self.options.work);
-                let order: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                let order: Value = serde_json::from_str(text).unwrap_or(Value::Null);
                 let outcome =
                     json!({ "order": number, "item": order.get("item"), "status": "confirmed" });
                 let outcome = Outcome::new(201, outcome.to_string());

@@ -2,7 +2,7 @@
 
 use idem_core::ledger::{self, Intent, Ledger, LedgerConfig, LedgerError, Reply};
 use idem_core::{Fingerprint, Timestamp};
-use js_sys::{Array, Uint8Array};
+use js_sys::{Array, JsString, Uint8Array};
 use wasm_bindgen::prelude::*;
 
 use crate::js::{self, Builder, Fields};
@@ -81,10 +81,11 @@ impl IdemClient {
     ///
     /// # Errors
     ///
-    /// A malformed argument, an invalid operation, or `random` reused within one ms.
+    /// A malformed argument (a string that is not well-formed UTF-16 among them), an
+    /// invalid operation, or `random` reused within one ms.
     pub fn begin(
         &mut self,
-        operation: &str,
+        operation: &JsString,
         payload: BytesInput,
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
         random: Option<Uint8Array>,
@@ -107,7 +108,7 @@ impl IdemClient {
     /// As `begin`.
     pub fn prepare(
         &self,
-        operation: &str,
+        operation: &JsString,
         payload: BytesInput,
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
         random: Option<Uint8Array>,
@@ -177,10 +178,11 @@ impl IdemClient {
     #[wasm_bindgen(js_name = onResponse)]
     pub fn on_response(
         &mut self,
-        key: &str,
+        key: &JsString,
         reply: crate::types::Reply,
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
     ) -> Result<Effect, JsError> {
+        let key = js::string("key", key)?;
         let fields = Fields::new("reply", &reply, REPLY)?;
         let status = fields
             .get("status")
@@ -203,8 +205,8 @@ impl IdemClient {
             body,
             retry_at,
         };
-        let effect = self.ledger.on_reply(key, reply, now)?;
-        Ok(self.report(key, effect))
+        let effect = self.ledger.on_reply(&key, reply, now)?;
+        Ok(self.report(&key, effect))
     }
 
     /// The attempt in flight for `key` failed before any reply (offline, connection
@@ -216,20 +218,25 @@ impl IdemClient {
     #[wasm_bindgen(js_name = onTransportError)]
     pub fn on_transport_error(
         &mut self,
-        key: &str,
+        key: &JsString,
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
     ) -> Result<Effect, JsError> {
+        let key = js::string("key", key)?;
         let now = js::timestamp("nowMs", now_ms)?;
-        let effect = self.ledger.on_transport_error(key, now)?;
-        Ok(self.report(key, effect))
+        let effect = self.ledger.on_transport_error(&key, now)?;
+        Ok(self.report(&key, effect))
     }
 
     /// The intent with `key`, or `undefined`.
-    pub fn get(&self, key: &str) -> MaybeIntentView {
-        match self.ledger.get(key) {
+    ///
+    /// # Errors
+    ///
+    /// `key` is not a string, or not well-formed UTF-16.
+    pub fn get(&self, key: &JsString) -> Result<MaybeIntentView, JsError> {
+        Ok(match self.ledger.get(&js::string("key", key)?) {
             Some(intent) => view(intent).unchecked_into(),
             None => JsValue::UNDEFINED.unchecked_into(),
-        }
+        })
     }
 
     /// Every intent, oldest first.
@@ -251,8 +258,8 @@ impl IdemClient {
     /// # Errors
     ///
     /// No intent with `key`, or the intent is still queued or in flight.
-    pub fn forget(&mut self, key: &str) -> Result<IntentView, JsError> {
-        let intent = self.ledger.forget(key)?;
+    pub fn forget(&mut self, key: &JsString) -> Result<IntentView, JsError> {
+        let intent = self.ledger.forget(&js::string("key", key)?)?;
         self.changes.push(intent.key.clone());
         Ok(view(&intent))
     }
@@ -329,11 +336,12 @@ impl IdemClient {
     /// A new intent with this client's settings, not yet kept.
     fn new_intent(
         &self,
-        operation: &str,
+        operation: &JsString,
         payload: &BytesInput,
         now_ms: f64,
         random: Option<Uint8Array>,
     ) -> Result<Intent, JsError> {
+        let operation = js::string("operation", operation)?;
         let payload = js::bytes("payload", payload)?;
         let now = js::timestamp("nowMs", now_ms)?;
         let random = match random {
@@ -343,7 +351,7 @@ impl IdemClient {
         };
         let fingerprint = Fingerprint::of_bytes(&payload);
         let intent = Intent::new(
-            operation,
+            &operation,
             payload,
             fingerprint,
             now,

@@ -1,7 +1,8 @@
 //! The fingerprint functions: the same SHA-256 bytes as `idem_core::Fingerprint`, as hex.
 
 use idem_core::Fingerprint;
-use js_sys::{Array, Object};
+use idem_core::fingerprint::MAX_JSON_BYTES;
+use js_sys::{Array, JsString, Object};
 use wasm_bindgen::prelude::*;
 
 use crate::js;
@@ -11,7 +12,8 @@ use crate::types::{BytesInput, FieldsInput, Paths};
 ///
 /// # Errors
 ///
-/// When `bytes` is neither a `Uint8Array` nor a string.
+/// When `bytes` is neither a `Uint8Array` nor a string, or a string that is not
+/// well-formed UTF-16 (a lone surrogate has no UTF-8 form).
 #[wasm_bindgen(js_name = fingerprintBytes)]
 pub fn fingerprint_bytes(bytes: BytesInput) -> Result<String, JsError> {
     Ok(Fingerprint::of_bytes(&js::bytes("bytes", &bytes)?).to_hex())
@@ -23,7 +25,8 @@ pub fn fingerprint_bytes(bytes: BytesInput) -> Result<String, JsError> {
 ///
 /// # Errors
 ///
-/// A malformed argument, or a name given twice (only possible with pairs).
+/// A malformed argument, a string that is not well-formed UTF-16, or a name given twice
+/// (only possible with pairs).
 #[wasm_bindgen(js_name = fingerprintFields)]
 pub fn fingerprint_fields(fields: FieldsInput) -> Result<String, JsError> {
     let fields: JsValue = fields.into();
@@ -57,18 +60,22 @@ pub fn fingerprint_fields(fields: FieldsInput) -> Result<String, JsError> {
 
 /// SHA-256 of the RFC 8785 canonical form of `text` without the members at
 /// `ignoredPaths` (JSON Pointers, `*` for every member or element), as 64 hex digits.
+/// The limits (size, nesting, numbers, strings) are listed in the package's README.
 ///
 /// # Errors
 ///
-/// Text that is not strict I-JSON, or a malformed path; the message gives the byte offset.
+/// Text that is larger than 16 MiB of UTF-8, not well-formed UTF-16, not JSON, or not
+/// within the rules of canonical JSON, or a malformed path; the message gives the byte
+/// offset.
 #[wasm_bindgen(js_name = fingerprintJson)]
 pub fn fingerprint_json(
-    text: &str,
+    text: &JsString,
     #[wasm_bindgen(js_name = ignoredPaths)] ignored_paths: Option<Paths>,
 ) -> Result<String, JsError> {
+    let text = json_text(text)?;
     let paths = paths(&JsValue::from(ignored_paths))?;
     let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
-    Ok(Fingerprint::of_json(text, &paths)?.to_hex())
+    Ok(Fingerprint::of_json(&text, &paths)?.to_hex())
 }
 
 /// The RFC 8785 canonical text that `fingerprintJson` hashes.
@@ -78,12 +85,29 @@ pub fn fingerprint_json(
 /// As `fingerprintJson`.
 #[wasm_bindgen(js_name = canonicalJson)]
 pub fn canonical_json(
-    text: &str,
+    text: &JsString,
     #[wasm_bindgen(js_name = ignoredPaths)] ignored_paths: Option<Paths>,
 ) -> Result<String, JsError> {
+    let text = json_text(text)?;
     let paths = paths(&JsValue::from(ignored_paths))?;
     let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
-    Ok(Fingerprint::canonical_json(text, &paths)?)
+    Ok(Fingerprint::canonical_json(&text, &paths)?)
+}
+
+/// The JSON text argument as UTF-8. A string of more UTF-16 code units than the size
+/// limit has at least as many bytes of UTF-8: it is refused before it is copied into
+/// the module's memory (which never shrinks). The exact size is checked by the core.
+fn json_text(text: &JsValue) -> Result<String, JsError> {
+    if text.is_string() {
+        let units = text.unchecked_ref::<JsString>().length() as usize;
+        if units > MAX_JSON_BYTES {
+            return Err(JsError::new(&format!(
+                "json: at least {units} bytes ({units} UTF-16 code units), more than the \
+                 limit of {MAX_JSON_BYTES} bytes"
+            )));
+        }
+    }
+    js::string("text", text)
 }
 
 /// The ignored paths: an array of strings, or none.

@@ -3,7 +3,7 @@
 use core::fmt;
 use idem_core::Timestamp;
 use idem_core::quote::Quoted;
-use js_sys::{Array, Object, Reflect, Uint8Array};
+use js_sys::{Array, JsString, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 
 /// Largest integer a JS number holds exactly: 2^53 − 1.
@@ -14,6 +14,14 @@ extern "C" {
     /// Web Crypto's `crypto.getRandomValues`, where the environment has it.
     #[wasm_bindgen(js_namespace = crypto, js_name = getRandomValues, catch)]
     fn get_random_values(buf: &Uint8Array) -> Result<JsValue, JsValue>;
+
+    /// A JS string, for the method below.
+    type StringValue;
+
+    /// `String.prototype.isWellFormed` (ES2024: Node 20, Chrome 111, Firefox 119,
+    /// Safari 16.4); throws where the engine lacks it.
+    #[wasm_bindgen(method, catch, js_name = isWellFormed)]
+    fn is_well_formed(this: &StringValue) -> Result<bool, JsValue>;
 }
 
 /// An error for `field`: "`field`: `problem`".
@@ -87,10 +95,10 @@ pub(crate) fn number(n: u64) -> JsValue {
 }
 
 /// Bytes from a `Uint8Array` (a Node `Buffer` is one), an `ArrayBuffer`, or a string
-/// (its UTF-8 encoding).
+/// (its UTF-8 encoding; refused when it is not well-formed UTF-16, see [`text`]).
 pub(crate) fn bytes(field: &str, value: &JsValue) -> Result<Vec<u8>, JsError> {
-    if let Some(text) = value.as_string() {
-        Ok(text.into_bytes())
+    if value.is_string() {
+        Ok(text(field, value)?.into_bytes())
     } else if let Some(array) = value.dyn_ref::<Uint8Array>() {
         Ok(array.to_vec())
     } else if value.is_instance_of::<js_sys::ArrayBuffer>() {
@@ -103,11 +111,64 @@ pub(crate) fn bytes(field: &str, value: &JsValue) -> Result<Vec<u8>, JsError> {
     }
 }
 
-/// A string argument.
+/// A string argument (see [`text`]).
 pub(crate) fn string(field: &str, value: &JsValue) -> Result<String, JsError> {
-    value
-        .as_string()
-        .ok_or_else(|| invalid(field, &format!("{}, expected a string", describe(value))))
+    if value.is_string() {
+        text(field, value)
+    } else {
+        Err(invalid(
+            field,
+            &format!("{}, expected a string", describe(value)),
+        ))
+    }
+}
+
+/// A JS string as UTF-8, refused when it is not well-formed UTF-16.
+///
+/// A JS string may hold a lone surrogate, which has no UTF-8 form: converting it would
+/// put U+FFFD in its place, so `"a\ud800"`, `"a\udfff"` and `"a\ufffd"` would become one
+/// string, with one fingerprint. Checked on the JS string, before converting it: by the
+/// engine's `isWellFormed` where it has one (microseconds for megabytes), else code unit
+/// by code unit (`JsString::is_valid_utf16`, a call into JS for each: about a second for
+/// 15 MB). `value` must be a string (`is_string`); anything else is an empty string.
+pub(crate) fn text(field: &str, value: &JsValue) -> Result<String, JsError> {
+    let string: &JsString = value.unchecked_ref();
+    let well_formed = value
+        .unchecked_ref::<StringValue>()
+        .is_well_formed()
+        .unwrap_or_else(|_| string.is_valid_utf16());
+    if !well_formed {
+        return Err(lone_surrogate(field, string));
+    }
+    Ok(value.as_string().unwrap_or_default())
+}
+
+/// The error for a string that is not well-formed UTF-16, naming its first lone surrogate.
+fn lone_surrogate(field: &str, string: &JsString) -> JsError {
+    let units: Vec<u16> = string.iter().collect();
+    let mut at = 0;
+    while let Some(&unit) = units.get(at) {
+        let paired = (0xD800..0xDC00).contains(&unit)
+            && units
+                .get(at + 1)
+                .is_some_and(|u| (0xDC00..0xE000).contains(u));
+        if paired {
+            at += 2;
+        } else if (0xD800..0xE000).contains(&unit) {
+            // Four lower-case hex digits, as `{:04x}` writes them (without its padding code).
+            let hex: String = (0..4)
+                .rev()
+                .filter_map(|i| char::from_digit(u32::from(unit >> (4 * i)) & 0xf, 16))
+                .collect();
+            return invalid(
+                field,
+                &format!("not well-formed UTF-16: code unit {at} is a lone surrogate (\\u{hex})"),
+            );
+        } else {
+            at += 1;
+        }
+    }
+    invalid(field, "not well-formed UTF-16")
 }
 
 /// A fresh `Uint8Array` holding `bytes`.

@@ -25,7 +25,10 @@
 //! # Panics are bugs, errors are input
 //!
 //! Every value a caller passes is checked; a bad one throws an `Error` whose message names
-//! the argument or field and the rule it broke.
+//! the argument or field and the rule it broke. Every string must be well-formed UTF-16:
+//! one with a lone surrogate has no UTF-8 form (converting it would put U+FFFD in its
+//! place, and different strings would get one fingerprint), so it is refused before it is
+//! converted.
 
 mod client;
 mod fingerprint;

@@ -6,7 +6,7 @@ use idem_core::protocol::{Decision as CoreDecision, Resolution};
 use idem_core::quote::Quoted;
 use idem_core::{Config, Fingerprint, Generation, LeaseExpiry, Outcome, Record, RecordId, Status};
 use idem_core::{Timestamp, Verdict};
-use js_sys::Array;
+use js_sys::{Array, JsString};
 use wasm_bindgen::prelude::*;
 
 use crate::js::{self, Builder, Fields};
@@ -90,11 +90,11 @@ impl MemoryReceiver {
     pub fn begin(
         &mut self,
         id: RecordIdInput,
-        fingerprint: &str,
+        fingerprint: &JsString,
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
     ) -> Result<Decision, JsError> {
         let id = record_id(&id)?;
-        let fingerprint = Fingerprint::from_hex(fingerprint)?;
+        let fingerprint = Fingerprint::from_hex(&js::string("fingerprint", fingerprint)?)?;
         let now = js::timestamp("nowMs", now_ms)?;
         Ok(decision(self.inner.begin(&id, fingerprint, now)))
     }

@@ -7,6 +7,12 @@ from Python's json module (sort_keys, no whitespace) for the simple documents, a
 strings published in RFC 8785 (§3.2.2, §3.2.3, Appendix B) for number formatting and key
 ordering, where Python's own formatting differs from ECMAScript's.
 
+The "strings" cases are JavaScript strings given as UTF-16 code units (hex), because some
+hold lone surrogates, which neither this file's JSON readers outside JavaScript nor Rust's
+strings can carry: the bindings must refuse those with the message given, and accept the
+well-formed ones. Natively, vectors.rs checks that the refused ones are indeed not
+well-formed and fingerprints the others.
+
 Checked by: wasm/tests/vectors.rs (Rust, native), wasm/tests/web.rs (wasm in Node and in
 headless Chromium, through the JS bindings) and wasm/js/test/package.test.mjs (the packed
 npm package in Node). Rerun after adding a case:
@@ -176,6 +182,23 @@ def main():
                                ("-0.0", "0")]:
         case(f"number {literal}", '{"n":' + literal + "}", '{"n":' + published + "}")
 
+    # Noncharacters are accepted and written as they are (see the json module's docs),
+    # literal or escaped; names sort by UTF-16 code units (UTF-16-BE bytes sort alike).
+    for name, text, canonical in [
+        ("noncharacter U+FFFF, literal", '["\uffff"]', '["\uffff"]'),
+        ("noncharacter U+FDD0, escaped", '["\\ufdd0"]', '["\ufdd0"]'),
+        ("noncharacter U+10FFFF, escaped pair", '["\\udbff\\udfff"]', '["\U0010FFFF"]'),
+        ("noncharacters U+FFFE, U+FDEF, U+1FFFF", '"\ufffe\\ufdef\\ud83f\\udfff"', '"\ufffe\ufdef\U0001FFFF"'),
+    ]:
+        case(name, text, canonical)
+    names = {"\uffff": 1, "\U0001F600": 2, "\ufdd0": 3, "\U0010FFFF": 4, "\ud7ff": 5}
+    by_utf16 = sorted(names, key=lambda n: n.encode("utf-16-be"))
+    case(
+        "noncharacter member names sort by UTF-16 code units",
+        json.dumps(names),
+        "{" + ",".join(json.dumps(n, ensure_ascii=False) + ":" + str(names[n]) for n in by_utf16) + "}",
+    )
+
     # Refusals: the message is the contract between Rust and JS.
     json_errors = [
         {"name": "duplicate member", "text": '{"a":1,"a":2}', "ignored": [],
@@ -184,6 +207,10 @@ def main():
          "error": "json: invalid syntax at byte 3, expected a JSON value"},
         {"name": "lone surrogate", "text": '"\\ud800"', "ignored": [],
          "error": "json: escape \\ud800 at byte 1 is a lone surrogate, which I-JSON forbids"},
+        {"name": "lone low surrogate, escaped", "text": '["a\\udfffb"]', "ignored": [],
+         "error": "json: escape \\udfff at byte 3 is a lone surrogate, which I-JSON forbids"},
+        {"name": "high surrogate escape before another escape", "text": '{"\\ud83d\\u0041":1}', "ignored": [],
+         "error": "json: escape \\ud83d at byte 2 is a lone surrogate, which I-JSON forbids"},
         {"name": "number too large", "text": "[1e400]", "ignored": [],
          "error": "json: number 1e400 at byte 1 is not a finite IEEE 754 double"},
         {"name": "bad path", "text": "{}", "ignored": ["a"],
@@ -192,11 +219,45 @@ def main():
          "error": 'ignored path "": the empty pointer names the whole document, which cannot be ignored'},
     ]
 
+    # JavaScript strings, as UTF-16 code units. A lone surrogate has no UTF-8 form (a
+    # converter would put U+FFFD in its place): every binding that takes a string refuses
+    # it, naming the argument and the first lone surrogate.
+    def units(text, surrogate=None):
+        """`text`'s UTF-16 code units in hex, with U+FFFF replaced by `surrogate`."""
+        out = []
+        for unit in struct.unpack(f">{len(text.encode('utf-16-be')) // 2}H", text.encode("utf-16-be")):
+            out.append(f"{surrogate if unit == 0xFFFF and surrogate else unit:04x}")
+        return " ".join(out)
+
+    def lone(field, at, unit):
+        return f"{field}: not well-formed UTF-16: code unit {at} is a lone surrogate (\\u{unit:04x})"
+
+    strings = []
+    for unit in (0xD800, 0xDBFF, 0xDC00, 0xDFFF):
+        strings.append({"name": f"fingerprintJson, lone {unit:04x} inside a string", "function": "fingerprintJson",
+                        "units": units('["a\uffffb"]', unit), "error": lone("text", 3, unit)})
+    strings.append({"name": "canonicalJson, lone low surrogate as a member name", "function": "canonicalJson",
+                    "units": units('{"\uffff":1}', 0xDC00), "error": lone("text", 2, 0xDC00)})
+    strings.append({"name": "fingerprintJson, pair in the wrong order", "function": "fingerprintJson",
+                    "units": "005b 0022 de00 d83d 0022 005d", "error": lone("text", 2, 0xDE00)})
+    strings.append({"name": "fingerprintJson, high surrogate at the end", "function": "fingerprintJson",
+                    "units": "0031 0020 d83d", "error": lone("text", 2, 0xD83D)})
+    strings.append({"name": "fingerprintBytes, lone surrogate in a string", "function": "fingerprintBytes",
+                    "units": units("x\uffff", 0xDFFF), "error": lone("bytes", 1, 0xDFFF)})
+    for name, text in [("U+FFFD, the replacement character itself", '["a\ufffdb"]'),
+                       ("a surrogate pair", '["\U0001F600"]'),
+                       ("noncharacter U+FFFF", '["\uffff"]')]:
+        strings.append({"name": f"fingerprintJson, {name}", "function": "fingerprintJson",
+                        "units": units(text), "fingerprint": sha(simple_jcs(json.loads(text)).encode())})
+    strings.append({"name": "fingerprintBytes, a surrogate pair", "function": "fingerprintBytes",
+                    "units": units("x\U0001F600"), "fingerprint": sha("x\U0001F600".encode())})
+
     out = {
         "about": "Fingerprint vectors shared by every target; written by wasm/tests/fingerprints_gen.py.",
         "bytes": bytes_cases,
         "fields": fields_cases,
         "json": json_cases + json_errors,
+        "strings": strings,
     }
     json.dump(out, sys.stdout, indent=1, ensure_ascii=False)
     sys.stdout.write("\n")

@@ -109,3 +109,39 @@ fn canonical_json() {
     }
     assert!(checked >= 40, "only {checked} JSON vectors");
 }
+
+/// The JavaScript strings: the refused ones are not well-formed UTF-16 (no Rust string can
+/// hold them, so natively there is nothing to refuse), the others fingerprint as given.
+#[test]
+fn javascript_strings() {
+    let all = vectors();
+    let (mut refused, mut accepted) = (0, 0);
+    for case in cases(&all, "strings") {
+        let name = &case["name"];
+        let units: Vec<u16> = str_of(case, "units")
+            .split(' ')
+            .map(|u| u16::from_str_radix(u, 16).expect("hex code unit"))
+            .collect();
+        let text = String::from_utf16(&units);
+        if case.get("error").is_some() {
+            assert!(
+                text.is_err(),
+                "{name}: well-formed, but the bindings must refuse it"
+            );
+            refused += 1;
+            continue;
+        }
+        let text = text.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let got = match str_of(case, "function") {
+            "fingerprintJson" => Fingerprint::of_json(&text, &[]).unwrap(),
+            "fingerprintBytes" => Fingerprint::of_bytes(text.as_bytes()),
+            other => panic!("{name}: no function {other}"),
+        };
+        assert_eq!(got.to_hex(), str_of(case, "fingerprint"), "{name}");
+        accepted += 1;
+    }
+    assert!(
+        refused >= 8 && accepted >= 4,
+        "{refused} refused, {accepted} accepted"
+    );
+}

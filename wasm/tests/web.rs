@@ -10,12 +10,17 @@ use idem_wasm::{
     IdemClient, MemoryReceiver, canonical_json, fingerprint_bytes, fingerprint_fields,
     fingerprint_json,
 };
-use js_sys::{Array, JSON, Reflect, Uint8Array};
+use js_sys::{Array, JSON, JsString, Reflect, Uint8Array};
 use serde_json::Value;
 use wasm_bindgen::{JsCast, JsError, JsValue};
 use wasm_bindgen_test::wasm_bindgen_test;
 
 const VECTORS: &str = include_str!("../../testdata/fingerprints.json");
+
+/// A JS string from Rust text.
+fn s(text: &str) -> JsString {
+    JsString::from(text)
+}
 
 /// A JS value from JSON text.
 fn js<T: JsCast>(json: &str) -> T {
@@ -114,20 +119,76 @@ fn vectors_canonical_json() {
         let paths = || -> Paths { js(&case["ignored"].to_string()) };
         match case.get("error") {
             Some(error) => {
-                let err = fingerprint_json(text, Some(paths())).unwrap_err();
+                let err = fingerprint_json(&s(text), Some(paths())).unwrap_err();
                 assert_eq!(message(err), error.as_str().unwrap(), "{name}");
             }
             None => {
-                let canonical = canonical_json(text, Some(paths())).unwrap();
+                let canonical = canonical_json(&s(text), Some(paths())).unwrap();
                 assert_eq!(canonical, case["canonical"].as_str().unwrap(), "{name}");
-                let fingerprint = fingerprint_json(text, Some(paths())).unwrap();
+                let fingerprint = fingerprint_json(&s(text), Some(paths())).unwrap();
                 assert_eq!(fingerprint, case["fingerprint"].as_str().unwrap(), "{name}");
             }
         }
     }
     // No paths at all is the same as an empty list.
-    let none = fingerprint_json("{}", None).unwrap();
+    let none = fingerprint_json(&s("{}"), None).unwrap();
     assert_eq!(none, fingerprint_bytes(bytes(b"{}")).unwrap());
+}
+
+/// The JavaScript strings of the vectors, given as UTF-16 code units: lone surrogates are
+/// refused with the message given, well-formed strings fingerprinted.
+#[wasm_bindgen_test]
+fn vectors_javascript_strings() {
+    assert_eq!(string_vector_mismatches(), Vec::<String>::new());
+}
+
+/// Engines before ES2024 lack `String.prototype.isWellFormed`: the bindings then check
+/// code unit by code unit, with the same answers.
+#[wasm_bindgen_test]
+fn vectors_javascript_strings_without_is_well_formed() {
+    let string = Reflect::get(&js_sys::global(), &"String".into()).unwrap();
+    let prototype: js_sys::Object = Reflect::get(&string, &"prototype".into())
+        .unwrap()
+        .unchecked_into();
+    let native = Reflect::get(&prototype, &"isWellFormed".into()).unwrap();
+    assert!(native.is_function(), "this engine has isWellFormed");
+    assert!(Reflect::delete_property(&prototype, &"isWellFormed".into()).unwrap());
+    let gone = !Reflect::has(&prototype, &"isWellFormed".into()).unwrap();
+    let mismatches = string_vector_mismatches();
+    // Put back before asserting, so that a failure here leaves the other tests alone.
+    Reflect::set(&prototype, &"isWellFormed".into(), &native).unwrap();
+    assert!(gone);
+    assert_eq!(mismatches, Vec::<String>::new());
+}
+
+/// The string vectors whose answer is not the expected one, described.
+fn string_vector_mismatches() -> Vec<String> {
+    let mut mismatches = Vec::new();
+    for case in vectors("strings") {
+        let name = case["name"].as_str().unwrap();
+        let code_units: Vec<u16> = case["units"]
+            .as_str()
+            .unwrap()
+            .split(' ')
+            .map(|u| u16::from_str_radix(u, 16).expect("hex code unit"))
+            .collect();
+        let string = units(&code_units);
+        let got = match case["function"].as_str().unwrap() {
+            "fingerprintJson" => fingerprint_json(&string, None),
+            "canonicalJson" => canonical_json(&string, None),
+            "fingerprintBytes" => fingerprint_bytes(JsValue::from(string).unchecked_into()),
+            other => panic!("{name}: no function {other}"),
+        };
+        let got = got.map_err(message);
+        let expected = match case.get("error") {
+            Some(error) => Err(error.as_str().unwrap().to_owned()),
+            None => Ok(case["fingerprint"].as_str().unwrap().to_owned()),
+        };
+        if got != expected {
+            mismatches.push(format!("{name}: {got:?}, expected {expected:?}"));
+        }
+    }
+    mismatches
 }
 
 fn client() -> IdemClient {
@@ -148,7 +209,7 @@ fn client_retries_with_one_key_until_a_definitive_reply() {
     let random = Uint8Array::from([7u8; 16].as_slice());
     let begun = client
         .begin(
-            "order",
+            &s("order"),
             JsValue::from_str(r#"{"sku":"A-1"}"#).unchecked_into(),
             1_000.0,
             Some(random),
@@ -169,11 +230,11 @@ fn client_retries_with_one_key_until_a_definitive_reply() {
     assert_eq!(num(&first, "attempt"), 1.0);
     let payload: Uint8Array = get(&first, "payload").unchecked_into();
     assert_eq!(payload.to_vec(), br#"{"sku":"A-1"}"#);
-    let view = client.get(&key);
+    let view = client.get(&s(&key)).unwrap();
     assert_eq!(text(&view, "state"), "in_flight");
 
     // Lost reply: queued again after a backoff of at most the base.
-    let effect = client.on_transport_error(&key, 1_010.0).unwrap();
+    let effect = client.on_transport_error(&s(&key), 1_010.0).unwrap();
     assert_eq!(text(&effect, "effect"), "requeued");
     let at = num(&effect, "at");
     assert!((1_010.0..=1_110.0).contains(&at), "{at}");
@@ -183,7 +244,7 @@ fn client_retries_with_one_key_until_a_definitive_reply() {
     assert_eq!(text(&second.get(0), "key"), key);
     assert_eq!(num(&second.get(0), "attempt"), 2.0);
     let effect = client
-        .on_response(&key, reply(r#"{"status":409,"retryAt":5000}"#), at)
+        .on_response(&s(&key), reply(r#"{"status":409,"retryAt":5000}"#), at)
         .unwrap();
     assert_eq!(num(&effect, "at"), 5_000.0);
     assert_eq!(client.next_wakeup(), Some(5_000.0));
@@ -200,11 +261,15 @@ fn client_retries_with_one_key_until_a_definitive_reply() {
     let third: Array = client.due(5_000.0).unwrap().unchecked_into();
     assert_eq!(text(&third.get(0), "key"), key);
     let effect = client
-        .on_response(&key, reply(r#"{"status":201,"body":"order 17"}"#), 5_001.0)
+        .on_response(
+            &s(&key),
+            reply(r#"{"status":201,"body":"order 17"}"#),
+            5_001.0,
+        )
         .unwrap();
     assert_eq!(text(&effect, "effect"), "finished");
     assert_eq!(text(&effect, "state"), "completed");
-    let view = client.get(&key);
+    let view = client.get(&s(&key)).unwrap();
     assert_eq!(text(&view, "state"), "completed");
     assert_eq!(num(&view, "attempts"), 3.0);
     assert_eq!(num(&view, "status"), 201.0);
@@ -215,28 +280,30 @@ fn client_retries_with_one_key_until_a_definitive_reply() {
 
     // A late duplicate changes nothing.
     let effect = client
-        .on_response(&key, reply(r#"{"status":500}"#), 5_002.0)
+        .on_response(&s(&key), reply(r#"{"status":500}"#), 5_002.0)
         .unwrap();
     assert_eq!(text(&effect, "effect"), "ignored");
 
     let list: Array = client.list().unchecked_into();
     assert_eq!(list.length(), 1);
-    let forgotten = client.forget(&key).unwrap();
+    let forgotten = client.forget(&s(&key)).unwrap();
     assert_eq!(text(&forgotten, "key"), key);
-    assert!(client.get(&key).is_undefined());
+    assert!(client.get(&s(&key)).unwrap().is_undefined());
     assert_eq!(client.size(), 0);
 }
 
 #[wasm_bindgen_test]
 fn client_survives_a_reload_with_the_same_key() {
     let mut client = client();
-    let begun = client.begin("order", bytes(b"pay"), 1_000.0, None).unwrap();
+    let begun = client
+        .begin(&s("order"), bytes(b"pay"), 1_000.0, None)
+        .unwrap();
     let key = text(&begun, "key");
     let _ = client.due(1_000.0).unwrap();
     let saved = client.snapshot();
 
     let mut reloaded = IdemClient::restore(&saved).unwrap();
-    let view = reloaded.get(&key);
+    let view = reloaded.get(&s(&key)).unwrap();
     assert_eq!(text(&view, "state"), "queued", "in flight becomes queued");
     let attempts: Array = reloaded.due(2_000.0).unwrap().unchecked_into();
     assert_eq!(text(&attempts.get(0), "key"), key, "same key after reload");
@@ -258,7 +325,9 @@ fn changes(client: &mut IdemClient) -> Vec<String> {
 fn client_kept_as_one_record_per_intent() {
     let mut leader = client();
     let sent = text(
-        &leader.begin("order", bytes(b"a"), 1_000.0, None).unwrap(),
+        &leader
+            .begin(&s("order"), bytes(b"a"), 1_000.0, None)
+            .unwrap(),
         "key",
     );
     let _ = leader.due(1_000.0).unwrap();
@@ -274,10 +343,15 @@ fn client_kept_as_one_record_per_intent() {
 
     // Another copy (a tab) makes an intent without keeping it, persists it, then puts it.
     let mut other = IdemClient::restore_parts(&leader.ledger_state(), js("[]")).unwrap();
-    let prepared = other.prepare("order", bytes(b"b"), 1_001.0, None).unwrap();
+    let prepared = other
+        .prepare(&s("order"), bytes(b"b"), 1_001.0, None)
+        .unwrap();
     let queued = text(&prepared, "key");
     let record: Uint8Array = get(&prepared, "intent").unchecked_into();
-    assert!(other.get(&queued).is_undefined(), "prepare keeps nothing");
+    assert!(
+        other.get(&s(&queued)).unwrap().is_undefined(),
+        "prepare keeps nothing"
+    );
     assert!(other.put(&record.to_vec()).unwrap());
     assert!(leader.put(&record.to_vec()).unwrap());
     assert!(
@@ -290,7 +364,7 @@ fn client_kept_as_one_record_per_intent() {
     );
     assert!(other.put(&leader.intent(&sent).unwrap()).unwrap());
     assert_eq!(
-        text(&other.get(&sent), "state"),
+        text(&other.get(&s(&sent)).unwrap(), "state"),
         "in_flight",
         "an exact copy"
     );
@@ -308,16 +382,16 @@ fn client_kept_as_one_record_per_intent() {
         restored.snapshot(),
         IdemClient::restore(&leader.snapshot()).unwrap().snapshot()
     );
-    assert_eq!(text(&restored.get(&sent), "state"), "queued");
+    assert_eq!(text(&restored.get(&s(&sent)).unwrap(), "state"), "queued");
     assert!(leader.intent("no such key").is_none());
 
     // A finished intent: reported, and no late copy brings it back.
     let before = leader.intent(&sent).unwrap();
     let _ = leader
-        .on_response(&sent, reply(r#"{"status":201}"#), 1_002.0)
+        .on_response(&s(&sent), reply(r#"{"status":201}"#), 1_002.0)
         .unwrap();
     let _ = leader
-        .on_response(&sent, reply(r#"{"status":500}"#), 1_003.0)
+        .on_response(&s(&sent), reply(r#"{"status":500}"#), 1_003.0)
         .unwrap();
     assert_eq!(
         changes(&mut leader),
@@ -326,8 +400,8 @@ fn client_kept_as_one_record_per_intent() {
     );
     assert!(other.put(&leader.intent(&sent).unwrap()).unwrap());
     assert!(!other.put(&before).unwrap());
-    assert_eq!(text(&other.get(&sent), "state"), "completed");
-    let _ = leader.forget(&sent).unwrap();
+    assert_eq!(text(&other.get(&s(&sent)).unwrap(), "state"), "completed");
+    let _ = leader.forget(&s(&sent)).unwrap();
     assert_eq!(
         changes(&mut leader),
         [sent.as_str()],
@@ -356,11 +430,15 @@ fn client_kept_as_one_record_per_intent() {
 fn keys_come_from_crypto_when_no_random_bytes_are_given() {
     let mut client = client();
     let a = text(
-        &client.begin("order", bytes(b"1"), 1_000.0, None).unwrap(),
+        &client
+            .begin(&s("order"), bytes(b"1"), 1_000.0, None)
+            .unwrap(),
         "key",
     );
     let b = text(
-        &client.begin("order", bytes(b"1"), 1_000.0, None).unwrap(),
+        &client
+            .begin(&s("order"), bytes(b"1"), 1_000.0, None)
+            .unwrap(),
         "key",
     );
     assert_ne!(a, b);
@@ -393,7 +471,7 @@ fn client_errors_are_js_errors_with_the_rust_message() {
     let mut client = client();
     let err = client
         .begin(
-            "",
+            &s(""),
             bytes(b"x"),
             1.0,
             Some(Uint8Array::from([1u8; 16].as_slice())),
@@ -401,14 +479,17 @@ fn client_errors_are_js_errors_with_the_rust_message() {
         .err()
         .unwrap();
     assert_eq!(message(err), "operation: empty, needs 1 to 255 bytes");
-    let err = client.begin("o", bytes(b"x"), -1.0, None).err().unwrap();
+    let err = client
+        .begin(&s("o"), bytes(b"x"), -1.0, None)
+        .err()
+        .unwrap();
     assert_eq!(
         message(err),
         "nowMs: -1, must be a number of milliseconds since the epoch, from 0 to 2^53 - 1"
     );
     let err = client
         .begin(
-            "o",
+            &s("o"),
             bytes(b"x"),
             1.0,
             Some(Uint8Array::from([1u8; 3].as_slice())),
@@ -417,17 +498,20 @@ fn client_errors_are_js_errors_with_the_rust_message() {
         .unwrap();
     assert_eq!(message(err), "random: 3 bytes, expected 16");
     let err = client
-        .begin("o", JsValue::from(5).unchecked_into(), 1.0, None)
+        .begin(&s("o"), JsValue::from(5).unchecked_into(), 1.0, None)
         .err()
         .unwrap();
     assert_eq!(
         message(err),
         "payload: 5, expected a Uint8Array or a string"
     );
-    let err = client.on_transport_error("nope", 1.0).err().unwrap();
+    let err = client.on_transport_error(&s("nope"), 1.0).err().unwrap();
     assert_eq!(message(err), "key nope: no intent with this key");
-    let key = text(&client.begin("o", bytes(b"x"), 1.0, None).unwrap(), "key");
-    let err = client.forget(&key).err().unwrap();
+    let key = text(
+        &client.begin(&s("o"), bytes(b"x"), 1.0, None).unwrap(),
+        "key",
+    );
+    let err = client.forget(&s(&key)).err().unwrap();
     assert_eq!(
         message(err),
         format!(
@@ -435,7 +519,7 @@ fn client_errors_are_js_errors_with_the_rust_message() {
         )
     );
     let err = client
-        .on_response(&key, reply(r#"{"body":"x"}"#), 1.0)
+        .on_response(&s(&key), reply(r#"{"body":"x"}"#), 1.0)
         .err()
         .unwrap();
     assert_eq!(
@@ -460,14 +544,14 @@ fn receiver_claims_once_and_replays() {
     let fp = fingerprint_bytes(bytes(b"A-1")).unwrap();
     let other = fingerprint_bytes(bytes(b"B-2")).unwrap();
 
-    let claimed = receiver.begin(id("k1"), &fp, 10.0).unwrap();
+    let claimed = receiver.begin(id("k1"), &s(&fp), 10.0).unwrap();
     assert_eq!(text(&claimed, "decision"), "claimed");
     assert_eq!(num(&claimed, "generation"), 1.0);
     assert_eq!(num(&claimed, "leaseUntil"), 1_010.0);
 
-    let busy = receiver.begin(id("k1"), &fp, 20.0).unwrap();
+    let busy = receiver.begin(id("k1"), &s(&fp), 20.0).unwrap();
     assert_eq!(text(&busy, "decision"), "in_progress");
-    let conflict = receiver.begin(id("k1"), &other, 20.0).unwrap();
+    let conflict = receiver.begin(id("k1"), &s(&other), 20.0).unwrap();
     assert_eq!(text(&conflict, "decision"), "conflict");
     assert_eq!(text(&conflict, "storedFingerprint"), fp);
 
@@ -481,7 +565,7 @@ fn receiver_claims_once_and_replays() {
             30.0,
         )
         .unwrap();
-    let replay = receiver.begin(id("k1"), &fp, 40.0).unwrap();
+    let replay = receiver.begin(id("k1"), &s(&fp), 40.0).unwrap();
     assert_eq!(text(&replay, "decision"), "replay");
     assert_eq!(text(&replay, "state"), "succeeded");
     assert_eq!(num(&replay, "code"), 201.0);
@@ -499,15 +583,15 @@ fn receiver_claims_once_and_replays() {
     );
 
     // Lease runs out: unknown, then reconciled as never executed, then claimable again.
-    let second = receiver.begin(id("k2"), &fp, 100.0).unwrap();
-    let unknown = receiver.begin(id("k2"), &fp, 1_100.0).unwrap();
+    let second = receiver.begin(id("k2"), &s(&fp), 100.0).unwrap();
+    let unknown = receiver.begin(id("k2"), &s(&fp), 1_100.0).unwrap();
     assert_eq!(text(&unknown, "decision"), "unknown");
     assert_eq!(num(&unknown, "generation"), num(&second, "generation"));
     receiver
         .resolve(id("k2"), js("\"not_executed\""), None, 1_200.0)
         .unwrap();
     assert!(receiver.get(id("k2")).unwrap().is_undefined());
-    let again = receiver.begin(id("k2"), &fp, 1_300.0).unwrap();
+    let again = receiver.begin(id("k2"), &s(&fp), 1_300.0).unwrap();
     assert_eq!(text(&again, "decision"), "claimed");
     assert_eq!(num(&again, "generation"), 3.0);
     receiver
@@ -537,14 +621,18 @@ fn receiver_errors_name_the_field() {
         "options.onLeaseExpiry: \"panic\", expected \"unknown\" or \"takeover\""
     );
     let mut receiver = MemoryReceiver::new(None).unwrap();
-    let err = receiver.begin(id("k"), "abc", 1.0).err().unwrap();
+    let err = receiver.begin(id("k"), &s("abc"), 1.0).err().unwrap();
     assert_eq!(
         message(err),
         "fingerprint: 3 characters, expected 64 hex digits (0-9, a-f)"
     );
     let fp = fingerprint_bytes(bytes(b"x")).unwrap();
     let err = receiver
-        .begin(js(r#"{"tenant":"t","operation":"o","key":"ü"}"#), &fp, 1.0)
+        .begin(
+            js(r#"{"tenant":"t","operation":"o","key":"ü"}"#),
+            &s(&fp),
+            1.0,
+        )
         .err()
         .unwrap();
     assert_eq!(
@@ -552,7 +640,7 @@ fn receiver_errors_name_the_field() {
         "key: byte 0xc3 at offset 0 is not printable ASCII (0x20-0x7E)"
     );
     let err = receiver
-        .begin(js(r#"{"tenant":"t","operation":"o"}"#), &fp, 1.0)
+        .begin(js(r#"{"tenant":"t","operation":"o"}"#), &s(&fp), 1.0)
         .err()
         .unwrap();
     assert_eq!(message(err), "id.key: missing, expected a string");
@@ -567,4 +655,168 @@ fn receiver_errors_name_the_field() {
         .err()
         .unwrap();
     assert_eq!(message(err), "no record under this key");
+}
+
+/// A JS string from UTF-16 code units, well-formed or not.
+fn units(code_units: &[u16]) -> JsString {
+    JsString::from_char_code(code_units)
+}
+
+/// `text` with `\u{FFFF}` standing for the code unit `unit`: a way to write strings that
+/// Rust cannot hold.
+fn with_unit(text: &str, unit: u16) -> JsString {
+    let code_units: Vec<u16> = text
+        .encode_utf16()
+        .map(|u| if u == 0xffff { unit } else { u })
+        .collect();
+    units(&code_units)
+}
+
+#[wasm_bindgen_test]
+fn strings_that_are_not_well_formed_utf16_are_refused() {
+    let lone = |field: &str, at: usize, unit: u16| {
+        format!(
+            "{field}: not well-formed UTF-16: code unit {at} is a lone surrogate (\\u{unit:04x})"
+        )
+    };
+    // Lone surrogates converted to UTF-8 would all become U+FFFD: one fingerprint for
+    // three different strings. Each is refused, and U+FFFD itself is fine.
+    for unit in [0xd800, 0xdbff, 0xdc00, 0xdfff] {
+        let text = with_unit("[\"a\u{ffff}b\"]", unit);
+        let err = fingerprint_json(&text, None).unwrap_err();
+        assert_eq!(message(err), lone("text", 3, unit));
+        let err = canonical_json(&text, None).unwrap_err();
+        assert_eq!(message(err), lone("text", 3, unit));
+    }
+    let replacement = fingerprint_json(&s("[\"a\u{fffd}b\"]"), None).unwrap();
+    assert_eq!(
+        replacement,
+        fingerprint_bytes(bytes("[\"a\u{fffd}b\"]".as_bytes())).unwrap()
+    );
+    let err = canonical_json(&with_unit("{\"\u{ffff}\":1}", 0xdc00), None).unwrap_err();
+    assert_eq!(message(err), lone("text", 2, 0xdc00));
+    // Escaped in the JSON text, the core refuses it as before.
+    let err = fingerprint_json(&s(r#"["\ud800"]"#), None).unwrap_err();
+    assert_eq!(
+        message(err),
+        "json: escape \\ud800 at byte 2 is a lone surrogate, which I-JSON forbids"
+    );
+    // A pair is one character; a pair in the wrong order, or cut, is two lone halves.
+    let pair = units(&[0x22, 0xd83d, 0xde00, 0x22]);
+    assert_eq!(canonical_json(&pair, None).unwrap(), "\"\u{1f600}\"");
+    let reversed = units(&[0x22, 0xde00, 0xd83d, 0x22]);
+    assert_eq!(
+        message(fingerprint_json(&reversed, None).unwrap_err()),
+        lone("text", 1, 0xde00)
+    );
+    let cut = units(&[0x22, 0x61, 0x22, 0x20, 0xd83d]);
+    assert_eq!(
+        message(fingerprint_json(&cut, None).unwrap_err()),
+        lone("text", 4, 0xd83d)
+    );
+    let paths: Paths = JsValue::from(Array::of1(&with_unit("/\u{ffff}", 0xd800))).unchecked_into();
+    let err = fingerprint_json(&s("{}"), Some(paths)).unwrap_err();
+    assert_eq!(message(err), lone("ignoredPaths[0]", 1, 0xd800));
+
+    // Bytes given as a string, and fields.
+    let err = fingerprint_bytes(JsValue::from(with_unit("x\u{ffff}", 0xdfff)).unchecked_into())
+        .unwrap_err();
+    assert_eq!(message(err), lone("bytes", 1, 0xdfff));
+    let pair = |name: JsString, value: JsString| JsValue::from(Array::of2(&name, &value));
+    let fields: FieldsInput =
+        JsValue::from(Array::of1(&pair(with_unit("\u{ffff}", 0xd800), s("1")))).unchecked_into();
+    let err = fingerprint_fields(fields).unwrap_err();
+    assert_eq!(message(err), lone("fields[0][0]", 0, 0xd800));
+    let fields: FieldsInput =
+        JsValue::from(Array::of1(&pair(s("a"), with_unit("1\u{ffff}", 0xdc00)))).unchecked_into();
+    let err = fingerprint_fields(fields).unwrap_err();
+    assert_eq!(message(err), lone("fields[0][1]", 1, 0xdc00));
+
+    // The client: nothing is queued for a payload or an operation it refuses.
+    let mut client = client();
+    let payload = with_unit("{\"sku\":\"\u{ffff}\"}", 0xd800);
+    let err = client
+        .begin(
+            &s("order"),
+            JsValue::from(payload).unchecked_into(),
+            1.0,
+            None,
+        )
+        .err()
+        .unwrap();
+    assert_eq!(message(err), lone("payload", 8, 0xd800));
+    let err = client
+        .begin(&with_unit("order\u{ffff}", 0xdbff), bytes(b"x"), 1.0, None)
+        .err()
+        .unwrap();
+    assert_eq!(message(err), lone("operation", 5, 0xdbff));
+    assert_eq!(client.size(), 0);
+    let key = text(
+        &client.begin(&s("order"), bytes(b"x"), 1.0, None).unwrap(),
+        "key",
+    );
+    let _ = client.due(1.0).unwrap();
+    let body = with_unit("order \u{ffff}", 0xdfff);
+    let reply = js_sys::Object::new();
+    Reflect::set(&reply, &"status".into(), &201.into()).unwrap();
+    Reflect::set(&reply, &"body".into(), &body).unwrap();
+    let err = client
+        .on_response(&s(&key), reply.unchecked_into::<Reply>(), 2.0)
+        .err()
+        .unwrap();
+    assert_eq!(message(err), lone("reply.body", 6, 0xdfff));
+    let err = client.get(&with_unit("\u{ffff}", 0xd800)).err().unwrap();
+    assert_eq!(message(err), lone("key", 0, 0xd800));
+
+    // The receiver.
+    let mut receiver = MemoryReceiver::new(None).unwrap();
+    let fp = fingerprint_bytes(bytes(b"x")).unwrap();
+    let err = receiver
+        .begin(
+            id("k"),
+            &with_unit(&format!("{}\u{ffff}", &fp[..63]), 0xd800),
+            1.0,
+        )
+        .err()
+        .unwrap();
+    assert_eq!(message(err), lone("fingerprint", 63, 0xd800));
+    let tenant = js_sys::Object::new();
+    Reflect::set(
+        &tenant,
+        &"tenant".into(),
+        &with_unit("shop\u{ffff}", 0xdc00),
+    )
+    .unwrap();
+    Reflect::set(&tenant, &"operation".into(), &"o".into()).unwrap();
+    Reflect::set(&tenant, &"key".into(), &"k".into()).unwrap();
+    let err = receiver
+        .begin(JsValue::from(tenant).unchecked_into(), &s(&fp), 1.0)
+        .err()
+        .unwrap();
+    assert_eq!(message(err), lone("id.tenant", 4, 0xdc00));
+}
+
+#[wasm_bindgen_test]
+fn json_text_over_the_size_limit_is_refused_before_it_is_copied() {
+    let limit = idem_core::fingerprint::MAX_JSON_BYTES;
+    // More code units than the limit: refused on its length, before it reaches the module.
+    let long = s("1").repeat(i32::try_from(limit + 1).unwrap());
+    let err = fingerprint_json(&long, None).unwrap_err();
+    assert_eq!(
+        message(err),
+        format!(
+            "json: at least {0} bytes ({0} UTF-16 code units), more than the limit of {limit} bytes",
+            limit + 1
+        )
+    );
+    // Fewer code units than the limit but more bytes of UTF-8: the core counts the bytes.
+    let wide = format!("\"{}\"", "\u{e9}".repeat(limit / 2));
+    let err = canonical_json(&s(&wide), None).unwrap_err();
+    assert_eq!(
+        message(err),
+        format!(
+            "json: {} bytes, more than the limit of {limit} bytes",
+            limit + 2
+        )
+    );
 }

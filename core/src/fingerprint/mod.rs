@@ -9,12 +9,13 @@
 //!   `u64 big-endian name length, name, u64 big-endian value length, value`.
 //! - [`Fingerprint::of_json`] (feature `json`): plain SHA-256 of the RFC 8785 canonical
 //!   text, after the members at the ignored paths (RFC 6901 pointers, `*` matching every
-//!   member or element) are removed.
+//!   member or element) are removed. What it accepts, and every limit (size, nesting,
+//!   numbers, strings, duplicate names), is listed in one place: the [`json`] module.
 //!
 //! A server in any language reproduces them with its own SHA-256.
 
 #[cfg(feature = "json")]
-mod json;
+pub mod json;
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -26,7 +27,7 @@ use sha2::{Digest, Sha256};
 use crate::quote::Quoted;
 
 #[cfg(feature = "json")]
-pub use json::JsonError;
+pub use json::{JsonError, MAX_JSON_BYTES, MAX_JSON_DEPTH};
 
 /// SHA-256 of a request's business input, 32 bytes; shown as 64 lower-case hex digits.
 ///
@@ -162,15 +163,35 @@ impl Fingerprint {
     }
 
     /// SHA-256 of the RFC 8785 canonical form of `json`, without the members at
-    /// `ignored_paths` (trace ids and other non-business fields).
+    /// `ignored_paths` (trace ids and other non-business fields). `json` may be up to
+    /// [`MAX_JSON_BYTES`] long; the limits are listed in the [`json` module](json).
     ///
     /// # Errors
     ///
-    /// [`FingerprintError::Json`] for text that is not strict I-JSON or a malformed path.
+    /// [`FingerprintError::Json`] for text that is larger than the limit, not JSON, or
+    /// not within the rules and limits of canonical JSON, or a malformed path.
     #[cfg(feature = "json")]
     pub fn of_json(json: &str, ignored_paths: &[&str]) -> Result<Fingerprint, FingerprintError> {
-        let canonical = json::canonicalize(json, ignored_paths)?;
-        Ok(Fingerprint::of_bytes(canonical.as_bytes()))
+        Fingerprint::of_json_up_to(json, ignored_paths, MAX_JSON_BYTES)
+    }
+
+    /// [`Fingerprint::of_json`] with another size limit: `json` may be up to `max_bytes`
+    /// long.
+    ///
+    /// # Errors
+    ///
+    /// As [`Fingerprint::of_json`].
+    #[cfg(feature = "json")]
+    pub fn of_json_up_to(
+        json: &str,
+        ignored_paths: &[&str],
+        max_bytes: usize,
+    ) -> Result<Fingerprint, FingerprintError> {
+        Ok(Fingerprint(json::canonical_sha256(
+            json,
+            ignored_paths,
+            max_bytes,
+        )?))
     }
 
     /// The RFC 8785 canonical text that [`Fingerprint::of_json`] hashes.
@@ -180,7 +201,22 @@ impl Fingerprint {
     /// As [`Fingerprint::of_json`].
     #[cfg(feature = "json")]
     pub fn canonical_json(json: &str, ignored_paths: &[&str]) -> Result<String, FingerprintError> {
-        Ok(json::canonicalize(json, ignored_paths)?)
+        Fingerprint::canonical_json_up_to(json, ignored_paths, MAX_JSON_BYTES)
+    }
+
+    /// [`Fingerprint::canonical_json`] with another size limit: `json` may be up to
+    /// `max_bytes` long.
+    ///
+    /// # Errors
+    ///
+    /// As [`Fingerprint::of_json`].
+    #[cfg(feature = "json")]
+    pub fn canonical_json_up_to(
+        json: &str,
+        ignored_paths: &[&str],
+        max_bytes: usize,
+    ) -> Result<String, FingerprintError> {
+        Ok(json::canonicalize(json, ignored_paths, max_bytes)?)
     }
 
     /// Parses 64 hex digits (either case).

@@ -58,6 +58,56 @@ test("shared vectors: canonical JSON with ignored paths, RFC 8785 cases", () => 
   assert.equal(fingerprintJson("{}"), fingerprintBytes("{}"));
 });
 
+test("shared vectors: JavaScript strings, lone surrogates refused", () => {
+  assert.ok(vectors.strings.length >= 12);
+  const call = { fingerprintJson, canonicalJson, fingerprintBytes };
+  for (const v of vectors.strings) {
+    const text = String.fromCharCode(...v.units.split(" ").map((u) => parseInt(u, 16)));
+    if (v.error) assert.throws(() => call[v.function](text), { name: "Error", message: v.error }, v.name);
+    else assert.equal(call[v.function](text), v.fingerprint, v.name);
+  }
+});
+
+test("a string that is not well-formed UTF-16 is refused wherever a string is taken", () => {
+  const lone = (field, at, unit) => `${field}: not well-formed UTF-16: code unit ${at} is a lone surrogate (\\u${unit})`;
+  // Converted to UTF-8, all three would be one string: only the last is well-formed.
+  assert.throws(() => fingerprintJson('["a\ud800b"]'), { message: lone("text", 3, "d800") });
+  assert.throws(() => fingerprintJson('["a\udfffb"]'), { message: lone("text", 3, "dfff") });
+  assert.equal(fingerprintJson('["a\ufffdb"]'), fingerprintBytes('["a\ufffdb"]'));
+  assert.throws(() => canonicalJson('{"\udc00":1}'), { message: lone("text", 2, "dc00") });
+  assert.throws(() => fingerprintJson("{}", ["/\ud800"]), { message: lone("ignoredPaths[0]", 1, "d800") });
+  // Escaped in the JSON text, the core refuses it.
+  assert.throws(() => fingerprintJson('["\\ud800"]'), {
+    message: "json: escape \\ud800 at byte 2 is a lone surrogate, which I-JSON forbids",
+  });
+  assert.throws(() => fingerprintBytes("x\udfff"), { message: lone("bytes", 1, "dfff") });
+  assert.throws(() => fingerprintFields({ "\ud800": "1" }), { message: lone("fields[0][0]", 0, "d800") });
+
+  const client = new IdemClient({ seed: 9 });
+  assert.throws(() => client.begin("order", '{"sku":"\ud83d"}', 1), { message: lone("payload", 8, "d83d") });
+  assert.throws(() => client.begin("order\udbff", "x", 1), { message: lone("operation", 5, "dbff") });
+  assert.equal(client.size, 0, "nothing was queued");
+  const { key } = client.begin("order", '{"sku":"\ud83d\ude00"}', 1);
+  assert.equal(utf8(client.due(1)[0].payload), '{"sku":"\u{1f600}"}');
+  assert.throws(() => client.onResponse(key, { status: 201, body: "\udfff" }, 2), { message: lone("reply.body", 0, "dfff") });
+
+  const receiver = new MemoryReceiver();
+  const id = { tenant: "shop\udc00", operation: "o", key: "k" };
+  assert.throws(() => receiver.begin(id, fingerprintBytes("x"), 1), { message: lone("id.tenant", 4, "dc00") });
+});
+
+test("JSON text over the size limit is refused, by its length before it is copied", () => {
+  const limit = 16 * 1024 * 1024;
+  assert.throws(() => fingerprintJson("1".repeat(limit + 1)), {
+    message: `json: at least ${limit + 1} bytes (${limit + 1} UTF-16 code units), more than the limit of ${limit} bytes`,
+  });
+  assert.throws(() => canonicalJson(`"${"\u00e9".repeat(limit / 2)}"`), {
+    message: `json: ${limit + 2} bytes, more than the limit of ${limit} bytes`,
+  });
+  const largest = `"${"a".repeat(limit - 2)}"`;
+  assert.equal(canonicalJson(largest).length, limit);
+});
+
 test("a client keeps one key per intent across retries and a reload", () => {
   const client = new IdemClient({ serverRetentionMs: 100_000, safetyMarginMs: 10_000, baseBackoffMs: 100, maxBackoffMs: 1_600, seed: 7n });
   const { key, fingerprint } = client.begin("order", '{"sku":"A-1"}', 1_000);

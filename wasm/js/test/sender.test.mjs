@@ -130,6 +130,26 @@ test("lost replies and a reload mid-request: executed once, one key, stored outc
   }
 });
 
+test("a payload string that is not well-formed UTF-16 is refused: nothing saved, nothing sent", async () => {
+  const storage = memoryStorage();
+  const srv = server();
+  const sender = await open(storage, srv);
+  try {
+    await assert.rejects(sender.submit("order", '{"sku":"A-\udc00"}'), {
+      name: "Error",
+      message: "payload: not well-formed UTF-16: code unit 10 is a lone surrogate (\\udc00)",
+    });
+    assert.deepEqual(sender.list(), []);
+    const saved = await storage.load();
+    assert.equal(saved === undefined ? 0 : IdemClient.restore(saved).size, 0, "no intent was persisted");
+    const { key } = await sender.submit("order", '{"sku":"A-\ufffd"}');
+    await sender.settled(key);
+    assert.deepEqual(srv.seen.executed, ['{"sku":"A-\ufffd"}'], "only the well-formed payload was sent");
+  } finally {
+    sender.stop();
+  }
+});
+
 test("409 waits for Retry-After, 422 is a conflict", async () => {
   const srv = server();
   const storage = memoryStorage();

@@ -3,6 +3,26 @@
 use super::*;
 use alloc::format;
 use alloc::string::ToString;
+use alloc::vec::Vec;
+
+/// The canonical text, or the error; checks on the way that hashing the text as it
+/// becomes final, whenever 1, 7 or the default number of bytes wait, gives the SHA-256 of
+/// that text, or the same error.
+fn canonicalize(text: &str, paths: &[&str]) -> Result<String, JsonError> {
+    let canonical = super::canonicalize(text, paths, MAX_JSON_BYTES);
+    let expected = canonical
+        .as_ref()
+        .map(|c| <[u8; 32]>::from(Sha256::digest(c)))
+        .map_err(Clone::clone);
+    for flush_at in [1, 7, canonical::FLUSH_AT] {
+        let hashed = sha256_flushing_at(text, paths, MAX_JSON_BYTES, flush_at);
+        assert_eq!(
+            hashed, expected,
+            "{text:?} {paths:?}, flushing at {flush_at}"
+        );
+    }
+    canonical
+}
 
 fn jcs(text: &str) -> String {
     canonicalize(text, &[]).unwrap()
@@ -104,14 +124,7 @@ fn rfc_appendix_b_numbers() {
         for spelling in [format!("{n:e}"), format!("{n:E}"), expected.to_string()] {
             assert_eq!(jcs(&spelling), expected, "{bits:#018x} spelled {spelling}");
         }
-        let parsed = Parser {
-            text: expected,
-            pos: 0,
-        }
-        .value(0);
-        let Ok(Value::Number(parsed)) = parsed else {
-            panic!("{expected}")
-        };
+        let parsed = number::parse(expected);
         assert_eq!(parsed, n, "{expected} parses back to {bits:#018x}"); // -0.0 == 0.0
     }
     for &(input, expected) in OTHER_NUMBERS {
@@ -216,26 +229,141 @@ fn non_finite_numbers_refused() {
 #[test]
 fn depth_limited_without_stack_overflow() {
     let nest = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
-    assert_eq!(jcs(&nest(128)), nest(128));
-    let message = "json: nesting at byte 128 is deeper than 128 arrays and objects";
-    assert_eq!(err(&nest(129)).to_string(), message);
+    assert_eq!(MAX_JSON_DEPTH, 10_000);
+    assert_eq!(jcs(&nest(10_000)), nest(10_000));
+    let message = "json: nesting at byte 10000 is deeper than 10000 arrays and objects";
+    assert_eq!(err(&nest(10_001)).to_string(), message);
     assert_eq!(
         err(&nest(1_000_000)),
         JsonError::TooDeep {
-            offset: 128,
-            limit: 128
+            offset: 10_000,
+            limit: 10_000
         }
     );
-    let objects = format!("{}1{}", "{\"a\":".repeat(129), "}".repeat(129));
+    let objects = |n: usize| format!("{}1{}", "{\"a\":".repeat(n), "}".repeat(n));
+    assert_eq!(jcs(&objects(10_000)), objects(10_000));
     assert_eq!(
-        err(&objects),
+        err(&objects(10_001)),
         JsonError::TooDeep {
-            offset: 640,
-            limit: 128
+            offset: 50_000,
+            limit: 10_000
+        }
+    );
+    // Deep and wide at once: every level closes and the next one opens at the same depth.
+    let wide = format!("[{}]", [nest(9_999).as_str(); 3].join(","));
+    assert_eq!(jcs(&wide), wide);
+}
+
+#[test]
+fn size_limited_before_parsing() {
+    let within = canonicalize_up_to("[1, 2]", &[], 6).unwrap();
+    assert_eq!(within, "[1,2]");
+    let e = canonicalize_up_to("[1, 2]", &[], 5).unwrap_err();
+    assert_eq!(e, JsonError::TooLarge { size: 6, limit: 5 });
+    assert_eq!(
+        e.to_string(),
+        "json: 6 bytes, more than the limit of 5 bytes"
+    );
+    // Nothing is read: neither the syntax nor the paths.
+    let e = canonicalize_up_to("[1,,", &["no slash"], 3).unwrap_err();
+    assert_eq!(e, JsonError::TooLarge { size: 4, limit: 3 });
+    assert_eq!(
+        sha256_flushing_at("[1, 2]", &[], 5, 1),
+        Err(JsonError::TooLarge { size: 6, limit: 5 })
+    );
+    // The default counts bytes of UTF-8, not characters.
+    assert_eq!(MAX_JSON_BYTES, 16 * 1024 * 1024);
+    let big = format!("\"{}\"", "é".repeat(MAX_JSON_BYTES / 2));
+    assert_eq!(
+        err(&big),
+        JsonError::TooLarge {
+            size: MAX_JSON_BYTES + 2,
+            limit: MAX_JSON_BYTES
+        }
+    );
+    let largest = format!("\"{}\"", "é".repeat(MAX_JSON_BYTES / 2 - 1));
+    assert_eq!(jcs(&largest).len(), MAX_JSON_BYTES);
+}
+
+fn canonicalize_up_to(text: &str, paths: &[&str], max: usize) -> Result<String, JsonError> {
+    super::canonicalize(text, paths, max)
+}
+
+/// Noncharacters are accepted, literal or escaped, and written as they are; names with
+/// them sort by UTF-16 code units like any other.
+#[test]
+fn noncharacters_accepted() {
+    for (input, expected) in [
+        ("\"\u{ffff}\"", "\"\u{ffff}\""),
+        (r#""\uffff""#, "\"\u{ffff}\""),
+        (r#""\ufdd0\ufdef\ufffe""#, "\"\u{fdd0}\u{fdef}\u{fffe}\""),
+        (r#""\udbff\udfff""#, "\"\u{10ffff}\""),
+        ("\"\u{10ffff}\u{1fffe}\"", "\"\u{10ffff}\u{1fffe}\""),
+    ] {
+        assert_eq!(jcs(input), expected, "{input}");
+    }
+    let names = r#"{"\uffff":1,"\ud83d\ude00":2,"\ufdd0":3,"\udbff\udfff":4,"\ud7ff":5}"#;
+    let expected =
+        "{\"\u{d7ff}\":5,\"\u{1f600}\":2,\"\u{10ffff}\":4,\"\u{fdd0}\":3,\"\u{ffff}\":1}";
+    assert_eq!(jcs(names), expected);
+    // An escaped and a literal noncharacter are one name.
+    let e = err(&format!("{{\"\\uffff\":1,\"{}\":2}}", '\u{ffff}'));
+    assert_eq!(
+        e,
+        JsonError::DuplicateMember {
+            name: "\u{ffff}".into(),
+            offset: 12
         }
     );
 }
 
+/// Documents far larger than what waits before the hash takes it, in the shapes that
+/// matter: a long array of scalars, of objects, an object around an array, nested arrays,
+/// and ignored paths that remove elements and members on the way.
+#[test]
+fn large_documents_canonicalize_and_hash_alike() {
+    // Each canonical text is longer than FLUSH_AT.
+    let zeros = format!("[{}0]", "0 , ".repeat(40_000));
+    let zeros_canonical = format!("[{}0]", "0,".repeat(40_000));
+    assert_eq!(jcs(&zeros), zeros_canonical);
+
+    let n = 2_000;
+    let order = |i: usize| format!(r#"{{"trace":"t{i}","qty":{i},"sku":"A-{i}","n":[{i},1.0]}}"#);
+    let canonical = |i: usize| format!(r#"{{"n":[{i},1],"qty":{i},"sku":"A-{i}","trace":"t{i}"}}"#);
+    let orders: Vec<String> = (0..n).map(order).collect();
+    let orders = format!("[{}]", orders.join(",\n"));
+    let orders_canonical: Vec<String> = (0..n).map(canonical).collect();
+    let orders_canonical = format!("[{}]", orders_canonical.join(","));
+    assert_eq!(jcs(&orders), orders_canonical);
+
+    let wrapped = jcs(&format!(r#"{{"z":{orders},"a":{zeros}}}"#));
+    assert_eq!(
+        wrapped,
+        format!(r#"{{"a":{zeros_canonical},"z":{orders_canonical}}}"#)
+    );
+    let nested = jcs(&format!("[[{orders}],[{zeros}]]"));
+    assert_eq!(
+        nested,
+        format!("[[{orders_canonical}],[{zeros_canonical}]]")
+    );
+
+    // Every third order goes, and every order's trace.
+    let kept: Vec<String> = (0..n)
+        .filter(|i| i % 3 != 1)
+        .map(|i| format!(r#"{{"n":[{i},1],"qty":{i},"sku":"A-{i}"}}"#))
+        .collect();
+    let paths: Vec<String> = (0..n)
+        .filter(|i| i % 3 == 1)
+        .map(|i| format!("/{i}"))
+        .collect();
+    let mut paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    paths.push("/*/trace");
+    let pruned = canonicalize(&orders, &paths).unwrap();
+    assert_eq!(pruned, format!("[{}]", kept.join(",")));
+    // A removed element that is itself large, around the point where text is hashed.
+    let removed_big = canonicalize(&format!("[1,{orders},2]"), &["/1"]).unwrap();
+    assert_eq!(removed_big, "[1,2]");
+}
 #[test]
 fn bad_paths_refused() {
     let e = canonicalize("{}", &["/ok", ""]).unwrap_err();
