@@ -191,6 +191,10 @@
 //! postcard); a meta table holds the schema version, the store-wide generation
 //! counter, which only ever increases, across restarts and imports, and the clock floor.
 //!
+//! The same store can live on any redb [`redb::StorageBackend`] instead of a file (memory,
+//! a raw flash partition, a simulated disk in a test): see
+//! [`StoreBuilder::open_on_backend`] for what differs.
+//!
 //! # Time
 //!
 //! Every time is the caller's `now`, but a store never lets it go backwards for its

@@ -53,7 +53,7 @@ fn reference(seed: u64, mode: ConcurrencyMode) -> Reference {
 fn a_failed_write_or_sync_fails_its_call_and_the_store_until_reopened() {
     let seed = seed("io_errors");
     let started = Instant::now();
-    let mut runs = 0;
+    let (mut runs, mut syncs, mut writes) = (0, 0, 0);
     for mode in [
         ConcurrencyMode::MultiWriter,
         ConcurrencyMode::ExclusiveWriter,
@@ -67,22 +67,46 @@ fn a_failed_write_or_sync_fails_its_call_and_the_store_until_reopened() {
                 .map(|n| (IoKind::Write, n)),
         );
         for (kind, n) in faults {
-            fault_run(seed, mode, &reference, kind, n);
+            fault_run(seed, mode, &reference, kind, n, false);
             runs += 1;
+            match kind {
+                IoKind::Sync => syncs += 1,
+                IoKind::Write => writes += 1,
+            }
+            if kind == IoKind::Sync {
+                fault_run(seed, mode, &reference, kind, n, true);
+                runs += 1;
+            }
         }
     }
     eprintln!(
-        "io errors: {runs} runs, each with one failed write or sync, in {:.1?}",
+        "io errors: {runs} runs, each with one failed write ({writes}) or sync ({syncs} syncs, twice: pending kept, pending lost), in {:.1?}",
         started.elapsed()
     );
 }
 
-/// Runs the workload with write or sync `n` failing, and checks what follows.
-fn fault_run(seed: u64, mode: ConcurrencyMode, reference: &Reference, kind: IoKind, n: u64) {
-    let context = format!("seed {seed} (IDEM_SEED={seed}), {mode:?}, {kind:?} {n} fails");
+/// Runs the workload with write or sync `n` failing, and checks what follows. With
+/// `lost`, the failed sync drops the writes it did not make durable while reads still
+/// see them (Linux after an fsync error): the reopen in the same process reads them,
+/// the disk never gets them.
+fn fault_run(
+    seed: u64,
+    mode: ConcurrencyMode,
+    reference: &Reference,
+    kind: IoKind,
+    n: u64,
+    lost: bool,
+) {
+    let context = format!(
+        "seed {seed} (IDEM_SEED={seed}), {mode:?}, {kind:?} {n} fails{}",
+        if lost { ", its writes lost" } else { "" }
+    );
     let disk = SimDisk::default();
     let mut workload = Workload::new(workload::open(disk.clone(), mode).unwrap(), seed);
     disk.fail(kind, n);
+    if lost {
+        disk.lose_unsynced_on_failed_sync();
+    }
     let mut step = 0;
     let result = loop {
         let result = workload.step();
@@ -106,19 +130,45 @@ fn fault_run(seed: u64, mode: ConcurrencyMode, reference: &Reference, kind: IoKi
     drop(workload);
 
     let allowed = [&reference.contents[step], &reference.contents[step + 1]];
-    // Reopened on the same disk, as a restart of the application without a power cut.
-    let store = workload::open(disk.clone(), mode)
-        .unwrap_or_else(|e| panic!("{context}: the store does not reopen: {e}"));
-    holds_one_of(&store, &allowed, &format!("{context}, reopened"));
-    drop(store);
-    // The writes that never reached the disk are lost with the power.
     let mut rng = Rng::new(seed ^ n);
+    // The power fails right after the error.
     let cut = disk.cut_now();
     for survival in [Survival::Nothing, Survival::Random] {
         let image = cut.image(survival, &mut rng);
         let store = workload::open(SimDisk::from_image(image), mode)
             .unwrap_or_else(|e| panic!("{context}: no store after a power cut: {e}"));
         holds_one_of(&store, &allowed, &format!("{context}, cut ({survival:?})"));
+    }
+    // Or the application reopens the store on the same disk and writes on.
+    let store = workload::open(disk.clone(), mode)
+        .unwrap_or_else(|e| panic!("{context}: the store does not reopen: {e}"));
+    holds_one_of(&store, &allowed, &format!("{context}, reopened"));
+    for k in 0..5 {
+        let key = format!("after-the-reopen-{k}");
+        let ran = store.execute(
+            &id("shop", "after", &key),
+            fp(&key),
+            Timestamp(START + 10_000_000 + k),
+            |txn| workload::credit(txn, &key, false),
+        );
+        assert!(
+            matches!(ran, Ok(Executed::Ran { .. })),
+            "{context}: a write after the reopen: {ran:?}"
+        );
+    }
+    let answered = contents(&store);
+    drop(store);
+    // Then the power fails: everything answered since the reopen is there.
+    let cut = disk.cut_now();
+    for survival in [Survival::Nothing, Survival::Random] {
+        let image = cut.image(survival, &mut rng);
+        let store = workload::open(SimDisk::from_image(image), mode)
+            .unwrap_or_else(|e| panic!("{context}: no store after the reopen and a cut: {e}"));
+        holds_one_of(
+            &store,
+            &[&answered],
+            &format!("{context}, reopened, written, cut ({survival:?})"),
+        );
     }
 }
 

@@ -16,7 +16,8 @@
 //!   earlier ones it covers. The file length is any of the lengths it had since the last
 //!   sync; positions past the synced length that no surviving write reached read zero.
 //! - A failed write changes nothing; a failed sync leaves everything pending (it may still
-//!   reach the disk, or be lost with the power).
+//!   reach the disk, or be lost with the power), or, as Linux does, loses it for good
+//!   while reads still see it ([`SimDisk::lose_unsynced_on_failed_sync`]).
 //!
 //! The disk records a [`Cut`] at every sync, before the sync takes effect, and at random
 //! writes: the state a power cut at that moment leaves, from which [`Cut::image`] makes the
@@ -222,6 +223,7 @@ struct DiskState {
     // Fail the write or sync with this 0-based number.
     fault: Option<(IoKind, u64)>,
     faulted: bool,
+    lose_on_failed_sync: bool,
     locks: Vec<(Bound<u64>, Bound<u64>)>,
 }
 
@@ -262,6 +264,7 @@ impl SimDisk {
             tag: None,
             fault: None,
             faulted: false,
+            lose_on_failed_sync: false,
             locks: Vec::new(),
         })))
     }
@@ -303,6 +306,13 @@ impl SimDisk {
         let mut state = self.state();
         state.fault = Some((kind, nth));
         state.faulted = false;
+    }
+
+    /// From now on, a failed sync loses the writes pending before it: they never reach
+    /// the disk, though reads still see them (Linux marks the pages clean after an
+    /// fsync error), and a later sync does not write them again.
+    pub fn lose_unsynced_on_failed_sync(&self) {
+        self.state().lose_on_failed_sync = true;
     }
 
     /// True once the fault set with [`SimDisk::fail`] happened.
@@ -392,6 +402,10 @@ impl StorageBackend for SimDisk {
             state.cuts.push(cut);
         }
         if state.fails(IoKind::Sync, n) {
+            if state.lose_on_failed_sync {
+                state.pending.clear();
+                state.pending_shared = None;
+            }
             return Err(eio("sync"));
         }
         if !state.pending.is_empty() {
