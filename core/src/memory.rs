@@ -291,10 +291,10 @@ mod tests {
         r.iter().map(|(id, _)| id.key()).collect()
     }
 
-    /// A snapshot is input (the npm package restores one from the browser's storage, the
-    /// fuzz target `receiver_snapshot` restores arbitrary bytes): restored with its
-    /// counter at `u64::MAX`, the next claim panicked. A claim is refused; every other
-    /// answer is still given.
+    /// A snapshot is input (the npm package's `MemoryReceiver.restore` takes the bytes a
+    /// service worker kept; the fuzz target `receiver_snapshot` restores arbitrary bytes):
+    /// restored with its counter at `u64::MAX`, the next claim panicked. A claim is
+    /// refused; every other answer is still given.
     #[test]
     fn at_the_end_of_the_counter_a_claim_is_refused_and_the_rest_answered() {
         use alloc::string::ToString;
