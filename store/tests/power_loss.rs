@@ -11,7 +11,9 @@
 //! store on a backend (one-phase, checksummed commits).
 //!
 //! `IDEM_POWER_CUTS` sets how many distinct surviving images are checked (default
-//! 10,000; the group-commit test checks a fifth as many); `IDEM_SEED` repeats a run.
+//! 10,000; the group-commit test checks a fifth as many). A failure names its seed and
+//! run: `IDEM_SEED=<seed> IDEM_POWER_RUN=<run>` repeats that run alone (the group-commit
+//! runs only as far as their threads' interleaving repeats).
 
 mod common;
 
