@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up what a fresh machine lacks, then runs every check of idem:
-# formatting, lints, all tests, and the no_std and wasm builds of the core.
+# formatting, lints, all tests, the no_std and wasm builds of the core, and fuzzing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,5 +30,8 @@ cargo build -p idem-core --target wasm32-unknown-unknown
 
 step "idem-core builds no_std without default features for thumbv7em-none-eabihf"
 cargo build -p idem-core --no-default-features --target thumbv7em-none-eabihf
+
+step "fuzzing: every target of fuzz/ for ${IDEM_FUZZ_SECONDS:-25} s (nightly, cargo-fuzz)"
+./scripts/fuzz.sh
 
 step "all checks passed"

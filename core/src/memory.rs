@@ -61,14 +61,28 @@ impl MemoryReceiver {
     }
 
     /// A request with `fingerprint` arrives for `id`; see [`protocol::begin`].
-    pub fn begin(&mut self, id: &RecordId, fingerprint: Fingerprint, now: Timestamp) -> Decision {
-        let next = self.generation.next();
-        let t = protocol::begin(self.get(id), fingerprint, next, now, &self.config);
+    ///
+    /// # Errors
+    ///
+    /// [`Refusal::GenerationsExhausted`] when the answer is a claim and the counter is at
+    /// `u64::MAX` (a restored snapshot may hold any counter); nothing changes. Every
+    /// other answer needs no new generation and is given as usual.
+    pub fn begin(
+        &mut self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Result<Decision, Refusal> {
+        let next = self.generation.0.checked_add(1).map(Generation);
+        // At the end of the counter, the last generation stands in: only a claim would
+        // take it, and a claim is refused.
+        let candidate = next.unwrap_or(self.generation);
+        let t = protocol::begin(self.get(id), fingerprint, candidate, now, &self.config);
         if matches!(t.decision, Decision::Claimed { .. }) {
-            self.generation = next;
+            self.generation = next.ok_or(Refusal::GenerationsExhausted)?;
         }
         self.apply(id, t.write);
-        t.decision
+        Ok(t.decision)
     }
 
     /// See [`protocol::heartbeat`].
@@ -261,7 +275,7 @@ mod tests {
     /// Claims `key` at `at` and returns the generation.
     fn claim(r: &mut MemoryReceiver, key: &str, at: Timestamp) -> Generation {
         match r.begin(&id(key), Fingerprint::of_bytes(b"body"), at) {
-            Decision::Claimed { generation, .. } => generation,
+            Ok(Decision::Claimed { generation, .. }) => generation,
             other => panic!("{key}: {other:?}"),
         }
     }
@@ -275,6 +289,34 @@ mod tests {
 
     fn keys(r: &MemoryReceiver) -> Vec<&str> {
         r.iter().map(|(id, _)| id.key()).collect()
+    }
+
+    /// A snapshot is input (the npm package's `MemoryReceiver.restore` takes the bytes a
+    /// service worker kept; the fuzz target `receiver_snapshot` restores arbitrary bytes):
+    /// restored with its counter at `u64::MAX`, the next claim panicked. A claim is
+    /// refused; every other answer is still given.
+    #[test]
+    fn at_the_end_of_the_counter_a_claim_is_refused_and_the_rest_answered() {
+        use alloc::string::ToString;
+        let mut r = receiver();
+        settle(&mut r, "a", Verdict::Succeeded, Timestamp(1));
+        r.generation = Generation(u64::MAX);
+        let restored = MemoryReceiver::restore(&r.snapshot()).unwrap();
+        assert_eq!(restored, r);
+        for mut r in [r, restored] {
+            assert!(matches!(
+                r.begin(&id("a"), Fingerprint::of_bytes(b"body"), Timestamp(2)),
+                Ok(Decision::Replay { .. })
+            ));
+            let before = r.clone();
+            let refused = r.begin(&id("b"), Fingerprint::of_bytes(b"body"), Timestamp(2));
+            assert_eq!(refused, Err(Refusal::GenerationsExhausted));
+            assert_eq!(r, before, "a refused claim changes nothing");
+            assert_eq!(
+                Refusal::GenerationsExhausted.to_string(),
+                "generation counter exhausted: no generation after 18446744073709551615"
+            );
+        }
     }
 
     #[test]

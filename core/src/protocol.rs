@@ -139,6 +139,9 @@ pub enum Refusal {
     },
     /// The outcome is over the configured size.
     OutcomeTooLarge(OutcomeError),
+    /// A claim needs a new generation and the counter is at `u64::MAX`: no new claim can
+    /// be fenced. Only a restored snapshot can get a receiver there.
+    GenerationsExhausted,
 }
 
 impl fmt::Display for Refusal {
@@ -160,6 +163,9 @@ impl fmt::Display for Refusal {
                 )
             }
             Refusal::OutcomeTooLarge(e) => fmt::Display::fmt(e, f),
+            Refusal::GenerationsExhausted => f.write_str(
+                "generation counter exhausted: no generation after 18446744073709551615",
+            ),
         }
     }
 }

@@ -139,7 +139,9 @@ fn run(ops: Vec<Op>, takeover: bool) -> Result<(), TestCaseError> {
         match op {
             Op::Advance(ms) => now += ms,
             Op::Begin { key, fp } => {
-                let decision = real.begin(&ids[key], fingerprint(fp), t);
+                let decision = real
+                    .begin(&ids[key], fingerprint(fp), t)
+                    .expect("the model's counter stays far from the end");
                 let m = &mut model[key];
                 let live = !matches!(m, Model::Settled { expires_at, .. } if now >= *expires_at);
                 let expected_kind = match m.clone() {

@@ -15,12 +15,12 @@ fn a_retried_credit_executes_once() {
     let t0 = Timestamp(1_750_000_000_000);
 
     // The first request claims the key.
-    let Decision::Claimed { generation, .. } = receiver.begin(&id, credit, t0) else {
+    let Decision::Claimed { generation, .. } = receiver.begin(&id, credit, t0).unwrap() else {
         panic!("the first begin must claim");
     };
 
     // A duplicate arriving while the first executes is told to wait for the lease.
-    let duplicate = receiver.begin(&id, credit, t0.plus_millis(10));
+    let duplicate = receiver.begin(&id, credit, t0.plus_millis(10)).unwrap();
     assert_eq!(
         duplicate,
         Decision::InProgress {
@@ -42,7 +42,9 @@ fn a_retried_credit_executes_once() {
         .unwrap();
 
     // The client lost the reply and retries: it gets the same bytes, nothing runs again.
-    let retry = receiver.begin(&id, credit, t0.plus_millis(5 * MINUTE));
+    let retry = receiver
+        .begin(&id, credit, t0.plus_millis(5 * MINUTE))
+        .unwrap();
     assert_eq!(
         retry,
         Decision::Replay {
@@ -55,7 +57,9 @@ fn a_retried_credit_executes_once() {
     // A different amount under the same key is a conflict, never accepted silently.
     let changed = Fingerprint::of_fields(&[("account", b"A-1"), ("amount", b"9999")]).unwrap();
     assert_eq!(
-        receiver.begin(&id, changed, t0.plus_millis(6 * MINUTE)),
+        receiver
+            .begin(&id, changed, t0.plus_millis(6 * MINUTE))
+            .unwrap(),
         Decision::Conflict {
             state: State::Succeeded,
             stored_fingerprint: credit
@@ -65,7 +69,9 @@ fn a_retried_credit_executes_once() {
     // Another tenant with the same key does not meet this one.
     let other_tenant = RecordId::new("shop-8", "credit", id.key()).unwrap();
     assert!(matches!(
-        receiver.begin(&other_tenant, changed, t0.plus_millis(7 * MINUTE)),
+        receiver
+            .begin(&other_tenant, changed, t0.plus_millis(7 * MINUTE))
+            .unwrap(),
         Decision::Claimed { .. }
     ));
 
@@ -73,7 +79,7 @@ fn a_retried_credit_executes_once() {
     let after_retention = t0.plus_millis(40 + DAY);
     let Decision::Claimed {
         generation: second, ..
-    } = receiver.begin(&id, credit, after_retention)
+    } = receiver.begin(&id, credit, after_retention).unwrap()
     else {
         panic!("an expired key must be claimable");
     };
@@ -96,7 +102,7 @@ fn a_retried_credit_executes_once() {
     // ...and a day later it is still unknown: time alone never settles or removes it.
     let a_day_later = after_retention.plus_millis(DAY);
     assert_eq!(
-        receiver.begin(&id, credit, a_day_later),
+        receiver.begin(&id, credit, a_day_later).unwrap(),
         Decision::NeedsReconciliation { generation: second }
     );
     assert!(receiver.sweep(a_day_later, 100).is_empty());

@@ -258,7 +258,7 @@ pub enum MaintainError {
     /// Writing the export failed.
     #[error("writing the export")]
     Export(#[source] io::Error),
-    /// Reading the size of the store file failed.
+    /// Reading the size of the store file (or the length of its backend) failed.
     #[error("reading the size of the store file")]
     FileSize(#[source] io::Error),
     /// The store failed.

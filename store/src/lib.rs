@@ -191,6 +191,10 @@
 //! postcard); a meta table holds the schema version, the store-wide generation
 //! counter, which only ever increases, across restarts and imports, and the clock floor.
 //!
+//! The same store can live on any redb [`redb::StorageBackend`] instead of a file (memory,
+//! a raw flash partition, a simulated disk in a test): see
+//! [`StoreBuilder::open_on_backend`] for what differs.
+//!
 //! # Time
 //!
 //! Every time is the caller's `now`, but a store never lets it go backwards for its
@@ -208,13 +212,20 @@
 //! schema, a damaged file, a read-only file, a directory and a file locked past the
 //! timeout are refused with an [`OpenError`] naming the cause, and left untouched.
 //!
-//! # When a commit fails
+//! # When a commit or the disk fails
 //!
-//! redb requires a database whose commit failed to be reopened before it writes again.
-//! The store does not hide that: the failed call returns [`Error::CommitFailed`], and
-//! every later write [`Error::NeedsReopen`] until the `Store` is dropped and opened
-//! again. Reads keep working.
+//! redb requires a database whose commit failed to be reopened before it writes again,
+//! and it stops using a storage that failed a read, a write or an fsync anywhere (in a
+//! commit, while a transaction grows the file, during a compaction). The store does not
+//! hide that: the call that met the failure returns an error ([`Error::CommitFailed`],
+//! [`Error::Storage`], or for [`Store::execute`] the work's own error when the failure
+//! met its writes), never an answer; [`Store::needs_reopen`] is then true, and every
+//! later write, and every begin, returns [`Error::NeedsReopen`] until the `Store` is
+//! dropped and opened again. A read answers from what redb still holds in memory, or
+//! returns [`Error::NeedsReopen`] too. Whether the failed call's changes are durable is
+//! known only after the reopen; every answer given before it is.
 
+mod backend;
 mod cache;
 mod clock;
 mod entities;

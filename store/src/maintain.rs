@@ -1,7 +1,5 @@
 //! Keeping a store healthy: sweep, stats for alerting, check and compact.
 
-use std::fs;
-
 use idem_core::protocol::sweepable;
 use idem_core::{Generation, State, Timestamp};
 use redb::{ReadableTable, ReadableTableMetadata};
@@ -56,7 +54,8 @@ pub struct Stats {
     /// The clock floor: the latest time a write of a record used. Writes with a clock
     /// behind it use it instead; far from the system clock, a clock is off.
     pub clock_floor: Timestamp,
-    /// Size of the store file in bytes.
+    /// Size of the store file in bytes; for a store on a backend
+    /// ([`crate::StoreBuilder::open_on_backend`]), the backend's length.
     pub file_bytes: u64,
     /// The store-wide generation counter: the last generation handed out.
     pub generation: Generation,
@@ -257,9 +256,7 @@ fn sweep_dry_run(writer: &Writer, now: Timestamp, limit: usize) -> Result<SweepR
 /// Numbers for alerting at `now`; see [`crate::Store::stats`].
 pub(crate) fn stats(writer: &Writer, now: Timestamp) -> Result<Stats, MaintainError> {
     let mut stats = guard_read(|_| stats_guarded(writer, now))?;
-    stats.file_bytes = fs::metadata(writer.path())
-        .map_err(MaintainError::FileSize)?
-        .len();
+    stats.file_bytes = writer.size().map_err(MaintainError::FileSize)?;
     Ok(stats)
 }
 

@@ -26,6 +26,7 @@ use redb::{
     StorageError, TableError,
 };
 
+use crate::backend::Location;
 use crate::cache::DEFAULT_REPLAY_CACHE;
 use crate::error::{Error, OpenError};
 use crate::handle::Handle;
@@ -36,7 +37,7 @@ use crate::wait::{Attempt, Deadline, retry_until};
 /// A file opened and checked by a [`StoreBuilder`], with the settings the store keeps.
 pub(crate) struct Opened {
     pub(crate) handle: Handle,
-    pub(crate) path: PathBuf,
+    pub(crate) location: Location,
     pub(crate) config: Config,
     pub(crate) durability: Durability,
     pub(crate) lock_timeout: Duration,
@@ -66,7 +67,8 @@ pub struct StoreBuilder {
     config: Config,
     durability: Durability,
     lock_timeout: Duration,
-    concurrency: ConcurrencyMode,
+    // `None`: the default of where the store is opened (a file or a backend).
+    concurrency: Option<ConcurrencyMode>,
     cache_size: Option<usize>,
     replay_cache: usize,
     verify_on_open: bool,
@@ -80,7 +82,7 @@ impl Default for StoreBuilder {
             config: Config::default(),
             durability: Durability::Immediate,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
-            concurrency: ConcurrencyMode::MultiWriter,
+            concurrency: None,
             cache_size: None,
             replay_cache: DEFAULT_REPLAY_CACHE,
             verify_on_open: true,
@@ -116,9 +118,11 @@ impl StoreBuilder {
 
     /// How processes share the file. Default [`ConcurrencyMode::MultiWriter`]: any number
     /// of processes open it and write, one write transaction at a time. Every process
-    /// opening one file must use the same mode.
+    /// opening one file must use the same mode. On a backend
+    /// ([`StoreBuilder::open_on_backend`]) the default is
+    /// [`ConcurrencyMode::ExclusiveWriter`].
     pub fn concurrency(mut self, mode: ConcurrencyMode) -> StoreBuilder {
-        self.concurrency = mode;
+        self.concurrency = Some(mode);
         self
     }
 
@@ -190,15 +194,10 @@ impl StoreBuilder {
     /// Opens and checks the file at `path` for [`StoreBuilder::open`] (in `store.rs`).
     pub(crate) fn open_file(self, path: &Path) -> Result<Opened, OpenError> {
         self.config.validate()?;
+        let concurrency = self.concurrency.unwrap_or(ConcurrencyMode::MultiWriter);
+        self.check_durability(concurrency)?;
         if self.read_only {
-            return self.open_read_only(path);
-        }
-        if matches!(self.durability, Durability::None)
-            && self.concurrency != ConcurrencyMode::ExclusiveWriter
-        {
-            return Err(OpenError::Options(
-                "durability None needs ConcurrencyMode::ExclusiveWriter: a commit held only in this process's memory is invisible to other processes",
-            ));
+            return self.open_file_read_only(path, concurrency);
         }
         let path = path.to_path_buf();
         let deadline = Deadline::after(self.lock_timeout);
@@ -212,18 +211,61 @@ impl StoreBuilder {
             Err(source) => return Err(OpenError::Io { path, source }),
         };
         if !existing {
-            self.create_atomically(&path, deadline)?;
+            self.create_atomically(&path, concurrency, deadline)?;
         }
-        self.precheck(&path, deadline)?;
-        let db = self.open_for_writing(&path, deadline)?;
+        let location = Location::file(&path);
+        self.precheck(&location, concurrency, deadline)?;
+        let db = self.open_for_writing(&location, concurrency, deadline)?;
         self.initialize(&db, &path, deadline)?;
-        Ok(self.opened(Handle::Writable(db), path))
+        Ok(self.opened(Handle::Writable(db), location))
     }
 
-    fn opened(self, handle: Handle, path: PathBuf) -> Opened {
+    /// Opens a store on `backend` for [`StoreBuilder::open_on_backend`] (in `store.rs`).
+    pub(crate) fn open_backend(self, location: Location) -> Result<Opened, OpenError> {
+        self.config.validate()?;
+        let concurrency = self.concurrency.unwrap_or(ConcurrencyMode::ExclusiveWriter);
+        if concurrency != ConcurrencyMode::ExclusiveWriter && !location.locks_ranges() {
+            return Err(OpenError::Options(
+                "a concurrency mode other than ExclusiveWriter needs a backend that implements redb's byte-range locks, and this backend does not",
+            ));
+        }
+        self.check_durability(concurrency)?;
+        let label = location.label();
+        let deadline = Deadline::after(self.lock_timeout);
+        let empty = location.size().map_err(|source| OpenError::Io {
+            path: label.into(),
+            source,
+        })? == 0;
+        if self.read_only {
+            if empty {
+                return Err(OpenError::NoStore { path: label.into() });
+            }
+            let db = self.read_only_store(&location, concurrency, deadline)?;
+            return Ok(self.opened(Handle::ReadOnly(db), location));
+        }
+        if !empty {
+            self.precheck(&location, concurrency, deadline)?;
+        }
+        let db = self.open_for_writing(&location, concurrency, deadline)?;
+        self.initialize(&db, label, deadline)?;
+        Ok(self.opened(Handle::Writable(db), location))
+    }
+
+    fn check_durability(&self, concurrency: ConcurrencyMode) -> Result<(), OpenError> {
+        if matches!(self.durability, Durability::None)
+            && concurrency != ConcurrencyMode::ExclusiveWriter
+        {
+            return Err(OpenError::Options(
+                "durability None needs ConcurrencyMode::ExclusiveWriter: a commit held only in this process's memory is invisible to other processes",
+            ));
+        }
+        Ok(())
+    }
+
+    fn opened(self, handle: Handle, location: Location) -> Opened {
         Opened {
             handle,
-            path,
+            location,
             config: self.config,
             durability: self.durability,
             lock_timeout: self.lock_timeout,
@@ -232,22 +274,28 @@ impl StoreBuilder {
         }
     }
 
-    fn redb_builder(&self) -> redb::Builder {
+    fn redb_builder(&self, concurrency: ConcurrencyMode) -> redb::Builder {
         let mut builder = Database::builder();
-        builder.set_concurrency_mode(self.concurrency);
+        builder.set_concurrency_mode(concurrency);
         if let Some(bytes) = self.cache_size {
             builder.set_cache_size(bytes);
         }
         builder
     }
 
-    /// Reads the schema of an existing file through a read-only open, which writes
+    /// Reads the schema of an existing store through a read-only open, which writes
     /// nothing, so a newer or damaged file is refused untouched.
-    fn precheck(&self, path: &Path, deadline: Deadline) -> Result<(), OpenError> {
-        match self.open_without_writing(path, deadline)? {
+    fn precheck(
+        &self,
+        location: &Location,
+        concurrency: ConcurrencyMode,
+        deadline: Deadline,
+    ) -> Result<(), OpenError> {
+        let label = location.label();
+        match self.open_without_writing(location, concurrency, deadline)? {
             Some(db) => {
-                let schema = guarded(path, || read_schema(&db))?;
-                check_schema(path, schema.map_err(|e| storage(path, e))?)
+                let schema = guarded(label, || read_schema(&db))?;
+                check_schema(label, schema.map_err(|e| storage(label, e))?)
             }
             // An unclean shutdown: only a writable open repairs it, and then the schema
             // is checked inside the writable open.
@@ -255,9 +303,12 @@ impl StoreBuilder {
         }
     }
 
-    /// The store for [`StoreBuilder::read_only`]: the file's schema checked through a
-    /// read-only open, which it keeps.
-    fn open_read_only(self, path: &Path) -> Result<Opened, OpenError> {
+    /// The store for [`StoreBuilder::read_only`] on a file.
+    fn open_file_read_only(
+        self,
+        path: &Path,
+        concurrency: ConcurrencyMode,
+    ) -> Result<Opened, OpenError> {
         let path = path.to_path_buf();
         let deadline = Deadline::after(self.lock_timeout);
         match fs::metadata(&path) {
@@ -269,35 +320,54 @@ impl StoreBuilder {
             }
             Err(source) => return Err(OpenError::Io { path, source }),
         }
-        let Some(db) = self.open_without_writing(&path, deadline)? else {
-            return Err(OpenError::NeedsRecovery { path });
-        };
-        match guarded(&path, || read_schema(&db))?.map_err(|e| storage(&path, e))? {
-            Ok(None) => return Err(OpenError::NoStore { path }),
-            schema => check_schema(&path, schema)?,
-        }
-        Ok(self.opened(Handle::ReadOnly(db), path))
+        let location = Location::file(&path);
+        let db = self.read_only_store(&location, concurrency, deadline)?;
+        Ok(self.opened(Handle::ReadOnly(db), location))
     }
 
-    /// Opens `path` read-only, waiting (until the deadline) for a process that holds it
-    /// exclusively; `None` when the file needs a recovery, which only a writable open
-    /// does.
+    /// A read-only open of a non-empty store whose schema this build reads, which it
+    /// keeps.
+    fn read_only_store(
+        &self,
+        location: &Location,
+        concurrency: ConcurrencyMode,
+        deadline: Deadline,
+    ) -> Result<redb::ReadOnlyDatabase, OpenError> {
+        let label = location.label();
+        let Some(db) = self.open_without_writing(location, concurrency, deadline)? else {
+            return Err(OpenError::NeedsRecovery { path: label.into() });
+        };
+        match guarded(label, || read_schema(&db))?.map_err(|e| storage(label, e))? {
+            Ok(None) => return Err(OpenError::NoStore { path: label.into() }),
+            schema => check_schema(label, schema)?,
+        }
+        Ok(db)
+    }
+
+    /// Opens `location` read-only, waiting (until the deadline) for a process that holds it
+    /// exclusively; `None` when it needs a recovery, which only a writable open does.
     fn open_without_writing(
         &self,
-        path: &Path,
+        location: &Location,
+        concurrency: ConcurrencyMode,
         deadline: Deadline,
     ) -> Result<Option<redb::ReadOnlyDatabase>, OpenError> {
-        let builder = self.redb_builder();
+        let builder = self.redb_builder(concurrency);
+        let label = location.label();
         retry_until(
             deadline,
-            || match guarded(path, || builder.open_read_only(path)) {
+            || match guarded(label, || {
+                location
+                    .open(false)
+                    .and_then(|storage| builder.open_read_only_with_backend(storage))
+            }) {
                 Ok(Ok(db)) => Attempt::Done(Ok(Some(db))),
                 Ok(Err(DatabaseError::RepairAborted)) => Attempt::Done(Ok(None)),
                 Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => Attempt::Held,
-                Ok(Err(e)) => Attempt::Done(Err(open_error(path, e, deadline))),
+                Ok(Err(e)) => Attempt::Done(Err(open_error(label, e, deadline))),
                 Err(corrupt) => Attempt::Done(Err(corrupt)),
             },
-            |waited| locked(path, waited),
+            |waited| locked(label, waited),
         )
     }
 
@@ -306,7 +376,12 @@ impl StoreBuilder {
     /// creating leaves no half-made file at `path` (redb writes its header in steps, and
     /// a file cut short between them is refused as "not a redb database" on every later
     /// open). When another process created `path` first, its file is kept.
-    fn create_atomically(&self, path: &Path, deadline: Deadline) -> Result<(), OpenError> {
+    fn create_atomically(
+        &self,
+        path: &Path,
+        concurrency: ConcurrencyMode,
+        deadline: Deadline,
+    ) -> Result<(), OpenError> {
         static CREATING: AtomicU64 = AtomicU64::new(0);
         let io_error = |source| OpenError::Io {
             path: path.into(),
@@ -321,7 +396,7 @@ impl StoreBuilder {
             CREATING.fetch_add(1, Ordering::Relaxed)
         ));
         let built = self
-            .open_for_writing(&scratch, deadline)
+            .open_for_writing(&Location::file(&scratch), concurrency, deadline)
             .and_then(|db| self.initialize(&db, &scratch, deadline));
         let placed = built.and_then(|()| {
             match fs::metadata(path) {
@@ -345,18 +420,28 @@ impl StoreBuilder {
         sync_parent(path).map_err(io_error)
     }
 
-    fn open_for_writing(&self, path: &Path, deadline: Deadline) -> Result<Database, OpenError> {
-        let mut builder = self.redb_builder();
+    fn open_for_writing(
+        &self,
+        location: &Location,
+        concurrency: ConcurrencyMode,
+        deadline: Deadline,
+    ) -> Result<Database, OpenError> {
+        let mut builder = self.redb_builder(concurrency);
         builder.set_check_integrity_on_open(self.verify_on_open);
+        let label = location.label();
         retry_until(
             deadline,
-            || match guarded(path, || builder.create(path)) {
+            || match guarded(label, || {
+                location
+                    .open(true)
+                    .and_then(|storage| builder.create_with_backend(storage))
+            }) {
                 Ok(Ok(db)) => Attempt::Done(Ok(db)),
                 Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => Attempt::Held,
-                Ok(Err(e)) => Attempt::Done(Err(open_error(path, e, deadline))),
+                Ok(Err(e)) => Attempt::Done(Err(open_error(label, e, deadline))),
                 Err(corrupt) => Attempt::Done(Err(corrupt)),
             },
-            |waited| locked(path, waited),
+            |waited| locked(label, waited),
         )
     }
 

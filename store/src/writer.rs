@@ -6,13 +6,15 @@
 //! Nothing above this module touches the redb handle or the lock directly.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::io;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 use std::time::Duration;
 
 use redb::{CommitError, Durability, WriteTransaction};
 
+use crate::backend::Location;
 use crate::error::Error;
 use crate::handle::Handle;
 use crate::lock::{Gate, Turn, begin_write, busy_error};
@@ -25,7 +27,7 @@ pub(crate) struct Writer {
     // Check takes it exclusively (redb's integrity check needs `&mut Database`); every
     // other operation shares it.
     db: RwLock<Handle>,
-    path: PathBuf,
+    location: Location,
     // Opened read-only: every write is refused.
     read_only: bool,
     // Serializes this process's write transactions, so that waiting for the redb write
@@ -44,7 +46,7 @@ pub(crate) struct Writer {
 impl fmt::Debug for Writer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Writer")
-            .field("path", &self.path)
+            .field("location", &self.location.label())
             .field("read_only", &self.read_only)
             .field("durability", &self.durability)
             .field("lock_timeout", &self.lock_timeout)
@@ -62,10 +64,10 @@ pub(crate) struct Writing<'w> {
 }
 
 impl Writer {
-    /// The writer of `db`, opened from `path`.
+    /// The writer of `db`, opened on `location`.
     pub(crate) fn new(
         db: Handle,
-        path: PathBuf,
+        location: Location,
         durability: Durability,
         lock_timeout: Duration,
         floored: bool,
@@ -74,7 +76,7 @@ impl Writer {
             floored,
             read_only: db.writable().is_none(),
             db: RwLock::new(db),
-            path,
+            location,
             gate: Gate::default(),
             broken: AtomicBool::new(false),
             durability,
@@ -83,9 +85,14 @@ impl Writer {
         }
     }
 
-    /// The path the store was opened from.
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
+    /// The path the store was opened from; `None` on a backend.
+    pub(crate) fn path(&self) -> Option<&Path> {
+        self.location.path()
+    }
+
+    /// The size of the store file, or the backend's length, in bytes.
+    pub(crate) fn size(&self) -> io::Result<u64> {
+        self.location.size()
     }
 
     /// True when opened read-only.
@@ -93,9 +100,11 @@ impl Writer {
         self.read_only
     }
 
-    /// True after a failed commit: writes are refused until the store is reopened.
+    /// True after a failed commit, or once the storage failed a read, write or sync
+    /// (redb then refuses every later operation): writes are refused until the store is
+    /// reopened.
     pub(crate) fn needs_reopen(&self) -> bool {
-        self.broken.load(Ordering::Acquire)
+        self.broken.load(Ordering::Acquire) || self.location.io_failed()
     }
 
     /// True unless a test turned the clock floor off.
@@ -205,12 +214,5 @@ impl Writer {
             let Writing { txn, _turn, _db } = writing;
             Ok(txn.abort()?)
         }
-    }
-
-    /// What [`Writer::commit`] records when redb reports a failed commit, for the tests
-    /// of the refusals that follow.
-    #[cfg(test)]
-    pub(crate) fn mark_broken(&self) {
-        self.broken.store(true, Ordering::Release);
     }
 }

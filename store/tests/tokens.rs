@@ -353,7 +353,7 @@ fn bad_input_names_the_field_and_the_rule_and_changes_nothing() {
         .open(dir.path().join("idem.redb"))
         .unwrap();
     let token = issue(&store, 30, MINUTE, Some("order-1"));
-    let before = std::fs::read(store.path()).unwrap();
+    let before = std::fs::read(store.path().expect("a store file")).unwrap();
     let issue_err = |ttl, intent| {
         store
             .issue_token("shop", "redeem", ttl, intent, [31; 16], Timestamp(T0 + 1))
@@ -389,7 +389,10 @@ fn bad_input_names_the_field_and_the_rule_and_changes_nothing() {
         store.get_token(&id("shop", "redeem", &bad)),
         Err(Error::Token(TokenError::Alphabet { offset: 3, .. }))
     ));
-    assert_eq!(std::fs::read(store.path()).unwrap(), before);
+    assert_eq!(
+        std::fs::read(store.path().expect("a store file")).unwrap(),
+        before
+    );
 }
 
 #[test]

@@ -86,7 +86,8 @@ impl MemoryReceiver {
     ///
     /// # Errors
     ///
-    /// A malformed id, fingerprint or time.
+    /// A malformed id, fingerprint or time; a claim when the generation counter is
+    /// exhausted (a restored snapshot may hold any counter).
     pub fn begin(
         &mut self,
         id: RecordIdInput,
@@ -96,7 +97,7 @@ impl MemoryReceiver {
         let id = record_id(&id)?;
         let fingerprint = Fingerprint::from_hex(&js::string("fingerprint", fingerprint)?)?;
         let now = js::timestamp("nowMs", now_ms)?;
-        Ok(decision(self.inner.begin(&id, fingerprint, now)))
+        Ok(decision(self.inner.begin(&id, fingerprint, now)?))
     }
 
     /// The executor holding `generation` extends its lease.

@@ -9,6 +9,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use std::collections::BTreeMap;
 
+pub mod disk;
+pub mod workload;
+
 use idem_core::{Fingerprint, RecordId};
 use idem_store::Store;
 use idem_store::redb::{ReadableTable, TableDefinition, WriteTransaction};

@@ -148,7 +148,12 @@ impl Receiver for MemoryStore {
         // Claim, run and settle back to back: no other input runs in between, which is
         // what one transaction gives the durable store.
         let before = fail_work.then(|| self.records.snapshot());
-        match self.records.begin(id, fingerprint, now) {
+        // A simulation makes a few thousand claims: the counter never reaches its end.
+        let decision = self
+            .records
+            .begin(id, fingerprint, now)
+            .expect("generations left");
+        match decision {
             Decision::Claimed { generation, .. } => {
                 if let Some(before) = before {
                     self.records = MemoryReceiver::restore(&before).expect("own snapshot");
@@ -173,7 +178,9 @@ impl Receiver for MemoryStore {
     }
 
     fn begin(&mut self, id: &RecordId, fingerprint: Fingerprint, now: Timestamp) -> Decision {
-        self.records.begin(id, fingerprint, now)
+        self.records
+            .begin(id, fingerprint, now)
+            .expect("a simulation's claims never exhaust the counter")
     }
 
     fn heartbeat(&mut self, id: &RecordId, generation: Generation, now: Timestamp) -> bool {

@@ -1,0 +1,353 @@
+//! A store file of today's format, committed as `testdata/store-v1.redb`, must open in
+//! every later version: read-only and writable, with every record, intent and business
+//! row it holds, and `check` passing. The file is never regenerated: a change that
+//! breaks this test breaks the files of every terminal in the field.
+//!
+//! `write_the_golden_store_file` made it (ignored; it refuses to overwrite the file).
+
+mod common;
+
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+
+use common::{fp, id};
+use idem_core::protocol::Decision;
+use idem_core::{
+    Fingerprint, Generation, IntentState, LedgerConfig, Outcome, Record, Reply, State, Status,
+    Timestamp, Verdict,
+};
+use idem_store::redb::{ReadableTable, TableDefinition};
+use idem_store::{ListFilter, Store};
+
+const SALES: TableDefinition<&str, &[u8]> = TableDefinition::new("shop.sales");
+
+/// 2023-11-14T22:13:20Z, and every time of the file counts from it.
+const T0: u64 = 1_700_000_000_000;
+const DAY: u64 = 24 * 3_600_000;
+
+fn golden_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/store-v1.redb")
+}
+
+fn ledger() -> LedgerConfig {
+    LedgerConfig::with_seed(1)
+}
+
+/// The intents' keys come from these bytes and their creation times.
+const RANDOM: [[u8; 16]; 3] = [[1; 16], [2; 16], [3; 16]];
+
+#[test]
+#[ignore = "writes testdata/store-v1.redb, once for schema version 1; the file is never rewritten"]
+fn write_the_golden_store_file() {
+    let path = golden_path();
+    assert!(
+        !path.exists(),
+        "{} exists: a golden file is never rewritten",
+        path.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = dir.path().join("store-v1.redb");
+    {
+        let mut store = Store::open(&scratch).unwrap();
+        let settle = |key: &str, verdict, outcome: Outcome, at| {
+            let ran = store
+                .execute(&id("shop-7", "sale", key), fp(key), Timestamp(at), |txn| {
+                    txn.open_table(SALES)?.insert(key, key.as_bytes())?;
+                    Ok::<_, idem_store::redb::Error>((verdict, outcome, ()))
+                })
+                .unwrap();
+            assert!(matches!(ran, idem_store::Executed::Ran { .. }));
+        };
+        settle(
+            "sale-1",
+            Verdict::Succeeded,
+            Outcome::new(201, "receipt 1"),
+            T0,
+        );
+        settle(
+            "sale-2",
+            Verdict::Failed,
+            Outcome::new(402, "declined"),
+            T0 + 1_000,
+        );
+        let pending = id("shop-7", "charge", "charge-3");
+        store
+            .begin(&pending, fp("charge-3"), Timestamp(T0 + 2_000))
+            .unwrap();
+        let unknown = id("shop-7", "charge", "charge-4");
+        let Decision::Claimed { generation, .. } = store
+            .begin(&unknown, fp("charge-4"), Timestamp(T0 + 3_000))
+            .unwrap()
+        else {
+            panic!("charge-4 is new")
+        };
+        store
+            .mark_unknown(&unknown, generation, Timestamp(T0 + 4_000))
+            .unwrap();
+        let completed = id("shop-7", "charge", "charge-5");
+        let Decision::Claimed { generation, .. } = store
+            .begin(&completed, fp("charge-5"), Timestamp(T0 + 5_000))
+            .unwrap()
+        else {
+            panic!("charge-5 is new")
+        };
+        store
+            .complete(
+                &completed,
+                generation,
+                Verdict::Succeeded,
+                Outcome::new(200, vec![0, 1, 2, 255]),
+                Timestamp(T0 + 6_000),
+            )
+            .unwrap();
+
+        let outbox = store.outbox(ledger()).unwrap();
+        let mut keys = Vec::new();
+        for (n, random) in RANDOM.iter().enumerate() {
+            let payload = format!("forward sale-{n}").into_bytes();
+            let at = Timestamp(T0 + 7_000 + n as u64);
+            let intent = outbox
+                .enqueue(
+                    "sale.forward",
+                    payload.clone(),
+                    Fingerprint::of_bytes(&payload),
+                    at,
+                    *random,
+                )
+                .unwrap();
+            keys.push(intent.key);
+        }
+        // The first two are sent; the first one is answered.
+        let sent = outbox.due(Timestamp(T0 + 8_000), 2).unwrap();
+        assert_eq!(sent.len(), 2);
+        let reply = Reply {
+            status: 201,
+            body: b"forwarded".to_vec(),
+            retry_at: None,
+        };
+        outbox
+            .record_reply(&keys[0], reply, Timestamp(T0 + 9_000))
+            .unwrap();
+        assert!(store.check().unwrap().is_ok());
+        // Smaller in the repository; a compacted file is a file of today's format too.
+        store.compact().unwrap();
+    }
+    std::fs::copy(&scratch, &path).unwrap();
+    eprintln!(
+        "wrote {} ({} bytes)",
+        path.display(),
+        std::fs::metadata(&path).unwrap().len()
+    );
+}
+
+fn settled(key: &str, generation: u64, at: u64, verdict: Verdict, outcome: Outcome) -> Record {
+    Record {
+        fingerprint: fp(key),
+        generation: Generation(generation),
+        created_at: Timestamp(at),
+        updated_at: Timestamp(at),
+        status: Status::Settled {
+            verdict,
+            outcome,
+            completed_at: Timestamp(at),
+            expires_at: Timestamp(at + DAY),
+        },
+    }
+}
+
+/// What the golden file holds, written out by hand, in key order (the id bytes are
+/// length-prefixed: `sale` before `charge`).
+fn expected_records() -> Vec<(&'static str, &'static str, Record)> {
+    vec![
+        (
+            "sale",
+            "sale-1",
+            settled(
+                "sale-1",
+                1,
+                T0,
+                Verdict::Succeeded,
+                Outcome::new(201, "receipt 1"),
+            ),
+        ),
+        (
+            "sale",
+            "sale-2",
+            settled(
+                "sale-2",
+                2,
+                T0 + 1_000,
+                Verdict::Failed,
+                Outcome::new(402, "declined"),
+            ),
+        ),
+        (
+            "charge",
+            "charge-3",
+            Record {
+                fingerprint: fp("charge-3"),
+                generation: Generation(3),
+                created_at: Timestamp(T0 + 2_000),
+                updated_at: Timestamp(T0 + 2_000),
+                status: Status::Pending {
+                    lease_until: Timestamp(T0 + 32_000),
+                },
+            },
+        ),
+        (
+            "charge",
+            "charge-4",
+            Record {
+                fingerprint: fp("charge-4"),
+                generation: Generation(4),
+                created_at: Timestamp(T0 + 3_000),
+                updated_at: Timestamp(T0 + 4_000),
+                status: Status::Unknown,
+            },
+        ),
+        (
+            "charge",
+            "charge-5",
+            Record {
+                fingerprint: fp("charge-5"),
+                generation: Generation(5),
+                created_at: Timestamp(T0 + 5_000),
+                updated_at: Timestamp(T0 + 6_000),
+                status: Status::Settled {
+                    verdict: Verdict::Succeeded,
+                    outcome: Outcome::new(200, vec![0, 1, 2, 255]),
+                    completed_at: Timestamp(T0 + 6_000),
+                    expires_at: Timestamp(T0 + 6_000 + DAY),
+                },
+            },
+        ),
+    ]
+}
+
+/// A copy of the golden file in a fresh directory: opening it may write (a writable
+/// open records that it is open), and the committed file must stay as it is.
+fn golden_copy(dir: &Path) -> PathBuf {
+    let path = dir.join("store-v1.redb");
+    std::fs::copy(golden_path(), &path).unwrap();
+    path
+}
+
+fn reads_the_golden_contents(store: &Store) {
+    let mut found = Vec::new();
+    store
+        .list(&ListFilter::default(), |id, record| {
+            found.push((id.operation().to_string(), id.key().to_string(), record));
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    let expected: Vec<(String, String, Record)> = expected_records()
+        .into_iter()
+        .map(|(operation, key, record)| (operation.to_string(), key.to_string(), record))
+        .collect();
+    assert_eq!(found, expected);
+    for state in State::ALL {
+        let n = found.iter().filter(|(_, _, r)| r.state() == state).count();
+        assert!(n >= 1, "the golden file has no {state} record");
+    }
+    assert_eq!(store.generation().unwrap(), Generation(5));
+    assert_eq!(store.clock_floor().unwrap(), Timestamp(T0 + 6_000));
+
+    let outbox = store.outbox(ledger()).unwrap();
+    let intents = outbox.intents(&Default::default()).unwrap();
+    let states: Vec<(IntentState, u32, &[u8])> = intents
+        .iter()
+        .map(|i| (i.state, i.attempts, i.payload.as_slice()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (IntentState::Completed, 1, &b"forward sale-0"[..]),
+            (IntentState::InFlight, 1, &b"forward sale-1"[..]),
+            (IntentState::Queued, 0, &b"forward sale-2"[..]),
+        ]
+    );
+    assert_eq!(
+        intents[0].outcome,
+        Some(Outcome::new(201, "forwarded")),
+        "the completed intent keeps its reply"
+    );
+    for intent in &intents {
+        assert_eq!(
+            intent.deadline,
+            Timestamp(intent.created_at.0 + 23 * 3_600_000)
+        );
+    }
+
+    let sales: Vec<(String, Vec<u8>)> = store
+        .read(|txn| {
+            txn.open_table(SALES)
+                .unwrap()
+                .iter()
+                .unwrap()
+                .map(|e| {
+                    let (k, v) = e.unwrap();
+                    (k.value().to_string(), v.value().to_vec())
+                })
+                .collect()
+        })
+        .unwrap();
+    assert_eq!(
+        sales,
+        [
+            ("sale-1".to_string(), b"sale-1".to_vec()),
+            ("sale-2".to_string(), b"sale-2".to_vec())
+        ]
+    );
+}
+
+#[test]
+fn the_golden_store_file_of_schema_1_opens_and_reads() {
+    let golden = std::fs::read(golden_path()).expect("testdata/store-v1.redb is committed");
+    let dir = tempfile::tempdir().unwrap();
+    let path = golden_copy(dir.path());
+
+    // Read-only first: the file was closed cleanly, so it needs no recovery.
+    let store = Store::builder().read_only(true).open(&path).unwrap();
+    reads_the_golden_contents(&store);
+    drop(store);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        golden,
+        "a read-only open wrote"
+    );
+
+    let store = Store::open(&path).unwrap();
+    let report = store.check().unwrap();
+    assert!(report.is_ok(), "{:?}", report.problems);
+    assert!(!report.redb_repaired);
+    assert_eq!((report.records, report.intents), (5, 3));
+    reads_the_golden_contents(&store);
+
+    // It goes on: replays, generations after the file's, the outbox, a sweep.
+    let sale = id("shop-7", "sale", "sale-1");
+    let later = Timestamp(T0 + 60_000);
+    match store.begin(&sale, fp("sale-1"), later).unwrap() {
+        Decision::Replay { outcome, .. } => assert_eq!(outcome, Outcome::new(201, "receipt 1")),
+        other => panic!("sale-1: {other:?}"),
+    }
+    let fresh = id("shop-7", "sale", "sale-6");
+    let Decision::Claimed { generation, .. } = store.begin(&fresh, fp("sale-6"), later).unwrap()
+    else {
+        panic!("sale-6 is new")
+    };
+    assert_eq!(generation, Generation(6));
+    let outbox = store.outbox(ledger()).unwrap();
+    assert_eq!(
+        outbox.restart().unwrap(),
+        1,
+        "the in-flight intent is queued again"
+    );
+    let report = store.sweep(Timestamp(T0 + 2 * DAY), 100, false).unwrap();
+    assert_eq!(report.removed, 3);
+    let _ = store
+        .execute(&id("shop-7", "sale", "sale-7"), fp("sale-7"), later, |_| {
+            Ok::<_, Infallible>((Verdict::Succeeded, Outcome::new(200, "ok"), ()))
+        })
+        .unwrap();
+    assert!(store.check().unwrap().is_ok());
+}

@@ -1,0 +1,389 @@
+//! I/O errors under the store: the simulated disk (`common/disk.rs`) fails one chosen
+//! write or sync of a run with EIO. The call that met it returns an error, never a
+//! success; the store then refuses every write with `Error::NeedsReopen` while reads go
+//! on; reopened (on the same disk, and after a power cut of it), it holds exactly the
+//! contents after the last answered step or after the failed one, and passes `check`.
+
+mod common;
+
+use std::convert::Infallible;
+use std::time::Instant;
+
+use common::disk::{IoKind, SimDisk, Survival};
+use common::workload::{self, Contents, START, Workload, contents, ledger};
+use common::{Rng, fp, id, seed};
+use idem_core::protocol::Decision;
+use idem_store::redb::ConcurrencyMode;
+use idem_store::{
+    Error, ExecuteError, Executed, ImportError, MaintainError, OutboxError, Outcome, Store,
+    Timestamp, Verdict,
+};
+
+/// Store calls per run.
+const STEPS: usize = 40;
+/// Of the writes of a run, every this many is failed in a run of its own; every sync is.
+const WRITE_STRIDE: u64 = 7;
+
+/// The contents after each step of a run without faults, and the disk's counts of
+/// writes and syncs when each step began.
+struct Reference {
+    contents: Vec<Contents>,
+    counts: Vec<(u64, u64)>,
+}
+
+fn reference(seed: u64, mode: ConcurrencyMode) -> Reference {
+    let disk = SimDisk::default();
+    let mut workload = Workload::new(workload::open(disk.clone(), mode).unwrap(), seed);
+    let mut reference = Reference {
+        contents: vec![contents(&workload.store)],
+        counts: Vec::new(),
+    };
+    for step in 0..STEPS {
+        reference.counts.push(disk.counts());
+        workload
+            .step()
+            .unwrap_or_else(|f| panic!("seed {seed}, step {step}: {f:?}"));
+        reference.contents.push(contents(&workload.store));
+    }
+    reference.counts.push(disk.counts());
+    reference
+}
+
+#[test]
+fn a_failed_write_or_sync_fails_its_call_and_the_store_until_reopened() {
+    let seed = seed("io_errors");
+    let started = Instant::now();
+    let (mut runs, mut syncs, mut writes) = (0, 0, 0);
+    for mode in [
+        ConcurrencyMode::MultiWriter,
+        ConcurrencyMode::ExclusiveWriter,
+    ] {
+        let reference = reference(seed, mode);
+        let (first_write, first_sync) = reference.counts[0];
+        let (last_write, last_sync) = reference.counts[STEPS];
+        let faults = (first_sync..last_sync).map(|n| (IoKind::Sync, n)).chain(
+            (first_write..last_write)
+                .step_by(WRITE_STRIDE as usize)
+                .map(|n| (IoKind::Write, n)),
+        );
+        for (kind, n) in faults {
+            fault_run(seed, mode, &reference, kind, n, false);
+            runs += 1;
+            match kind {
+                IoKind::Sync => syncs += 1,
+                IoKind::Write => writes += 1,
+            }
+            if kind == IoKind::Sync {
+                fault_run(seed, mode, &reference, kind, n, true);
+                runs += 1;
+            }
+        }
+    }
+    eprintln!(
+        "io errors: {runs} runs, each with one failed write ({writes}) or sync ({syncs} syncs, twice: pending kept, pending lost), in {:.1?}",
+        started.elapsed()
+    );
+}
+
+/// Runs the workload with write or sync `n` failing, and checks what follows. With
+/// `lost`, the failed sync drops the writes it did not make durable while reads still
+/// see them (Linux after an fsync error): the reopen in the same process reads them,
+/// the disk never gets them.
+fn fault_run(
+    seed: u64,
+    mode: ConcurrencyMode,
+    reference: &Reference,
+    kind: IoKind,
+    n: u64,
+    lost: bool,
+) {
+    let context = format!(
+        "seed {seed} (IDEM_SEED={seed}), {mode:?}, {kind:?} {n} fails{}",
+        if lost { ", its writes lost" } else { "" }
+    );
+    let disk = SimDisk::default();
+    let mut workload = Workload::new(workload::open(disk.clone(), mode).unwrap(), seed);
+    disk.fail(kind, n);
+    if lost {
+        disk.lose_unsynced_on_failed_sync();
+    }
+    let mut step = 0;
+    let result = loop {
+        let result = workload.step();
+        if disk.faulted() {
+            break result;
+        }
+        result.unwrap_or_else(|f| panic!("{context}: step {step} failed before the fault: {f:?}"));
+        step += 1;
+        assert!(step < STEPS, "{context}: the fault never happened");
+    };
+    let context = format!("{context} during step {step}");
+    let failure = match result {
+        Ok(name) => panic!("{context}: {name} answered as if nothing failed"),
+        Err(failure) => failure,
+    };
+    assert!(
+        workload.store.needs_reopen(),
+        "{context}: after {failure:?} the store does not ask for a reopen"
+    );
+    refuses_writes_and_reads(&mut workload.store, &context);
+    drop(workload);
+
+    let allowed = [&reference.contents[step], &reference.contents[step + 1]];
+    let mut rng = Rng::new(seed ^ n);
+    // The power fails right after the error.
+    let cut = disk.cut_now();
+    for survival in [Survival::Nothing, Survival::Random] {
+        let image = cut.image(survival, &mut rng);
+        let store = workload::open(SimDisk::from_image(image), mode)
+            .unwrap_or_else(|e| panic!("{context}: no store after a power cut: {e}"));
+        holds_one_of(&store, &allowed, &format!("{context}, cut ({survival:?})"));
+    }
+    // Or the application reopens the store on the same disk and writes on.
+    let store = workload::open(disk.clone(), mode)
+        .unwrap_or_else(|e| panic!("{context}: the store does not reopen: {e}"));
+    holds_one_of(&store, &allowed, &format!("{context}, reopened"));
+    for k in 0..5 {
+        let key = format!("after-the-reopen-{k}");
+        let ran = store.execute(
+            &id("shop", "after", &key),
+            fp(&key),
+            Timestamp(START + 10_000_000 + k),
+            |txn| workload::credit(txn, &key, false),
+        );
+        assert!(
+            matches!(ran, Ok(Executed::Ran { .. })),
+            "{context}: a write after the reopen: {ran:?}"
+        );
+    }
+    let answered = contents(&store);
+    drop(store);
+    // Then the power fails: everything answered since the reopen is there.
+    let cut = disk.cut_now();
+    for survival in [Survival::Nothing, Survival::Random] {
+        let image = cut.image(survival, &mut rng);
+        let store = workload::open(SimDisk::from_image(image), mode)
+            .unwrap_or_else(|e| panic!("{context}: no store after the reopen and a cut: {e}"));
+        holds_one_of(
+            &store,
+            &[&answered],
+            &format!("{context}, reopened, written, cut ({survival:?})"),
+        );
+    }
+}
+
+fn holds_one_of(store: &Store, allowed: &[&Contents], context: &str) {
+    let report = store.check().unwrap();
+    assert!(
+        report.is_ok(),
+        "{context}: check found {:?}",
+        report.problems
+    );
+    let found = contents(store);
+    assert!(
+        allowed.iter().any(|c| **c == found),
+        "{context}: the tables match no state the store answered for"
+    );
+}
+
+/// After a failed commit: every kind of write is refused with `NeedsReopen` (work is
+/// not run), reads answer.
+fn refuses_writes_and_reads(store: &mut Store, context: &str) {
+    let key = id("shop", "after", "refused");
+    let now = Timestamp(START + 10_000_000);
+    let reopen = |what: &str, refused: bool| assert!(refused, "{context}: {what} not refused");
+    reopen(
+        "begin",
+        matches!(store.begin(&key, fp("x"), now), Err(Error::NeedsReopen)),
+    );
+    let ran = store.execute(
+        &key,
+        fp("x"),
+        now,
+        |_| -> Result<(Verdict, Outcome, ()), Infallible> {
+            panic!("{context}: a store that needs a reopen ran work")
+        },
+    );
+    reopen(
+        "execute",
+        matches!(ran, Err(ExecuteError::Store(Error::NeedsReopen))),
+    );
+    let outbox = store.outbox(ledger()).unwrap();
+    reopen(
+        "enqueue",
+        matches!(
+            outbox.enqueue("sale.forward", b"x".to_vec(), fp("x"), now, [1; 16]),
+            Err(OutboxError::Store(Error::NeedsReopen))
+        ),
+    );
+    reopen(
+        "due",
+        matches!(outbox.due(now, 10), Err(Error::NeedsReopen)),
+    );
+    reopen(
+        "sweep",
+        matches!(store.sweep(now, 10, false), Err(Error::NeedsReopen)),
+    );
+    reopen(
+        "import",
+        matches!(
+            store.import(&b"\n"[..]),
+            Err(ImportError::Store(Error::NeedsReopen))
+        ),
+    );
+    reopen(
+        "compact",
+        matches!(
+            store.compact(),
+            Err(MaintainError::Store(Error::NeedsReopen))
+        ),
+    );
+    // A read answers from what redb still holds, or is refused the same way: redb
+    // stops using a storage that failed.
+    let read = |what: &str, result: Result<(), Error>| {
+        assert!(
+            matches!(result, Ok(()) | Err(Error::NeedsReopen)),
+            "{context}: {what}: {result:?}"
+        );
+    };
+    read("get", store.get(&key).map(drop));
+    read("generation", store.generation().map(drop));
+    read("dry-run sweep", store.sweep(now, 10, true).map(drop));
+    match store.stats(now) {
+        Ok(_) | Err(MaintainError::Store(Error::NeedsReopen)) => {}
+        Err(e) => panic!("{context}: stats: {e:?}"),
+    }
+}
+
+/// The simplest case, step by step: a begin whose commit fails to sync.
+#[test]
+fn a_commit_that_fails_to_sync_is_not_answered_and_nothing_answered_is_lost() {
+    for mode in [
+        ConcurrencyMode::MultiWriter,
+        ConcurrencyMode::ExclusiveWriter,
+    ] {
+        let disk = SimDisk::default();
+        let mut store = workload::open(disk.clone(), mode).unwrap();
+        let settled = id("shop", "credit", "settled");
+        let Executed::Ran { record, .. } = store
+            .execute(&settled, fp("a"), Timestamp(START), |_| {
+                Ok::<_, Infallible>((Verdict::Succeeded, Outcome::new(200, "done"), ()))
+            })
+            .unwrap()
+        else {
+            panic!("a fresh key runs");
+        };
+        let (_, syncs) = disk.counts();
+        disk.fail(IoKind::Sync, syncs);
+        let claimed = id("shop", "charge", "in-doubt");
+        let err = store
+            .begin(&claimed, fp("b"), Timestamp(START + 1))
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::CommitFailed(_) | Error::Storage(_)),
+            "{mode:?}: {err:?}"
+        );
+        assert!(store.needs_reopen());
+        refuses_writes_and_reads(&mut store, &format!("{mode:?}"));
+        // Even a replay, which writes nothing, waits for the reopen.
+        assert!(matches!(
+            store.begin(&settled, fp("a"), Timestamp(START + 2)),
+            Err(Error::NeedsReopen)
+        ));
+        drop(store);
+        let store = workload::open(disk.clone(), mode).unwrap();
+        assert!(!store.needs_reopen());
+        assert_eq!(store.get(&settled).unwrap(), Some(record));
+        // The claim in doubt is there or not; either way the key answers.
+        let again = store
+            .begin(&claimed, fp("b"), Timestamp(START + 3))
+            .unwrap();
+        assert!(
+            matches!(
+                again,
+                Decision::Claimed { .. } | Decision::InProgress { .. }
+            ),
+            "{mode:?}: {again:?}"
+        );
+        // The failed writes are pending still; a power cut now loses nothing answered.
+        let image = disk.cut_now().image(Survival::Nothing, &mut Rng::new(1));
+        let store = workload::open(SimDisk::from_image(image), mode).unwrap();
+        assert!(store.check().unwrap().is_ok());
+        assert!(store.get(&settled).unwrap().is_some());
+    }
+}
+
+/// A sweep, an import and an outbox call that meet an I/O error are failed like the
+/// protocol's inputs (each through its own path to the commit).
+#[test]
+fn every_kind_of_write_is_failed_by_a_failed_sync() {
+    type Call = fn(&mut Store) -> Result<(), String>;
+    let calls: [(&str, Call); 4] = [
+        ("sweep", |store| {
+            store
+                .sweep(Timestamp(START + 1_000_000_000), 10, false)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }),
+        ("import", |store| {
+            let line = r#"{"tenant":"shop","operation":"o","key":"imported","state":"pending","generation":9,"fingerprint":"0000000000000000000000000000000000000000000000000000000000000000","created_at":1,"updated_at":1,"lease_until":2}"#;
+            store
+                .import(line.as_bytes())
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }),
+        ("enqueue", |store| {
+            let outbox = store.outbox(ledger()).unwrap();
+            outbox
+                .enqueue(
+                    "sale.forward",
+                    b"x".to_vec(),
+                    fp("x"),
+                    Timestamp(START),
+                    [2; 16],
+                )
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }),
+        ("compact", |store| {
+            store.compact().map(drop).map_err(|e| e.to_string())
+        }),
+    ];
+    for mode in [
+        ConcurrencyMode::MultiWriter,
+        ConcurrencyMode::ExclusiveWriter,
+    ] {
+        for (name, call) in calls {
+            let disk = SimDisk::default();
+            let mut store = workload::open(disk.clone(), mode).unwrap();
+            for n in 0..30 {
+                let key = format!("k{n}");
+                let _ = store
+                    .execute(
+                        &id("shop", "credit", &key),
+                        fp(&key),
+                        Timestamp(START),
+                        |_| Ok::<_, Infallible>((Verdict::Succeeded, Outcome::new(200, "ok"), ())),
+                    )
+                    .unwrap();
+            }
+            let before = contents(&store);
+            let (_, syncs) = disk.counts();
+            disk.fail(IoKind::Sync, syncs);
+            let result = call(&mut store);
+            assert!(disk.faulted(), "{mode:?} {name}: no sync");
+            assert!(result.is_err(), "{mode:?} {name}: answered {result:?}");
+            assert!(store.needs_reopen(), "{mode:?} {name}: no reopen asked");
+            drop(store);
+            let store = workload::open(disk, mode).unwrap();
+            assert!(store.check().unwrap().is_ok());
+            if name == "compact" {
+                assert_eq!(
+                    contents(&store),
+                    before,
+                    "{mode:?}: compact changed contents"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,543 @@
+//! Power cuts under the store: the store runs on a simulated disk (`common/disk.rs`)
+//! that keeps what was synced apart from what was only written; at every sync of a run,
+//! and at random writes, the power is cut, and the store is reopened from the bytes that
+//! survive (none, all, or a subset, torn at sector boundaries, of the unsynced writes).
+//!
+//! After every cut: the store opens, `check` finds nothing wrong, every answer given
+//! before the cut is there, nothing half-done is visible (the tables hold exactly the
+//! contents after the last answered step, or after the step in flight), the generation
+//! counter never goes back, and the store writes again. Runs alternate between the
+//! multi-process mode a store file uses (two-phase commits) and the exclusive mode of a
+//! store on a backend (one-phase, checksummed commits).
+//!
+//! `IDEM_POWER_CUTS` sets how many distinct surviving images are checked (default
+//! 10,000; the group-commit test checks a fifth as many). A failure names its seed and
+//! run: `IDEM_SEED=<seed> IDEM_POWER_RUN=<run>` repeats that run alone (the group-commit
+//! runs only as far as their threads' interleaving repeats).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Instant;
+
+use common::disk::{Cut, IoKind, SECTOR, SimDisk, Survival};
+use common::workload::{self, Contents, START, Workload, contents, credit, generation_in};
+use common::{Rng, accounts, fp, id, seed};
+use idem_store::redb::ConcurrencyMode;
+use idem_store::{ExecuteError, Executed, ListFilter, OpenError, State, Status, Timestamp};
+
+/// Distinct surviving images checked by default.
+const DEFAULT_CUTS: u64 = 10_000;
+/// Store calls per run of the workload.
+const STEPS: usize = 60;
+/// Of the writes, the share at which a cut is also recorded (per 65,536).
+const WRITE_CUTS: u64 = 4_096;
+
+fn target() -> u64 {
+    std::env::var("IDEM_POWER_CUTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(DEFAULT_CUTS)
+}
+
+fn mode_of(run: u64) -> ConcurrencyMode {
+    if run % 2 == 0 {
+        ConcurrencyMode::MultiWriter
+    } else {
+        ConcurrencyMode::ExclusiveWriter
+    }
+}
+
+/// The seed of run `run` of a test seeded with `seed`.
+fn run_seed(seed: u64, run: u64) -> u64 {
+    Rng::new(seed ^ run.wrapping_mul(0x9e37_79b9_7f4a_7c15)).next_u64()
+}
+
+fn fingerprint_of(image: &[u8]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    image.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The survivals worth trying at `cut`: with nothing pending they are all the same.
+fn survivals(cut: &Cut) -> Vec<Survival> {
+    if cut.has_pending() {
+        vec![
+            Survival::Nothing,
+            Survival::Everything,
+            Survival::InOrder,
+            Survival::Random,
+            Survival::Random,
+        ]
+    } else {
+        vec![Survival::Nothing]
+    }
+}
+
+/// What the runs of a test counted.
+#[derive(Default)]
+struct Counts {
+    runs: AtomicU64,
+    points: AtomicU64,
+    images: AtomicU64,
+    second_cuts: AtomicU64,
+}
+
+impl Counts {
+    fn done(&self, target: u64) -> bool {
+        self.images.load(Ordering::Relaxed) >= target
+    }
+}
+
+/// Runs `run` on two threads, run after run, until `target` images were checked; with
+/// `IDEM_POWER_RUN`, that run alone.
+fn run_until(target: u64, counts: &Counts, run: impl Fn(u64) + Sync) {
+    if let Some(only) = std::env::var("IDEM_POWER_RUN")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        run(only);
+        return;
+    }
+    let next = AtomicU64::new(0);
+    let failed = AtomicBool::new(false);
+    thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                // A failing run stops the other thread too, once its run ends.
+                let _stop = StopOnPanic(&failed);
+                while !counts.done(target) && !failed.load(Ordering::Relaxed) {
+                    run(next.fetch_add(1, Ordering::Relaxed));
+                }
+            });
+        }
+    });
+}
+
+struct StopOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+#[test]
+fn power_cuts_lose_nothing_answered_and_show_nothing_half_done() {
+    let seed = seed("power_cuts");
+    let target = target();
+    let counts = Counts::default();
+    let started = Instant::now();
+    run_until(target, &counts, |run| workload_run(seed, run, &counts));
+    eprintln!(
+        "power cuts: {} images checked (plus {} second cuts during recovery) from {} cut moments of {} runs of {STEPS} steps, in {:.1?}",
+        counts.images.load(Ordering::Relaxed),
+        counts.second_cuts.load(Ordering::Relaxed),
+        counts.points.load(Ordering::Relaxed),
+        counts.runs.load(Ordering::Relaxed),
+        started.elapsed()
+    );
+    assert!(counts.images.load(Ordering::Relaxed) >= target.min(1));
+}
+
+/// One run of the workload on a fresh disk, with every recorded cut checked against the
+/// contents before and after the step it fell in.
+fn workload_run(seed: u64, run: u64, counts: &Counts) {
+    let mode = mode_of(run);
+    let run_seed = run_seed(seed, run);
+    let disk = SimDisk::default();
+    let store = workload::open(disk.clone(), mode).unwrap();
+    // Cuts while a store is created are the subject of their own test.
+    disk.record_cuts(Rng::new(run_seed ^ 1), WRITE_CUTS);
+    let mut rng = Rng::new(run_seed ^ 2);
+    let mut workload = Workload::new(store, run_seed);
+    let mut before = contents(&workload.store);
+    for step in 0..STEPS {
+        let name = workload
+            .step()
+            .unwrap_or_else(|f| panic!("seed {seed}, run {run}, step {step}: {f:?}"));
+        let after = contents(&workload.store);
+        let mut seen = HashSet::new();
+        for (i, cut) in disk.take_cuts().into_iter().enumerate() {
+            counts.points.fetch_add(1, Ordering::Relaxed);
+            for survival in survivals(&cut) {
+                let image = cut.image(survival, &mut rng);
+                if !seen.insert(fingerprint_of(&image)) {
+                    continue;
+                }
+                let context = format!(
+                    "seed {seed} (IDEM_SEED={seed} IDEM_POWER_RUN={run}), run {run} in {mode:?}, step {step} ({name}), cut {i} ({}), {survival:?}",
+                    if cut.at_sync {
+                        "at a sync"
+                    } else {
+                        "at a write"
+                    }
+                );
+                recover(image, mode, &[&before, &after], &context, &mut rng, counts);
+                counts.images.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        before = after;
+    }
+    counts.runs.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Opens the store on what survived a cut and checks it: it opens, `check` passes, its
+/// contents are one of `allowed`, and it writes again with a new generation. One
+/// recovery in eight is itself cut, at a random moment, and that image checked too.
+fn recover(
+    image: Vec<u8>,
+    mode: ConcurrencyMode,
+    allowed: &[&Contents],
+    context: &str,
+    rng: &mut Rng,
+    counts: &Counts,
+) {
+    let disk = SimDisk::from_image(image);
+    let cut_again = rng.below(8) == 0;
+    if cut_again {
+        disk.record_cuts(Rng::new(rng.next_u64()), 16_384);
+    }
+    let store = workload::open(disk.clone(), mode)
+        .unwrap_or_else(|e| panic!("{context}: the store does not open after the cut: {e}"));
+    let report = store
+        .check()
+        .unwrap_or_else(|e| panic!("{context}: check failed: {e}"));
+    assert!(
+        report.is_ok(),
+        "{context}: check found {:?}",
+        report.problems
+    );
+    if cut_again {
+        disk.stop_recording();
+        let cuts = disk.take_cuts();
+        if !cuts.is_empty() {
+            let cut = &cuts[rng.below(cuts.len() as u64) as usize];
+            let survival = Survival::ALL[rng.below(4) as usize];
+            let again = cut.image(survival, rng);
+            let context = format!("{context}, then cut again while recovering ({survival:?})");
+            let disk = SimDisk::from_image(again);
+            let store = workload::open(disk, mode).unwrap_or_else(|e| {
+                panic!("{context}: the store does not open after the second cut: {e}")
+            });
+            let report = store.check().unwrap();
+            assert!(
+                report.is_ok(),
+                "{context}: check found {:?}",
+                report.problems
+            );
+            expect_one_of(&contents(&store), allowed, &context);
+            counts.second_cuts.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let found = contents(&store);
+    expect_one_of(&found, allowed, context);
+    // The store writes again, above every generation it holds.
+    let key = "written-after-the-cut";
+    let ran = store.execute(
+        &id("shop", "after", key),
+        fp(key),
+        Timestamp(START + 100_000_000),
+        |txn| credit(txn, key, false),
+    );
+    match ran {
+        Ok(Executed::Ran { record, .. }) => assert!(
+            record.generation.0 > generation_in(&found),
+            "{context}: generation {} after the cut, counter {}",
+            record.generation,
+            generation_in(&found)
+        ),
+        other => panic!("{context}: a write after the cut: {other:?}"),
+    }
+}
+
+fn expect_one_of(found: &Contents, allowed: &[&Contents], context: &str) {
+    if allowed.contains(&found) {
+        return;
+    }
+    let mut why = String::new();
+    for (i, candidate) in allowed.iter().enumerate() {
+        why.push_str(&format!("\n  against candidate {i}:"));
+        let names: BTreeSet<&String> = found.keys().chain(candidate.keys()).collect();
+        for name in names {
+            let (a, b) = (found.get(name), candidate.get(name));
+            if a != b {
+                why.push_str(&format!(
+                    "\n    {name}: found {} entries, expected {}",
+                    a.map_or(0, Vec::len),
+                    b.map_or(0, Vec::len)
+                ));
+            }
+        }
+    }
+    panic!("{context}: the tables after the cut match no state the store answered for:{why}");
+}
+
+/// Threads that execute at once through group commit; a cut's tag says how many of
+/// their answers were given before it.
+#[test]
+fn power_cuts_under_group_commit_lose_no_answer() {
+    let seed = seed("power_cuts_group_commit");
+    let target = target() / 5;
+    let counts = Counts::default();
+    let started = Instant::now();
+    run_until(target, &counts, |run| grouped_run(seed, run, &counts));
+    eprintln!(
+        "group commit power cuts: {} images checked from {} cut moments of {} runs, in {:.1?}",
+        counts.images.load(Ordering::Relaxed),
+        counts.points.load(Ordering::Relaxed),
+        counts.runs.load(Ordering::Relaxed),
+        started.elapsed()
+    );
+    assert!(counts.images.load(Ordering::Relaxed) >= target.min(1));
+}
+
+const THREADS: u64 = 4;
+const PER_THREAD: u64 = 20;
+
+fn grouped_key(thread: u64, i: u64) -> String {
+    format!("g{thread}-{i:03}")
+}
+
+/// What the threads were answered, in the order they were: key and generation.
+type Answers = Mutex<Vec<(String, u64)>>;
+
+fn grouped_run(seed: u64, run: u64, counts: &Counts) {
+    let mode = mode_of(run);
+    let run_seed = run_seed(seed, run);
+    let disk = SimDisk::default();
+    let store = workload::open(disk.clone(), mode).unwrap();
+    let answered: Arc<AtomicU64> = Arc::default();
+    disk.tag_with(answered.clone());
+    disk.record_cuts(Rng::new(run_seed ^ 1), WRITE_CUTS);
+    let answers: Answers = Mutex::default();
+    let declined: Mutex<BTreeSet<String>> = Mutex::default();
+    thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let (store, answers, declined, answered) = (&store, &answers, &declined, &answered);
+            scope.spawn(move || {
+                let mut rng = Rng::new(run_seed ^ (thread + 10));
+                for i in 0..PER_THREAD {
+                    let key = grouped_key(thread, i);
+                    let fail = rng.below(8) == 0;
+                    let owned = key.clone();
+                    let ran = store.execute_grouped(
+                        &id("shop", "credit", &key),
+                        fp(&key),
+                        Timestamp(START + i),
+                        move |txn| credit(txn, &owned, fail),
+                    );
+                    match ran {
+                        Ok(Executed::Ran { record, .. }) => {
+                            let mut answers = answers.lock().unwrap();
+                            answers.push((key, record.generation.0));
+                            answered.store(answers.len() as u64, Ordering::SeqCst);
+                        }
+                        Err(ExecuteError::Work(_)) => {
+                            declined.lock().unwrap().insert(key);
+                        }
+                        other => panic!("seed {seed}, run {run}: {key}: {other:?}"),
+                    }
+                }
+            });
+        }
+    });
+    let answers = answers.into_inner().unwrap();
+    let declined = declined.into_inner().unwrap();
+    let mut rng = Rng::new(run_seed ^ 2);
+    let mut seen = HashSet::new();
+    for (i, cut) in disk.take_cuts().into_iter().enumerate() {
+        counts.points.fetch_add(1, Ordering::Relaxed);
+        let before_cut = &answers[..cut.tag as usize];
+        for survival in survivals(&cut) {
+            let image = cut.image(survival, &mut rng);
+            if !seen.insert((cut.tag, fingerprint_of(&image))) {
+                continue;
+            }
+            let context = format!(
+                "seed {seed} (IDEM_SEED={seed} IDEM_POWER_RUN={run}), run {run} in {mode:?}, cut {i} after {} answers, {survival:?}",
+                cut.tag
+            );
+            check_grouped(image, mode, before_cut, &declined, &context);
+            counts.images.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    counts.runs.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Every answer given before the cut is there with its generation and its one credit;
+/// every record has its credit and every credit its record; declined work left nothing;
+/// generations are distinct and within the counter; check passes.
+fn check_grouped(
+    image: Vec<u8>,
+    mode: ConcurrencyMode,
+    answered: &[(String, u64)],
+    declined: &BTreeSet<String>,
+    context: &str,
+) {
+    let store = workload::open(SimDisk::from_image(image), mode)
+        .unwrap_or_else(|e| panic!("{context}: the store does not open after the cut: {e}"));
+    let report = store.check().unwrap();
+    assert!(
+        report.is_ok(),
+        "{context}: check found {:?}",
+        report.problems
+    );
+    let mut records = BTreeMap::new();
+    store
+        .list(&ListFilter::default(), |id, record| {
+            records.insert(id.key().to_string(), record);
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    let (credits, total) = accounts(&store);
+    for (key, generation) in answered {
+        let record = records
+            .get(key)
+            .unwrap_or_else(|| panic!("{context}: answered {key} is gone"));
+        assert_eq!(record.generation.0, *generation, "{context}: {key}");
+        match &record.status {
+            Status::Settled { outcome, .. } => {
+                assert_eq!(
+                    outcome.body,
+                    format!("credited {key}").into_bytes(),
+                    "{context}"
+                );
+            }
+            other => panic!("{context}: {key} is {other:?}"),
+        }
+    }
+    for (key, record) in &records {
+        assert_eq!(record.state(), State::Succeeded, "{context}: {key}");
+        assert_eq!(credits.get(key), Some(&1), "{context}: {key} credits");
+        assert!(
+            !declined.contains(key),
+            "{context}: declined {key} has a record"
+        );
+    }
+    for (key, n) in &credits {
+        assert_eq!(*n, 1, "{context}: {key} credited {n} times");
+        assert!(
+            records.contains_key(key),
+            "{context}: {key} credited without a record"
+        );
+    }
+    assert_eq!(total, records.len() as u64, "{context}: running total");
+    let generations: BTreeSet<u64> = records.values().map(|r| r.generation.0).collect();
+    assert_eq!(
+        generations.len(),
+        records.len(),
+        "{context}: a generation repeats"
+    );
+    let counter = store.generation().unwrap().0;
+    let highest_answered = answered.iter().map(|(_, g)| *g).max().unwrap_or(0);
+    assert!(
+        generations.last().is_none_or(|&g| g <= counter) && highest_answered <= counter,
+        "{context}: counter {counter} went back"
+    );
+}
+
+/// A power cut while a store is first made on an empty backend leaves either no store,
+/// an empty one, or bytes that every open refuses as corrupt: it never opens a store
+/// that holds anything, and never panics.
+#[test]
+fn a_cut_while_a_store_is_created_leaves_nothing_or_a_refused_header() {
+    let seed = seed("power_cut_while_creating");
+    let mut rng = Rng::new(seed);
+    let mut outcomes: BTreeMap<&str, u64> = BTreeMap::new();
+    for mode in [
+        ConcurrencyMode::MultiWriter,
+        ConcurrencyMode::ExclusiveWriter,
+    ] {
+        let disk = SimDisk::default();
+        disk.record_cuts(Rng::new(seed), 65_536);
+        drop(workload::open(disk.clone(), mode).unwrap());
+        for cut in disk.take_cuts() {
+            for survival in Survival::ALL {
+                let image = cut.image(survival, &mut rng);
+                let context = format!("seed {seed}, {mode:?}, {survival:?}, {cut:?}");
+                let outcome = match workload::open(SimDisk::from_image(image), mode) {
+                    Ok(store) => {
+                        assert!(store.check().unwrap().is_ok(), "{context}");
+                        let found = contents(&store);
+                        assert_eq!(store.stats(Timestamp(START)).unwrap().records(), 0);
+                        assert_eq!(generation_in(&found), 0, "{context}");
+                        "opens empty"
+                    }
+                    Err(OpenError::Corrupt { .. }) => "refused as corrupt",
+                    Err(e) => panic!("{context}: {e}"),
+                };
+                *outcomes.entry(outcome).or_default() += 1;
+            }
+        }
+    }
+    eprintln!("cuts while creating: {outcomes:?}");
+    assert!(outcomes.contains_key("opens empty"));
+}
+
+/// The disk model itself: a sync keeps everything written before it; a cut keeps the
+/// synced bytes and, of each sector, a prefix of the writes to it; a failed write
+/// changes nothing and a failed sync leaves its writes pending.
+#[test]
+fn the_simulated_disk_keeps_what_was_synced_and_tears_only_at_sectors() {
+    use idem_store::redb::StorageBackend;
+    let disk = SimDisk::default();
+    disk.write(0, &[1; 3 * SECTOR]).unwrap();
+    disk.sync_data().unwrap();
+    disk.write(100, &[2; 2 * SECTOR]).unwrap();
+    disk.set_len(5 * SECTOR as u64).unwrap();
+    let cut = disk.cut_now();
+    let mut rng = Rng::new(7);
+    let mut synced = vec![1; 3 * SECTOR];
+    assert_eq!(cut.image(Survival::Nothing, &mut rng), synced);
+    let live = disk.live_image();
+    assert_eq!(cut.image(Survival::Everything, &mut rng), live);
+    let mut shapes = BTreeSet::new();
+    for _ in 0..200 {
+        for survival in [Survival::InOrder, Survival::Random] {
+            let image = cut.image(survival, &mut rng);
+            assert!(image.len() == 3 * SECTOR || image.len() == 5 * SECTOR);
+            let mut shape = Vec::new();
+            for (n, sector) in image.chunks(SECTOR).enumerate() {
+                let old = synced.get(n * SECTOR..(n + 1) * SECTOR);
+                let new = &live[n * SECTOR..(n + 1) * SECTOR];
+                assert!(
+                    Some(sector) == old
+                        || sector == new
+                        || (old.is_none() && sector == [0; SECTOR]),
+                    "sector {n} of a {survival:?} image is neither before nor after"
+                );
+                if n < 3 {
+                    shape.push(sector == new);
+                }
+            }
+            shapes.insert(shape);
+        }
+    }
+    // Torn: some images keep some sectors of the write and not the others.
+    assert!(
+        shapes
+            .iter()
+            .any(|s| s.contains(&true) && s.contains(&false))
+    );
+    assert!(shapes.len() > 3, "{shapes:?}");
+
+    disk.fail(IoKind::Write, 2);
+    assert!(disk.write(0, &[3; 10]).is_err());
+    assert!(disk.faulted());
+    assert_eq!(disk.live_image(), live);
+    disk.fail(IoKind::Sync, 1);
+    assert!(disk.sync_data().is_err());
+    assert!(disk.has_pending());
+    disk.sync_data().unwrap();
+    synced = live;
+    assert_eq!(disk.cut_now().image(Survival::Nothing, &mut rng), synced);
+    assert_eq!(disk.counts(), (3, 3));
+}
