@@ -140,8 +140,10 @@ test("a payload string that is not well-formed UTF-16 is refused: nothing saved,
       message: "payload: not well-formed UTF-16: code unit 10 is a lone surrogate (\\udc00)",
     });
     assert.deepEqual(sender.list(), []);
-    const saved = await storage.load();
-    assert.equal(saved === undefined ? 0 : IdemClient.restore(saved).size, 0, "no intent was persisted");
+    // Nothing was persisted: a sender opened on the same storage finds no intent.
+    const reopened = await open(storage, srv, { start: false });
+    assert.deepEqual(reopened.list(), [], "no intent was persisted");
+    reopened.stop();
     const { key } = await sender.submit("order", '{"sku":"A-\ufffd"}');
     await sender.settled(key);
     assert.deepEqual(srv.seen.executed, ['{"sku":"A-\ufffd"}'], "only the well-formed payload was sent");
