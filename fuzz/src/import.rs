@@ -1,6 +1,6 @@
 //! `Store::import` on arbitrary bytes, into a store that holds records in every state
-//! and intents: it never panics; a refused import changes nothing; an accepted one
-//! leaves a store that passes `check`.
+//! and intents: it never panics; a refused import changes no byte of any table; an
+//! accepted one leaves a store that passes `check`.
 
 use std::cell::RefCell;
 use std::convert::Infallible;
@@ -8,6 +8,7 @@ use std::convert::Infallible;
 use idem_core::protocol::Decision;
 use idem_core::{Fingerprint, LedgerConfig, Outcome, RecordId, Timestamp, Verdict};
 use idem_store::redb::backends::InMemoryBackend;
+use idem_store::redb::{ReadTransaction, ReadableTable, TableDefinition, TableHandle, Value};
 use idem_store::{ImportError, Store};
 
 const T0: u64 = 1_700_000_000_000;
@@ -54,14 +55,41 @@ fn fresh() -> Store {
     store
 }
 
-/// Everything an import may change: the export (records, intents, counter) and the
-/// clock floor.
-fn contents(store: &Store) -> (Vec<u8>, Timestamp) {
-    let mut export = Vec::new();
-    store.export(&mut export).expect("export from memory");
-    (
-        export,
-        store.clock_floor().expect("clock floor from memory"),
+/// Every table of the store, byte for byte (idem's tables are all byte strings).
+type Tables = Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)>;
+
+fn contents(store: &Store) -> Tables {
+    store
+        .read(|txn| {
+            let mut all = Tables::new();
+            for handle in txn.list_tables().expect("list tables in memory") {
+                let name = handle.name().to_string();
+                let entries = dump::<&[u8]>(txn, &name, |v| v.to_vec())
+                    .or_else(|| dump::<()>(txn, &name, |()| Vec::new()))
+                    .unwrap_or_else(|| panic!("table {name}: not one of idem's"));
+                all.push((name, entries));
+            }
+            all
+        })
+        .expect("read in memory")
+}
+
+fn dump<V: Value + 'static>(
+    txn: &ReadTransaction,
+    name: &str,
+    bytes: impl Fn(V::SelfType<'_>) -> Vec<u8>,
+) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    let table = txn
+        .open_table(TableDefinition::<&[u8], V>::new(name))
+        .ok()?;
+    let entries = table.iter().expect("iterate in memory");
+    Some(
+        entries
+            .map(|entry| {
+                let (k, v) = entry.expect("an entry in memory");
+                (k.value().to_vec(), bytes(v.value()))
+            })
+            .collect(),
     )
 }
 

@@ -11,7 +11,7 @@
 //! store on a backend (one-phase, checksummed commits).
 //!
 //! `IDEM_POWER_CUTS` sets how many distinct surviving images are checked (default
-//! 10,000; the group-commit test checks a fifth as many). A failure names its seed and
+//! 10,000; the group-commit test checks an eighth as many). A failure names its seed and
 //! run: `IDEM_SEED=<seed> IDEM_POWER_RUN=<run>` repeats that run alone (the group-commit
 //! runs only as far as their threads' interleaving repeats).
 
@@ -285,7 +285,7 @@ fn expect_one_of(found: &Contents, allowed: &[&Contents], context: &str) {
 #[test]
 fn power_cuts_under_group_commit_lose_no_answer() {
     let seed = seed("power_cuts_group_commit");
-    let target = target() / 5;
+    let target = target() / 8;
     let counts = Counts::default();
     let started = Instant::now();
     run_until(target, &counts, |run| grouped_run(seed, run, &counts));
