@@ -178,6 +178,25 @@ impl Store {
         self.writer.is_read_only()
     }
 
+    /// A begin's answer on `id_key` when it writes nothing (replay, in progress,
+    /// conflict, unknown), from the replay cache or a read snapshot; `None` when the
+    /// write path must decide.
+    fn answer_without_writing(
+        &self,
+        id_key: &[u8],
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Result<Option<Decision>, Error> {
+        snapshot::begin(
+            &self.writer,
+            &self.cache,
+            &self.config,
+            id_key,
+            fingerprint,
+            now,
+        )
+    }
+
     /// How many commits this store made since it was opened, and how group commit
     /// batched its inputs. `batched_inputs / batches` above 1 means callers shared
     /// fsyncs.
@@ -203,14 +222,7 @@ impl Store {
     ) -> Result<Decision, Error> {
         self.writer.ensure_writable("begin")?;
         let id_key = id.to_key_bytes();
-        let answered = snapshot::begin(
-            &self.writer,
-            &self.cache,
-            &self.config,
-            &id_key,
-            fingerprint,
-            now,
-        )?;
+        let answered = self.answer_without_writing(&id_key, fingerprint, now)?;
         if let Some(decision) = answered {
             return Ok(decision);
         }
@@ -529,14 +541,7 @@ impl Store {
         self.writer.ensure_writable("execute_grouped")?;
         let id_key = id.to_key_bytes();
         let epoch = self.cache.epoch();
-        let answered = snapshot::begin(
-            &self.writer,
-            &self.cache,
-            &self.config,
-            &id_key,
-            fingerprint,
-            now,
-        )?;
+        let answered = self.answer_without_writing(&id_key, fingerprint, now)?;
         if let Some(decision) = answered {
             return Ok(Executed::NotRun(decision));
         }
@@ -970,14 +975,7 @@ impl Store {
         let id_key = id.to_key_bytes();
         // A live record of a use admits the token whatever its entry says: answers
         // that write nothing come from a read snapshot, as for begin.
-        if let Some(decision) = snapshot::begin(
-            &self.writer,
-            &self.cache,
-            &self.config,
-            &id_key,
-            fingerprint,
-            now,
-        )? {
+        if let Some(decision) = self.answer_without_writing(&id_key, fingerprint, now)? {
             return Ok(Consumed::Admitted(decision));
         }
         let step = token::consume(id_key, fingerprint);
@@ -1006,14 +1004,7 @@ impl Store {
         token::token_of(id)?;
         let id_key = id.to_key_bytes();
         let epoch = self.cache.epoch();
-        if let Some(decision) = snapshot::begin(
-            &self.writer,
-            &self.cache,
-            &self.config,
-            &id_key,
-            fingerprint,
-            now,
-        )? {
+        if let Some(decision) = self.answer_without_writing(&id_key, fingerprint, now)? {
             return Ok(Consumed::Admitted(Executed::NotRun(decision)));
         }
         let writing = self.writer.writing("consume_execute")?;
