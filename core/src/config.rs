@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 const SECOND: u64 = 1_000;
 const HOUR: u64 = 3_600 * SECOND;
+const DAY: u64 = 24 * HOUR;
 
 /// What `begin` does with a pending record whose lease ran out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -31,6 +32,11 @@ pub struct Config {
     pub max_outcome_bytes: usize,
     /// What `begin` does with an expired lease. Default [`LeaseExpiry::Unknown`].
     pub on_lease_expiry: LeaseExpiry,
+    /// How long, after a settled outcome's retention ends, its tombstone (fingerprint,
+    /// generation, verdict, completion time) is kept, in ms, so that a late retry is
+    /// answered Forgotten instead of executing again. Default 30 days; 0 keeps no
+    /// tombstone (a retry after retention executes again).
+    pub tombstone_retention_ms: u64,
 }
 
 impl Default for Config {
@@ -41,6 +47,7 @@ impl Default for Config {
             failure_retention_ms: 24 * HOUR,
             max_outcome_bytes: 1 << 20,
             on_lease_expiry: LeaseExpiry::Unknown,
+            tombstone_retention_ms: 30 * DAY,
         }
     }
 }

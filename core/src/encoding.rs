@@ -2,8 +2,10 @@
 //!
 //! postcard's wire format is documented and frozen, needs no std, and gives identical
 //! bytes on every target, so a file written by a terminal today decodes on any build
-//! later. Every persisted value starts with [`FORMAT_VERSION`]; a value written by a
-//! newer format is refused with [`DecodeError::NewerFormat`], never misread.
+//! later. Every persisted value starts with its format version: [`FORMAT_VERSION`] for a
+//! value whose layout never changed, its own newer version for one that did
+//! ([`RECORD_VERSION`]); a value written by a newer format is refused with
+//! [`DecodeError::NewerFormat`], never misread, and every older version is still read.
 //!
 //! Record ids are keys of ordered tables, so they have their own encoding,
 //! [`RecordId::to_key_bytes`]: tenant, operation and key, each behind its length byte.
@@ -15,8 +17,12 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use crate::{Record, RecordId};
 
-/// The current format version of every persisted value.
+/// The first format version, still current for every value whose layout never changed.
 pub const FORMAT_VERSION: u8 = 1;
+
+/// The format version [`Record::encode`] writes. Version 2 added
+/// [`crate::Status::Tombstone`]; version 1 bytes, which cannot hold one, read unchanged.
+pub const RECORD_VERSION: u8 = 2;
 
 /// Bytes that do not decode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,11 +68,17 @@ impl fmt::Display for DecodeError {
 
 impl core::error::Error for DecodeError {}
 
-/// Encodes `value` behind the current version byte.
+/// Encodes `value` behind [`FORMAT_VERSION`].
 #[must_use]
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    encode_as(FORMAT_VERSION, value)
+}
+
+/// Encodes `value` behind the version byte `version`.
+#[must_use]
+pub fn encode_as<T: Serialize>(version: u8, value: &T) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
-    out.push(FORMAT_VERSION);
+    out.push(version);
     // postcard only fails on a writer error or on types it cannot represent (maps
     // of unknown length); a Vec never refuses and our types are plain data.
     postcard::to_extend(value, out).expect("postcard encodes plain data into a Vec")
@@ -78,39 +90,62 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 ///
 /// [`DecodeError`] for empty, newer-format or malformed bytes.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &'static str) -> Result<T, DecodeError> {
-    let (&version, rest) = bytes.split_first().ok_or(DecodeError::Empty)?;
+    let (_, body) = split_version(bytes, FORMAT_VERSION)?;
+    decode_body(body, what)
+}
+
+/// Splits off the version byte of a value whose newest format is `newest`: the version
+/// (1 to `newest`) and the bytes after it.
+///
+/// # Errors
+///
+/// [`DecodeError::Empty`], [`DecodeError::BadVersion`] or [`DecodeError::NewerFormat`].
+pub fn split_version(bytes: &[u8], newest: u8) -> Result<(u8, &[u8]), DecodeError> {
+    let (&version, body) = bytes.split_first().ok_or(DecodeError::Empty)?;
     match version {
         0 => Err(DecodeError::BadVersion),
-        FORMAT_VERSION => {
-            let (value, tail) =
-                postcard::take_from_bytes(rest).map_err(|_| DecodeError::Malformed { what })?;
-            if tail.is_empty() {
-                Ok(value)
-            } else {
-                Err(DecodeError::Malformed { what })
-            }
-        }
-        found => Err(DecodeError::NewerFormat {
+        found if found > newest => Err(DecodeError::NewerFormat {
             found,
-            supported: FORMAT_VERSION,
+            supported: newest,
         }),
+        version => Ok((version, body)),
+    }
+}
+
+/// Decodes the postcard bytes after a version byte, which must hold one value and
+/// nothing more.
+///
+/// # Errors
+///
+/// [`DecodeError::Malformed`] naming `what`.
+pub fn decode_body<T: DeserializeOwned>(body: &[u8], what: &'static str) -> Result<T, DecodeError> {
+    match postcard::take_from_bytes(body) {
+        Ok((value, [])) => Ok(value),
+        _ => Err(DecodeError::Malformed { what }),
     }
 }
 
 impl Record {
-    /// The persisted bytes of this record.
+    /// The persisted bytes of this record, behind [`RECORD_VERSION`].
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        encode(self)
+        encode_as(RECORD_VERSION, self)
     }
 
-    /// Decodes bytes made by [`Record::encode`].
+    /// Decodes bytes made by [`Record::encode`], of this format version or an older one.
     ///
     /// # Errors
     ///
-    /// [`DecodeError`] for empty, newer-format or malformed bytes.
+    /// [`DecodeError`] for empty, newer-format or malformed bytes, and for version 1
+    /// bytes that hold a tombstone (a version 1 writer had none).
     pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
-        decode(bytes, "record")
+        const WHAT: &str = "record";
+        let (version, body) = split_version(bytes, RECORD_VERSION)?;
+        let record: Record = decode_body(body, WHAT)?;
+        if version == 1 && matches!(record.status, crate::Status::Tombstone { .. }) {
+            return Err(DecodeError::Malformed { what: WHAT });
+        }
+        Ok(record)
     }
 }
 
@@ -194,7 +229,7 @@ mod tests {
     #[test]
     fn record_bytes_are_frozen() {
         let fp = "ab".repeat(32);
-        let head = alloc::format!("01{fp}ac0280d095ffbc31f4d395ffbc31");
+        let body = alloc::format!("{fp}ac0280d095ffbc31f4d395ffbc31");
         let cases = [
             (
                 record(Status::Pending {
@@ -215,25 +250,53 @@ mod tests {
         ];
         for (record, tail) in cases {
             let bytes = record.encode();
-            assert_eq!(hex(&bytes), alloc::format!("{head}{tail}"), "{record:?}");
+            assert_eq!(hex(&bytes), alloc::format!("02{body}{tail}"), "{record:?}");
             assert_eq!(Record::decode(&bytes).unwrap(), record);
+            // Version 1 wrote the same body: files written before tombstones read as they were.
+            let v1 = unhex(&alloc::format!("01{body}{tail}"));
+            assert_eq!(Record::decode(&v1).unwrap(), record);
         }
+        let tombstone = record(Status::Tombstone {
+            verdict: Verdict::Succeeded,
+            completed_at: Timestamp(1_700_000_000_500),
+            expires_at: Timestamp(1_702_592_000_500),
+        });
+        let tail = "0300f4d395ffbc31f4e390d3c631";
+        assert_eq!(
+            hex(&tombstone.encode()),
+            alloc::format!("02{body}{tail}")
+        );
+        assert_eq!(Record::decode(&tombstone.encode()).unwrap(), tombstone);
+        assert_eq!(
+            Record::decode(&unhex(&alloc::format!("01{body}{tail}"))),
+            Err(DecodeError::Malformed { what: "record" }),
+            "a version 1 writer had no tombstones"
+        );
+    }
+
+    fn unhex(text: &str) -> alloc::vec::Vec<u8> {
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     #[test]
     fn refuses_newer_formats_and_garbage() {
         let mut bytes = record(Status::Unknown).encode();
-        bytes[0] = 2;
+        bytes[0] = 3;
         assert_eq!(
             Record::decode(&bytes).unwrap_err().to_string(),
-            "encoded value: format version 2 is newer than this build reads (at most 1)"
+            "encoded value: format version 3 is newer than this build reads (at most 2)"
         );
         assert_eq!(Record::decode(&[]), Err(DecodeError::Empty));
         assert_eq!(Record::decode(&[0]), Err(DecodeError::BadVersion));
-        assert_eq!(
-            Record::decode(&[1, 0xff]),
-            Err(DecodeError::Malformed { what: "record" })
-        );
+        for version in [1, 2] {
+            assert_eq!(
+                Record::decode(&[version, 0xff]),
+                Err(DecodeError::Malformed { what: "record" })
+            );
+        }
         let mut long = record(Status::Unknown).encode();
         long.push(0);
         assert_eq!(

@@ -66,7 +66,7 @@ pub use ledger::{
     Reply,
 };
 pub use machine::{Entity, EntityDecision, Machine, MachineError, MachineSpec};
-pub use protocol::{Decision, Refusal, Resolution, Transition, Write};
+pub use protocol::{Decision, Refusal, Resolution, Swept, Transition, Write};
 pub use record::{Outcome, OutcomeError, Record, State, Status, Verdict};
 pub use time::{Generation, Timestamp};
 pub use token::{IssuedToken, Token, TokenError, TokenRefusal};

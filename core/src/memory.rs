@@ -8,10 +8,62 @@
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{self, Decision, Refusal, Resolution, Write};
+use crate::protocol::{self, Decision, Refusal, Resolution, Swept, Write};
 use crate::{
     Config, DecodeError, Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict,
 };
+
+/// The format version of [`MemoryReceiver::snapshot`]. Version 2 added
+/// [`Config::tombstone_retention_ms`] to the settings and tombstones to the records.
+pub const SNAPSHOT_VERSION: u8 = 2;
+
+/// The snapshot layout of format version 1, read by [`MemoryReceiver::restore`].
+mod v1 {
+    use alloc::vec::Vec;
+    use serde::Deserialize;
+
+    use crate::{Generation, LeaseExpiry, Record, RecordId};
+
+    #[derive(Deserialize)]
+    pub(super) struct Config {
+        lease_ms: u64,
+        success_retention_ms: u64,
+        failure_retention_ms: u64,
+        max_outcome_bytes: usize,
+        on_lease_expiry: LeaseExpiry,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct MemoryReceiver {
+        config: Config,
+        generation: Generation,
+        records: Vec<(RecordId, Record)>,
+    }
+
+    impl From<MemoryReceiver> for super::MemoryReceiver {
+        fn from(v1: MemoryReceiver) -> super::MemoryReceiver {
+            let Config {
+                lease_ms,
+                success_retention_ms,
+                failure_retention_ms,
+                max_outcome_bytes,
+                on_lease_expiry,
+            } = v1.config;
+            super::MemoryReceiver {
+                config: crate::Config {
+                    lease_ms,
+                    success_retention_ms,
+                    failure_retention_ms,
+                    max_outcome_bytes,
+                    on_lease_expiry,
+                    ..crate::Config::default()
+                },
+                generation: v1.generation,
+                records: v1.records,
+            }
+        }
+    }
+}
 
 /// Records by id, plus the generation counter.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,61 +224,76 @@ impl MemoryReceiver {
         Ok(())
     }
 
-    /// Deletes up to `limit` settled records past their expiry, oldest expiry first, and
-    /// returns their ids. Pending and Unknown records are never swept.
+    /// Sweeps up to `limit` records past their expiry, oldest expiry first, and returns
+    /// their ids: a settled record leaves its tombstone (see [`protocol::sweep`]), a
+    /// tombstone past its own time is deleted. Pending and Unknown records are never
+    /// swept.
     pub fn sweep(&mut self, now: Timestamp, limit: usize) -> Vec<RecordId> {
         let expiry = |r: &Record| r.expires_at().filter(|_| protocol::sweepable(r, now));
-        let expired: Vec<(Timestamp, &RecordId)> = self
+        let expired: Vec<(Timestamp, usize)> = self
             .records
             .iter()
-            .filter_map(|(id, r)| Some((expiry(r)?, id)))
+            .enumerate()
+            .filter_map(|(at, (_, r))| Some((expiry(r)?, at)))
             .collect();
-        // Ids are unique, so no two entries tie.
+        // Positions follow the ids, which are unique, so no two entries tie.
         let mut order =
             crate::order::sorted_positions(expired.len(), &mut |a, b| expired[a].cmp(&expired[b]));
         order.truncate(limit);
-        let swept: Vec<RecordId> = order
-            .iter()
-            .filter_map(|&at| Some(expired.get(at)?.1.clone()))
-            .collect();
-        // The swept records are exactly the sweepable ones up to the last taken, in
-        // (expiry, id) order.
-        let Some(&(last_at, last_id)) = order.last().and_then(|&at| expired.get(at)) else {
-            return swept;
-        };
-        let last = (last_at, last_id.clone());
-        self.records
-            .retain(|(id, r)| expiry(r).is_none_or(|at| (at, id) > (last.0, &last.1)));
+        let mut swept = Vec::with_capacity(order.len());
+        let mut doomed = alloc::vec![false; self.records.len()];
+        for &(_, at) in order.iter().filter_map(|&i| expired.get(i)) {
+            let (id, record) = &mut self.records[at];
+            swept.push(id.clone());
+            match protocol::sweep(record, now, &self.config) {
+                Swept::Tombstone(tombstone) => *record = tombstone,
+                Swept::Delete => doomed[at] = true,
+                Swept::Keep => {}
+            }
+        }
+        let mut at = 0;
+        self.records.retain(|_| {
+            at += 1;
+            !doomed[at - 1]
+        });
         swept
     }
 
-    /// The persisted bytes of the whole receiver.
+    /// The persisted bytes of the whole receiver, behind [`SNAPSHOT_VERSION`].
     #[must_use]
     pub fn snapshot(&self) -> Vec<u8> {
-        crate::encoding::encode(self)
+        crate::encoding::encode_as(SNAPSHOT_VERSION, self)
     }
 
-    /// A receiver from bytes made by [`MemoryReceiver::snapshot`].
+    /// A receiver from bytes made by [`MemoryReceiver::snapshot`], of this format version
+    /// or version 1 (before tombstones: its settings get the default
+    /// [`Config::tombstone_retention_ms`]).
     ///
     /// # Errors
     ///
     /// [`DecodeError`] for bytes that do not decode, hold an invalid id, a record of a
-    /// later generation than the counter, or records not in strictly ascending id order
-    /// (as `snapshot` writes them).
+    /// later generation than the counter, records not in strictly ascending id order
+    /// (as `snapshot` writes them), or a tombstone in version 1 bytes.
     pub fn restore(bytes: &[u8]) -> Result<MemoryReceiver, DecodeError> {
-        let receiver: MemoryReceiver = crate::encoding::decode(bytes, "receiver snapshot")?;
+        const WHAT: &str = "receiver snapshot";
+        let (version, body) = crate::encoding::split_version(bytes, SNAPSHOT_VERSION)?;
+        let receiver = if version == 1 {
+            let v1: v1::MemoryReceiver = crate::encoding::decode_body(body, WHAT)?;
+            v1.into()
+        } else {
+            crate::encoding::decode_body::<MemoryReceiver>(body, WHAT)?
+        };
         let mut previous: Option<&RecordId> = None;
         let mut invalid = false;
         for (id, record) in &receiver.records {
             invalid |= id.validate().is_err()
                 || record.generation > receiver.generation
-                || previous.is_some_and(|p| p >= id);
+                || previous.is_some_and(|p| p >= id)
+                || (version == 1 && matches!(record.status, crate::Status::Tombstone { .. }));
             previous = Some(id);
         }
         if invalid {
-            return Err(DecodeError::Invalid {
-                what: "receiver snapshot",
-            });
+            return Err(DecodeError::Invalid { what: WHAT });
         }
         Ok(receiver)
     }
@@ -351,7 +418,10 @@ mod tests {
 
     #[test]
     fn sweep_takes_the_oldest_expiry_first_then_the_smallest_id() {
-        let mut r = receiver();
+        let mut r = MemoryReceiver::new(Config {
+            tombstone_retention_ms: 0,
+            ..receiver().config
+        });
         settle(&mut r, "a", Verdict::Succeeded, T0); // expires T0 + 10 000
         settle(&mut r, "c", Verdict::Failed, T0); // expires T0 + 5 000
         settle(&mut r, "b", Verdict::Failed, T0); // expires T0 + 5 000
@@ -370,6 +440,86 @@ mod tests {
         assert_eq!(r.sweep(at(20_000), 0), []);
         assert_eq!(r.sweep(at(20_000), 10), [id("a"), id("d")]);
         assert_eq!(keys(&r), ["p"], "a pending record is never swept");
+    }
+
+    #[test]
+    fn sweep_leaves_tombstones_that_answer_forgotten_then_removes_them() {
+        let mut r = MemoryReceiver::new(Config {
+            tombstone_retention_ms: 1_000,
+            ..receiver().config
+        });
+        settle(&mut r, "a", Verdict::Succeeded, T0); // expires T0 + 10 000
+        settle(&mut r, "b", Verdict::Failed, T0); // expires T0 + 5 000
+        let at = |ms| T0.plus_millis(ms);
+        assert_eq!(r.sweep(at(5_500), 10), [id("b")]);
+        assert_eq!(keys(&r), ["a", "b"], "b is a tombstone now");
+        assert_eq!(r.get(&id("b")).unwrap().state(), crate::State::Forgotten);
+        assert!(matches!(
+            r.begin(&id("b"), Fingerprint::of_bytes(b"body"), at(5_900)),
+            Ok(Decision::Forgotten {
+                verdict: Verdict::Failed,
+                ..
+            })
+        ));
+        // The tombstone's time ends 1 000 ms after the retention; a as well leaves one.
+        assert_eq!(r.sweep(at(10_000), 10), [id("b"), id("a")]);
+        assert_eq!(keys(&r), ["a"]);
+        assert_eq!(r.sweep(at(11_000), 10), [id("a")]);
+        assert_eq!(keys(&r), Vec::<&str>::new());
+    }
+
+    /// The snapshot layout of format version 1, before tombstones.
+    #[derive(Serialize)]
+    struct V1<'a> {
+        config: (u64, u64, u64, usize, crate::LeaseExpiry),
+        generation: Generation,
+        records: Vec<(&'a RecordId, &'a Record)>,
+    }
+
+    #[test]
+    fn a_version_1_snapshot_restores_with_default_tombstones() {
+        let mut r = receiver();
+        settle(&mut r, "z", Verdict::Succeeded, T0);
+        claim(&mut r, "k", T0);
+        let c = r.config().clone();
+        let v1 = encode(&V1 {
+            config: (
+                c.lease_ms,
+                c.success_retention_ms,
+                c.failure_retention_ms,
+                c.max_outcome_bytes,
+                c.on_lease_expiry,
+            ),
+            generation: r.generation(),
+            records: r.iter().collect(),
+        });
+        assert_eq!(v1[0], 1);
+        let restored = MemoryReceiver::restore(&v1).unwrap();
+        assert_eq!(restored, r);
+        assert_eq!(
+            restored.config().tombstone_retention_ms,
+            Config::default().tombstone_retention_ms
+        );
+        // A tombstone in version 1 bytes was never written by a version 1 writer.
+        let mut swept = r.clone();
+        swept.sweep(T0.plus_millis(10_000), 10);
+        let with_tombstone = encode(&V1 {
+            config: (1, 1, 1, 1, crate::LeaseExpiry::Unknown),
+            generation: swept.generation(),
+            records: swept.iter().collect(),
+        });
+        assert_eq!(
+            MemoryReceiver::restore(&with_tombstone),
+            Err(DecodeError::Invalid {
+                what: "receiver snapshot"
+            })
+        );
+        let mut newer = r.snapshot();
+        newer[0] = SNAPSHOT_VERSION + 1;
+        assert!(matches!(
+            MemoryReceiver::restore(&newer),
+            Err(DecodeError::NewerFormat { .. })
+        ));
     }
 
     /// The shape of the receiver when its records were a `BTreeMap`.
@@ -391,7 +541,10 @@ mod tests {
             generation: r.generation(),
             records: r.iter().collect(),
         };
-        assert_eq!(r.snapshot(), encode(&map));
+        assert_eq!(
+            r.snapshot(),
+            crate::encoding::encode_as(SNAPSHOT_VERSION, &map)
+        );
         assert_eq!(MemoryReceiver::restore(&r.snapshot()), Ok(r));
     }
 

@@ -8,8 +8,9 @@
 //!
 //! | input | current | result |
 //! |---|---|---|
-//! | [`begin`] | absent, or settled past `expires_at` | put Pending (new generation) → [`Decision::Claimed`] |
-//! | [`begin`] | live record, other fingerprint | nothing → [`Decision::Conflict`] |
+//! | [`begin`] | absent; settled past `expires_at` with tombstones off; tombstone past its `expires_at` | put Pending (new generation) → [`Decision::Claimed`] |
+//! | [`begin`] | live record or tombstone, other fingerprint | nothing → [`Decision::Conflict`] |
+//! | [`begin`] | tombstone, or settled past `expires_at` within `tombstone_retention_ms` | nothing → [`Decision::Forgotten`] |
 //! | [`begin`] | Pending, lease running | nothing → [`Decision::InProgress`] |
 //! | [`begin`] | Pending, lease run out | [`LeaseExpiry::Unknown`]: put Unknown → [`Decision::NeedsReconciliation`]; [`LeaseExpiry::Takeover`]: put Pending (new generation) → [`Decision::Claimed`] |
 //! | [`begin`] | settled, not expired | nothing → [`Decision::Replay`] |
@@ -19,6 +20,8 @@
 //! | [`release`] | Pending with the generation | delete |
 //! | [`mark_unknown`] | Pending with the generation | put Unknown |
 //! | [`resolve`] | Unknown | put settled, or delete for [`Resolution::NotExecuted`] |
+//! | [`sweep`] | settled past `expires_at` | put its tombstone, or delete when tombstones are off or the tombstone's time is over too |
+//! | [`sweep`] | tombstone past its `expires_at` | delete |
 //!
 //! Heartbeat, complete, release and mark-unknown with any other generation or state are
 //! refused as [`Refusal::Stale`]: a late executor never overwrites a newer one or a
@@ -27,7 +30,11 @@
 //! Each function returns the type of write it can make, and no other: [`begin`] a
 //! [`Write`] (it may put, or write nothing), [`heartbeat`], [`complete`] and
 //! [`mark_unknown`] the [`Record`] to put, [`release`] a [`Delete`], and [`resolve`] the
-//! record to put or `None` to delete.
+//! record to put or `None` to delete, and [`sweep`] a [`Swept`].
+//!
+//! **Tombstones.** A settled record past its retention answers as the tombstone sweep
+//! would leave of it, whether or not a sweep ran: the answer to a retry never depends on
+//! when maintenance happened.
 
 use core::fmt;
 
@@ -101,6 +108,16 @@ pub enum Decision {
     NeedsReconciliation {
         /// The generation whose outcome is unknown.
         generation: Generation,
+    },
+    /// The request ran and settled, but its outcome is past retention and no longer
+    /// kept (only its tombstone is). Do not execute again; HTTP answers 410 Gone.
+    Forgotten {
+        /// The generation that ran.
+        generation: Generation,
+        /// How it settled.
+        verdict: Verdict,
+        /// When it settled.
+        completed_at: Timestamp,
     },
 }
 
@@ -204,6 +221,16 @@ pub fn begin(
         write: Write::Nothing,
     };
 
+    // A settled record past its retention stands for its tombstone (see the module
+    // docs); a record still past its time after that is as good as absent.
+    let tombstone;
+    let current = match current {
+        Some(r) if r.is_expired(now) => {
+            tombstone = r.tombstone(config.tombstone_retention_ms);
+            tombstone.as_ref()
+        }
+        other => other,
+    };
     let Some(record) = current.filter(|r| !r.is_expired(now)) else {
         return claim();
     };
@@ -243,6 +270,15 @@ pub fn begin(
         }),
         Status::Unknown => answer(Decision::NeedsReconciliation {
             generation: record.generation,
+        }),
+        Status::Tombstone {
+            verdict,
+            completed_at,
+            ..
+        } => answer(Decision::Forgotten {
+            generation: record.generation,
+            verdict: *verdict,
+            completed_at: *completed_at,
         }),
     }
 }
@@ -347,11 +383,37 @@ pub fn resolve(
     }
 }
 
-/// True when sweep may delete `record` at `now`: settled and past its retention.
-/// Pending and Unknown records are never swept.
+/// True when sweep may delete `record` at `now` (or replace it by its tombstone):
+/// settled, or a tombstone, past its retention. Pending and Unknown records are never
+/// swept.
 #[must_use]
 pub fn sweepable(record: &Record, now: Timestamp) -> bool {
     record.is_expired(now)
+}
+
+/// What [`sweep`] does to one record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a sweep's write must be applied"]
+pub enum Swept {
+    /// Not past its retention: leave it.
+    Keep,
+    /// Put this tombstone in place of the settled record.
+    Tombstone(Record),
+    /// Remove the record.
+    Delete,
+}
+
+/// Sweep meets `record` at `now`: a settled record past its retention leaves its
+/// tombstone (kept `tombstone_retention_ms` more; 0 keeps none), a tombstone past its
+/// own time is deleted, anything else stays.
+pub fn sweep(record: &Record, now: Timestamp, config: &Config) -> Swept {
+    if !sweepable(record, now) {
+        return Swept::Keep;
+    }
+    match record.tombstone(config.tombstone_retention_ms) {
+        Some(tombstone) if !tombstone.is_expired(now) => Swept::Tombstone(tombstone),
+        _ => Swept::Delete,
+    }
 }
 
 fn held(current: Option<&Record>, generation: Generation) -> Result<&Record, Refusal> {

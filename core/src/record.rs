@@ -117,6 +117,17 @@ pub enum Status {
     },
     /// The outcome could not be confirmed; needs reconciliation. Never expires by time.
     Unknown,
+    /// What sweep keeps of a settled record past its retention: the request ran with this
+    /// verdict, its outcome is no longer kept. A retry with the same fingerprint is
+    /// answered Forgotten and does not execute, until `expires_at`.
+    Tombstone {
+        /// Succeeded or failed, as settled.
+        verdict: Verdict,
+        /// When it settled.
+        completed_at: Timestamp,
+        /// When the tombstone may be swept and the key claimed again.
+        expires_at: Timestamp,
+    },
 }
 
 /// The state names of the protocol, without their data.
@@ -130,18 +141,21 @@ pub enum State {
     Failed,
     /// Needs reconciliation.
     Unknown,
+    /// Settled long ago; only a tombstone of the record is kept.
+    Forgotten,
 }
 
 impl State {
     /// Every state, in a fixed order.
-    pub const ALL: [State; 4] = [
+    pub const ALL: [State; 5] = [
         State::Pending,
         State::Succeeded,
         State::Failed,
         State::Unknown,
+        State::Forgotten,
     ];
 
-    /// Lower-case name: `pending`, `succeeded`, `failed`, `unknown`.
+    /// Lower-case name: `pending`, `succeeded`, `failed`, `unknown`, `forgotten`.
     #[must_use]
     pub const fn name(self) -> &'static str {
         match self {
@@ -149,6 +163,7 @@ impl State {
             State::Succeeded => "succeeded",
             State::Failed => "failed",
             State::Unknown => "unknown",
+            State::Forgotten => "forgotten",
         }
     }
 
@@ -195,15 +210,18 @@ impl Record {
                 ..
             } => State::Failed,
             Status::Unknown => State::Unknown,
+            Status::Tombstone { .. } => State::Forgotten,
         }
     }
 
-    /// When a settled record may be swept; `None` for Pending and Unknown, which time
-    /// alone never removes.
+    /// When a settled record or a tombstone may be swept; `None` for Pending and
+    /// Unknown, which time alone never removes.
     #[must_use]
     pub fn expires_at(&self) -> Option<Timestamp> {
         match &self.status {
-            Status::Settled { expires_at, .. } => Some(*expires_at),
+            Status::Settled { expires_at, .. } | Status::Tombstone { expires_at, .. } => {
+                Some(*expires_at)
+            }
             Status::Pending { .. } | Status::Unknown => None,
         }
     }
@@ -213,12 +231,39 @@ impl Record {
     pub fn lease_until(&self) -> Option<Timestamp> {
         match &self.status {
             Status::Pending { lease_until } => Some(*lease_until),
-            Status::Settled { .. } | Status::Unknown => None,
+            Status::Settled { .. } | Status::Unknown | Status::Tombstone { .. } => None,
         }
     }
 
-    /// True when the record is settled and its retention has ended at `now`: sweep may
-    /// delete it and `begin` may claim the key again.
+    /// The tombstone this settled record leaves when its retention ends, kept
+    /// `tombstone_retention_ms` past that end; `None` for any other state or when the
+    /// retention is 0 (tombstones off). It is the same whenever it is made: its
+    /// `updated_at` is the moment the outcome was forgotten, not the time of the sweep.
+    #[must_use]
+    pub fn tombstone(&self, tombstone_retention_ms: u64) -> Option<Record> {
+        match &self.status {
+            Status::Settled {
+                verdict,
+                completed_at,
+                expires_at,
+                ..
+            } if tombstone_retention_ms > 0 => Some(Record {
+                fingerprint: self.fingerprint,
+                generation: self.generation,
+                created_at: self.created_at,
+                updated_at: *expires_at,
+                status: Status::Tombstone {
+                    verdict: *verdict,
+                    completed_at: *completed_at,
+                    expires_at: expires_at.plus_millis(tombstone_retention_ms),
+                },
+            }),
+            _ => None,
+        }
+    }
+
+    /// True when the record is settled (or a tombstone) and its retention has ended at
+    /// `now`: sweep may delete it (or leave its tombstone).
     #[must_use]
     pub fn is_expired(&self, now: Timestamp) -> bool {
         self.expires_at().is_some_and(|at| now >= at)

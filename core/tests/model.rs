@@ -1,5 +1,5 @@
 //! Model-based property test: random inputs over a few keys, held against a small
-//! reference model, with the six invariants of the protocol asserted after each step.
+//! reference model, with the invariants of the protocol asserted after each step.
 
 use std::collections::BTreeMap;
 
@@ -33,6 +33,41 @@ enum Model {
         generation: u64,
         fp: u8,
     },
+    /// What sweep leaves of a settled record, until `expires_at`.
+    Tombstone {
+        generation: u64,
+        fp: u8,
+        verdict: Verdict,
+        expires_at: u64,
+    },
+}
+
+/// The key as `begin` sees it at `now` with tombstones kept `tomb` ms: a settled record
+/// past its retention is its tombstone (or absent when tombstones are off or over), and a
+/// tombstone past its time is absent.
+fn seen_at(m: &Model, now: u64, tomb: u64) -> Model {
+    match *m {
+        Model::Settled {
+            generation,
+            fp,
+            verdict,
+            expires_at,
+            ..
+        } if now >= expires_at => {
+            if tomb > 0 && now < expires_at + tomb {
+                Model::Tombstone {
+                    generation,
+                    fp,
+                    verdict,
+                    expires_at: expires_at + tomb,
+                }
+            } else {
+                Model::Absent
+            }
+        }
+        Model::Tombstone { expires_at, .. } if now >= expires_at => Model::Absent,
+        ref other => other.clone(),
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -110,11 +145,12 @@ fn model_generation(m: &Model) -> Option<u64> {
         Model::Absent => None,
         Model::Pending { generation, .. }
         | Model::Settled { generation, .. }
-        | Model::Unknown { generation, .. } => Some(generation),
+        | Model::Unknown { generation, .. }
+        | Model::Tombstone { generation, .. } => Some(generation),
     }
 }
 
-fn run(ops: Vec<Op>, takeover: bool) -> Result<(), TestCaseError> {
+fn run(ops: Vec<Op>, takeover: bool, tomb: u64) -> Result<(), TestCaseError> {
     let config = Config {
         lease_ms: LEASE,
         success_retention_ms: RETENTION,
@@ -124,6 +160,7 @@ fn run(ops: Vec<Op>, takeover: bool) -> Result<(), TestCaseError> {
         } else {
             LeaseExpiry::Unknown
         },
+        tombstone_retention_ms: tomb,
         ..Config::default()
     };
     let ids = ids();
@@ -143,17 +180,18 @@ fn run(ops: Vec<Op>, takeover: bool) -> Result<(), TestCaseError> {
                     .begin(&ids[key], fingerprint(fp), t)
                     .expect("the model's counter stays far from the end");
                 let m = &mut model[key];
-                let live = !matches!(m, Model::Settled { expires_at, .. } if now >= *expires_at);
-                let expected_kind = match m.clone() {
+                let expected_kind = match seen_at(m, now, tomb) {
                     Model::Absent => "claimed",
-                    _ if !live => "claimed",
                     Model::Pending { fp: f, .. }
                     | Model::Settled { fp: f, .. }
                     | Model::Unknown { fp: f, .. }
+                    | Model::Tombstone { fp: f, .. }
                         if f != fp =>
                     {
                         "conflict"
                     }
+                    // Invariant 7: a retry of a forgotten request never executes.
+                    Model::Tombstone { .. } => "forgotten",
                     Model::Pending { lease_until, .. } if now < lease_until => "in_progress",
                     Model::Pending { .. } if takeover => "claimed",
                     Model::Pending { generation, fp, .. } => {
@@ -214,6 +252,22 @@ fn run(ops: Vec<Op>, takeover: bool) -> Result<(), TestCaseError> {
                     Decision::NeedsReconciliation { generation } => {
                         prop_assert_eq!(expected_kind, "unknown");
                         prop_assert_eq!(Some(generation.0), model_generation(m));
+                    }
+                    Decision::Forgotten {
+                        generation,
+                        verdict,
+                        ..
+                    } => {
+                        prop_assert_eq!(expected_kind, "forgotten");
+                        let Model::Tombstone {
+                            generation: g,
+                            verdict: v,
+                            ..
+                        } = seen_at(m, now, tomb)
+                        else {
+                            unreachable!()
+                        };
+                        prop_assert_eq!((generation.0, verdict), (g, v));
                     }
                 }
             }
@@ -344,14 +398,21 @@ fn run(ops: Vec<Op>, takeover: bool) -> Result<(), TestCaseError> {
                 let swept = real.sweep(t, limit);
                 prop_assert!(swept.len() <= limit);
                 let expired: Vec<usize> = (0..ids.len())
-                    .filter(|&k| matches!(model[k], Model::Settled { expires_at, .. } if now >= expires_at))
+                    .filter(|&k| {
+                        matches!(
+                            model[k],
+                            Model::Settled { expires_at, .. } | Model::Tombstone { expires_at, .. }
+                                if now >= expires_at
+                        )
+                    })
                     .collect();
                 prop_assert_eq!(swept.len(), expired.len().min(limit));
                 for id in swept {
                     let key = ids.iter().position(|i| *i == id).unwrap();
-                    // Invariant 4: only settled records past expiry are ever swept.
+                    // Invariant 4: only settled records and tombstones past expiry are
+                    // ever swept; a settled one leaves its tombstone.
                     prop_assert!(expired.contains(&key));
-                    model[key] = Model::Absent;
+                    model[key] = seen_at(&model[key], now, tomb);
                 }
             }
         }
@@ -400,6 +461,25 @@ fn run(ops: Vec<Op>, takeover: bool) -> Result<(), TestCaseError> {
                 (Model::Unknown { generation, .. }, Some(r)) => {
                     prop_assert_eq!((r.state(), r.generation.0), (State::Unknown, *generation));
                 }
+                (
+                    Model::Tombstone {
+                        generation,
+                        verdict,
+                        expires_at,
+                        ..
+                    },
+                    Some(r),
+                ) => {
+                    prop_assert_eq!(
+                        (r.state(), r.generation.0),
+                        (State::Forgotten, *generation)
+                    );
+                    prop_assert_eq!(r.expires_at(), Some(Timestamp(*expires_at)));
+                    let idem_core::Status::Tombstone { verdict: kept, .. } = r.status else {
+                        unreachable!()
+                    };
+                    prop_assert_eq!(kept, *verdict);
+                }
                 (m, r) => prop_assert!(false, "model {m:?} but record {r:?}"),
             }
         }
@@ -411,12 +491,18 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
-    fn protocol_matches_the_model_with_unknown_on_expiry(ops in proptest::collection::vec(op(), 1..120)) {
-        run(ops, false)?;
+    fn protocol_matches_the_model_with_unknown_on_expiry(
+        ops in proptest::collection::vec(op(), 1..120),
+        tomb in prop::sample::select(vec![0u64, 700]),
+    ) {
+        run(ops, false, tomb)?;
     }
 
     #[test]
-    fn protocol_matches_the_model_with_takeover(ops in proptest::collection::vec(op(), 1..120)) {
-        run(ops, true)?;
+    fn protocol_matches_the_model_with_takeover(
+        ops in proptest::collection::vec(op(), 1..120),
+        tomb in prop::sample::select(vec![0u64, 700]),
+    ) {
+        run(ops, true, tomb)?;
     }
 }

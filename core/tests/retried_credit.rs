@@ -75,8 +75,20 @@ fn a_retried_credit_executes_once() {
         Decision::Claimed { .. }
     ));
 
-    // Retention ends: the key can be claimed again, and the earlier generation is fenced.
+    // Retention ends: the outcome is forgotten, and a late retry still does not execute.
     let after_retention = t0.plus_millis(40 + DAY);
+    assert_eq!(
+        receiver.begin(&id, credit, after_retention).unwrap(),
+        Decision::Forgotten {
+            generation,
+            verdict: Verdict::Succeeded,
+            completed_at: t0.plus_millis(40),
+        }
+    );
+
+    // The tombstone's 30 days end too: the key can be claimed again, and the earlier
+    // generation is fenced.
+    let after_retention = t0.plus_millis(40 + 31 * DAY);
     let Decision::Claimed {
         generation: second, ..
     } = receiver.begin(&id, credit, after_retention).unwrap()

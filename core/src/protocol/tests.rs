@@ -71,8 +71,15 @@ fn begin_on_absent_claims_a_new_generation() {
     assert_eq!((record.created_at, record.updated_at), (T0, T0));
 }
 
+fn without_tombstones() -> Config {
+    Config {
+        tombstone_retention_ms: 0,
+        ..config()
+    }
+}
+
 #[test]
-fn begin_on_expired_settled_claims_again_even_with_another_fingerprint() {
+fn begin_on_expired_settled_without_tombstones_claims_again_even_with_another_fingerprint() {
     for verdict in [Verdict::Succeeded, Verdict::Failed] {
         let old = settled(verdict, T0.plus_millis(50));
         let t = begin(
@@ -80,7 +87,7 @@ fn begin_on_expired_settled_claims_again_even_with_another_fingerprint() {
             fp("other"),
             Generation(9),
             T0.plus_millis(50),
-            &config(),
+            &without_tombstones(),
         );
         assert!(matches!(
             t.decision,
@@ -91,6 +98,146 @@ fn begin_on_expired_settled_claims_again_even_with_another_fingerprint() {
         ));
         assert_eq!(put(t.write).fingerprint, fp("other"));
     }
+}
+
+fn tombstone(verdict: Verdict, expires_at: Timestamp) -> Record {
+    Record {
+        updated_at: T0.plus_millis(50),
+        status: Status::Tombstone {
+            verdict,
+            completed_at: T0,
+            expires_at,
+        },
+        ..pending(3, T0)
+    }
+}
+
+#[test]
+fn begin_on_expired_settled_within_tombstone_retention_is_forgotten_and_writes_nothing() {
+    let config = Config {
+        tombstone_retention_ms: 100,
+        ..config()
+    };
+    for verdict in [Verdict::Succeeded, Verdict::Failed] {
+        let old = settled(verdict, T0.plus_millis(50));
+        // Whether sweep turned it into its tombstone yet or not, the answer is the same.
+        for current in [old.clone(), old.tombstone(100).unwrap()] {
+            for now in [50, 149] {
+                let t = begin(
+                    Some(&current),
+                    fp("a"),
+                    Generation(9),
+                    T0.plus_millis(now),
+                    &config,
+                );
+                assert_eq!(
+                    t.decision,
+                    Decision::Forgotten {
+                        generation: Generation(3),
+                        verdict,
+                        completed_at: T0,
+                    },
+                    "{current:?} at +{now}"
+                );
+                assert_eq!(t.write, Write::Nothing);
+                let other = begin(
+                    Some(&current),
+                    fp("other"),
+                    Generation(9),
+                    T0.plus_millis(now),
+                    &config,
+                );
+                assert_eq!(
+                    other.decision,
+                    Decision::Conflict {
+                        state: State::Forgotten,
+                        stored_fingerprint: fp("a"),
+                    }
+                );
+                assert_eq!(other.write, Write::Nothing);
+            }
+            // Past the tombstone's own time the key is free again.
+            let t = begin(
+                Some(&current),
+                fp("other"),
+                Generation(9),
+                T0.plus_millis(150),
+                &config,
+            );
+            assert!(matches!(
+                t.decision,
+                Decision::Claimed {
+                    generation: Generation(9),
+                    ..
+                }
+            ));
+        }
+    }
+}
+
+#[test]
+fn a_tombstone_keeps_what_identifies_the_request_and_no_outcome() {
+    let old = settled(Verdict::Failed, T0.plus_millis(50));
+    assert_eq!(
+        old.tombstone(100),
+        Some(tombstone(Verdict::Failed, T0.plus_millis(150)))
+    );
+    assert_eq!(old.tombstone(0), None, "0 turns tombstones off");
+    for other in [pending(3, T0), unknown(), tombstone(Verdict::Failed, T0)] {
+        assert_eq!(other.tombstone(100), None, "{other:?}");
+    }
+    let kept = tombstone(Verdict::Succeeded, T0.plus_millis(150));
+    assert_eq!(kept.state(), State::Forgotten);
+    assert_eq!(kept.expires_at(), Some(T0.plus_millis(150)));
+    assert_eq!(kept.lease_until(), None);
+}
+
+#[test]
+fn sweep_leaves_a_tombstone_then_deletes_it() {
+    let config = Config {
+        tombstone_retention_ms: 100,
+        ..config()
+    };
+    let old = settled(Verdict::Succeeded, T0.plus_millis(50));
+    assert_eq!(sweep(&old, T0.plus_millis(49), &config), Swept::Keep);
+    let Swept::Tombstone(kept) = sweep(&old, T0.plus_millis(50), &config) else {
+        panic!("a settled record past retention leaves its tombstone");
+    };
+    assert_eq!(kept, old.tombstone(100).unwrap());
+    assert_eq!(sweep(&kept, T0.plus_millis(149), &config), Swept::Keep);
+    assert_eq!(sweep(&kept, T0.plus_millis(150), &config), Swept::Delete);
+    // A sweep that comes late, past the tombstone's time too, deletes at once.
+    assert_eq!(sweep(&old, T0.plus_millis(150), &config), Swept::Delete);
+    assert_eq!(
+        sweep(&old, T0.plus_millis(50), &without_tombstones()),
+        Swept::Delete
+    );
+    for never in [pending(3, T0), unknown()] {
+        assert_eq!(sweep(&never, Timestamp(u64::MAX), &config), Swept::Keep);
+    }
+}
+
+#[test]
+fn executor_inputs_on_a_tombstone_are_stale_and_resolve_is_wrong_state() {
+    let kept = tombstone(Verdict::Succeeded, T0.plus_millis(150));
+    assert!(matches!(
+        heartbeat(Some(&kept), Generation(3), T0, &config()),
+        Err(Refusal::Stale {
+            state: State::Forgotten,
+            ..
+        })
+    ));
+    assert!(matches!(
+        release(Some(&kept), Generation(3)),
+        Err(Refusal::Stale { .. })
+    ));
+    assert_eq!(
+        resolve(Some(&kept), Resolution::NotExecuted, T0, &config()),
+        Err(Refusal::WrongState {
+            state: State::Forgotten,
+            expected: State::Unknown,
+        })
+    );
 }
 
 #[test]
