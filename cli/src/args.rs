@@ -13,11 +13,12 @@ Exit status: 0 done (claimed, replay, settled, found) · 1 runtime error (I/O, c
 2 usage or invalid input · 3 conflict · 4 in progress · 5 unknown, needs reconciliation ·
 6 stale generation, wrong state, illegal move or version mismatch · 7 not found ·
 8 token not issued (never, or for another tenant or operation) · 9 token expired before
-its first use.
+its first use · 13 forgotten: the request ran, its outcome is past retention and only a
+tombstone is kept; it does not run again.
 `exec` and `token consume` exit with the program's status, or the stored one on replay; a
 program's exit 75 (or a status of --retry-on) releases the key instead of settling it.
 
-Durations: 500ms, 30s, 15m, 24h, 7d. Defaults: lease 30s, retention 24h.
+Durations: 500ms, 30s, 15m, 24h, 7d. Defaults: lease 30s, retention 24h, tombstones 30d.
 
 Time: --now replaces the clock; a command that writes refuses a --now more than 5 minutes
 ahead of the system clock. The store never lets time go back: a write uses the latest time
@@ -316,19 +317,27 @@ Example:
 Example:
   idem stats --json")]
     Stats,
-    /// Delete settled records whose retention has ended, oldest first.
+    /// Sweep settled records whose retention has ended, oldest first: each leaves a tombstone.
     #[command(after_help = "\
-Pending and unknown records are never swept.
+A settled record past its retention is replaced by its tombstone (fingerprint, generation,
+verdict, completion time; not the output): until the tombstone's time ends, a retry of the
+same request exits 13 (forgotten) and does not run again, and `idem get` shows the
+tombstone. Tombstones past their time are deleted. Pending and unknown records are never
+swept.
 
 Example:
-  idem sweep --limit 10000 --dry-run")]
+  idem sweep --limit 10000 --dry-run
+  idem sweep --tombstones 0        # delete outright: a retry after retention runs again")]
     Sweep {
         /// At most this many records [default: all that expired].
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
-        /// Count what would be swept, delete nothing.
+        /// Count what would be swept, change nothing.
         #[arg(long)]
         dry_run: bool,
+        /// How long a tombstone is kept after the retention ends; 0 keeps none.
+        #[arg(long, value_name = "DUR", default_value = "30d", value_parser = parse_tombstones)]
+        tombstones: u64,
     },
     /// Verify the file: every table, record and index decodes and agrees.
     #[command(after_help = "\
@@ -543,6 +552,15 @@ pub(crate) struct TokenIdArgs {
     /// The token: 22 characters of URL-safe base64, as `token issue` printed it.
     #[arg(value_name = "TOKEN", allow_hyphen_values = true)]
     pub(crate) token: String,
+}
+
+/// `0` (no tombstones) or a duration.
+fn parse_tombstones(text: &str) -> Result<u64, String> {
+    if text == "0" {
+        Ok(0)
+    } else {
+        parse_duration(text).map_err(|e| format!("{e}; or 0 to keep no tombstone"))
+    }
 }
 
 fn parse_intent_state(text: &str) -> Result<IntentState, String> {

@@ -295,7 +295,9 @@ impl Story {
     }
 
     fn retention_ends(&mut self) -> Result<(), Failure> {
-        say("\n6. A day later the retention of every outcome has ended; sweep cleans up.");
+        say(
+            "\n6. A day later the retention of every outcome has ended; sweep cleans up,\n   keeping a tombstone of each so a very late retry is answered forgotten.",
+        );
         self.now = self.now.plus_millis(24 * HOUR + SECOND);
         let store = self.store();
         let before = store.stats(self.now).map_err(maintain_failure)?;
@@ -309,9 +311,11 @@ impl Story {
             .map_err(store_failure)?;
         let after = store.stats(self.now).map_err(maintain_failure)?;
         say(&format!(
-            "   sweep removed {}; after: {} records",
-            report.removed,
-            after.records()
+            "   sweep removed {} outcomes and kept {} tombstones; after: {} records, {} of them tombstones",
+            report.removed + report.tombstoned,
+            report.tombstoned,
+            after.records(),
+            after.forgotten
         ));
         let mut left = 0;
         store

@@ -223,6 +223,19 @@ pub(crate) fn claim(
                     ),
                 ));
             }
+            Decision::Forgotten {
+                generation,
+                verdict,
+                completed_at,
+            } => {
+                return Err(Failure::new(
+                    Exit::Forgotten,
+                    format!(
+                        "{id}: forgotten: generation {generation} ran and {verdict} at {}; its output is past retention and no longer kept, and it does not run again",
+                        format_instant(completed_at)
+                    ),
+                ));
+            }
         }
     }
 }

@@ -28,6 +28,8 @@ pub(crate) enum Exit {
     NotIssued = 8,
     /// The token's ttl passed before its first use.
     TokenExpired = 9,
+    /// The request ran; its outcome is past retention and only its tombstone is kept.
+    Forgotten = 13,
 }
 
 impl Exit {

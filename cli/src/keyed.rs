@@ -28,6 +28,7 @@ pub(crate) fn decision_exit(decision: &Decision) -> Exit {
         Decision::Conflict { .. } => Exit::Conflict,
         Decision::InProgress { .. } => Exit::InProgress,
         Decision::NeedsReconciliation { .. } => Exit::Unknown,
+        Decision::Forgotten { .. } => Exit::Forgotten,
     }
 }
 

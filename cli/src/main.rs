@@ -193,7 +193,11 @@ fn run(cli: &Cli) -> Ending {
         Command::Token(TokenCommand::Get { id }) => token::get(&session, id),
         Command::Token(TokenCommand::Sweep { limit }) => token::sweep(&session, *limit),
         Command::Reconcile { with, limit, args } => reconcile::run(&session, with, args, *limit),
-        Command::Sweep { limit, dry_run } => maintain::sweep(&session, *limit, *dry_run),
+        Command::Sweep {
+            limit,
+            dry_run,
+            tombstones,
+        } => maintain::sweep(&session, *limit, *dry_run, *tombstones),
         Command::Check => maintain::check(&session),
         Command::Compact => maintain::compact(&session),
         Command::Export { out } => maintain::export(&session, out.as_deref()),

@@ -166,11 +166,17 @@ fn stats_text(stats: &Stats) -> String {
 }
 
 /// `idem sweep [--limit N] [--dry-run]`
-pub(crate) fn sweep(session: &Session, limit: Option<usize>, dry_run: bool) -> Ending {
-    let store = session.open(
-        Config::default(),
-        if dry_run { Access::Read } else { Access::Write },
-    )?;
+pub(crate) fn sweep(
+    session: &Session,
+    limit: Option<usize>,
+    dry_run: bool,
+    tombstones: u64,
+) -> Ending {
+    let config = Config {
+        tombstone_retention_ms: tombstones,
+        ..Config::default()
+    };
+    let store = session.open(config, if dry_run { Access::Read } else { Access::Write })?;
     let now = session.now();
     let limit = limit.unwrap_or(usize::MAX);
     let report = if dry_run {
@@ -185,14 +191,19 @@ pub(crate) fn sweep(session: &Session, limit: Option<usize>, dry_run: bool) -> E
         };
         let mut report = SweepReport::default();
         loop {
-            let left = limit.saturating_sub(usize::try_from(report.removed).unwrap_or(usize::MAX));
+            let done = report.removed + report.tombstoned;
+            let left = limit.saturating_sub(usize::try_from(done).unwrap_or(usize::MAX));
             let step = store
                 .sweep(now, left.min(SWEEP_STEP), false)
                 .map_err(store_failure)?;
             report.removed += step.removed;
-            bar.inc(step.removed);
+            report.tombstoned += step.tombstoned;
+            bar.inc(step.removed + step.tombstoned);
             report.remaining_expired = step.remaining_expired;
-            if !step.remaining_expired || step.removed == 0 || left <= SWEEP_STEP {
+            if !step.remaining_expired
+                || step.removed + step.tombstoned == 0
+                || left <= SWEEP_STEP
+            {
                 break;
             }
         }
@@ -202,17 +213,25 @@ pub(crate) fn sweep(session: &Session, limit: Option<usize>, dry_run: bool) -> E
     let printer = session.printer();
     let value = serde_json::json!({
         "removed": report.removed,
+        "tombstoned": report.tombstoned,
         "remaining_expired": report.remaining_expired,
         "dry_run": dry_run,
     });
     printer.either(&value, || {
-        let verb = if dry_run { "would sweep" } else { "swept" };
+        let (deleted, tombstoned) = if dry_run {
+            ("would delete", "would leave")
+        } else {
+            ("deleted", "left")
+        };
         let more = if report.remaining_expired {
             "; more expired records remain past --limit"
         } else {
             ""
         };
-        format!("{verb} {} expired records{more}", report.removed)
+        format!(
+            "{deleted} {} records, {tombstoned} {} tombstones{more}",
+            report.removed, report.tombstoned
+        )
     })?;
     Ok(Exit::Done.code())
 }

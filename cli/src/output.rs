@@ -93,6 +93,14 @@ impl Printer {
             Decision::NeedsReconciliation { generation } => format!(
                 "unknown: nobody knows whether generation {generation} took effect; reconcile it with `idem resolve`"
             ),
+            Decision::Forgotten {
+                generation,
+                verdict,
+                completed_at,
+            } => format!(
+                "forgotten: generation {generation} ran and {verdict} at {}; its outcome is past retention and no longer kept; do not run it again",
+                self.instant_from_now(*completed_at)
+            ),
         }
     }
 
@@ -130,6 +138,15 @@ impl Printer {
                 rows.push(("outcome", body_text(&outcome.body)));
             }
             Status::Unknown => {}
+            Status::Tombstone {
+                completed_at,
+                expires_at,
+                ..
+            } => {
+                rows.push(("completed", self.instant_from_now(*completed_at)));
+                rows.push(("forgotten", self.instant_from_now(record.updated_at)));
+                rows.push(("tombstone until", self.instant_from_now(*expires_at)));
+            }
         }
         let rows: Vec<Vec<String>> = rows
             .into_iter()
@@ -198,6 +215,14 @@ impl Printer {
             Status::Unknown => format!(
                 "unknown {}",
                 format_span(now.millis_since(record.updated_at))
+            ),
+            Status::Tombstone {
+                verdict,
+                completed_at,
+                ..
+            } => format!(
+                "forgotten: {verdict} {} ago, outcome past retention, only a tombstone kept",
+                format_span(now.millis_since(*completed_at))
             ),
         }
     }
@@ -283,6 +308,12 @@ pub(crate) enum DecisionView {
     },
     /// `{"decision":"unknown","generation":N}`
     Unknown { generation: u64 },
+    /// `{"decision":"forgotten","generation":N,"state":…,"completed_at":MS}`
+    Forgotten {
+        generation: u64,
+        state: &'static str,
+        completed_at: u64,
+    },
 }
 
 impl DecisionView {
@@ -322,6 +353,15 @@ impl DecisionView {
             },
             Decision::NeedsReconciliation { generation } => DecisionView::Unknown {
                 generation: generation.0,
+            },
+            Decision::Forgotten {
+                generation,
+                verdict,
+                completed_at,
+            } => DecisionView::Forgotten {
+                generation: generation.0,
+                state: verdict.name(),
+                completed_at: completed_at.0,
             },
         }
     }

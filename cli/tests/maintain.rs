@@ -176,31 +176,64 @@ fn stats_count_by_state() {
 }
 
 #[test]
-fn sweep_follows_now_and_never_removes_pending_or_unknown() {
+fn sweep_follows_now_leaves_tombstones_and_never_removes_pending_or_unknown() {
     let idem = populated();
     let run = idem.at(T0 + HOUR + 1, &["sweep"]);
     assert_eq!(
         run.json(),
-        json!({"removed": 0, "remaining_expired": false, "dry_run": false})
+        json!({"removed": 0, "tombstoned": 0, "remaining_expired": false, "dry_run": false})
     );
     let run = idem.at(T0 + 2 * HOUR + 4, &["sweep", "--dry-run"]);
     assert_eq!(
         run.json(),
-        json!({"removed": 2, "remaining_expired": false, "dry_run": true})
+        json!({"removed": 0, "tombstoned": 2, "remaining_expired": false, "dry_run": true})
     );
     idem.at(T0, &["get", "t", "o", "b"]).code(0);
     let run = idem.at(T0 + 2 * HOUR + 4, &["sweep", "--limit", "1"]);
     assert_eq!(
         run.json(),
-        json!({"removed": 1, "remaining_expired": true, "dry_run": false})
+        json!({"removed": 0, "tombstoned": 1, "remaining_expired": true, "dry_run": false})
     );
-    idem.at(T0, &["get", "t", "o", "b"]).code(7);
+    // b is a tombstone now: get shows it, and a retry of the same request exits 13.
+    let tombstone = idem.at(T0 + 2 * HOUR + 5, &["get", "t", "o", "b"]).json();
+    assert_eq!(tombstone["state"], "forgotten");
+    assert_eq!(tombstone["verdict"], "succeeded");
+    assert_eq!(tombstone["completed_at"], T0 + 2);
+    assert_eq!(tombstone["expires_at"], T0 + 2 + HOUR + 30 * 24 * HOUR);
+    assert!(tombstone.get("outcome_b64").is_none(), "{tombstone}");
+    let text = idem.run(&["--now", &(T0 + 2 * HOUR + 5).to_string(), "get", "t", "o", "b"]);
+    assert!(text.code(0).stdout.contains("forgotten"), "{}", text.stdout);
+    let retry = idem.run(&["--now", &(T0 + 2 * HOUR + 5).to_string(), "begin", "t", "o", "b"]);
+    retry.code(13);
+    assert!(retry.stdout.contains("forgotten: generation 2"), "{}", retry.stdout);
+    assert_eq!(
+        idem.at(T0 + 2 * HOUR + 5, &["begin", "t", "o", "b"]).json()["decision"],
+        "forgotten"
+    );
     // Far, but behind the system clock: a command that writes refuses a --now ahead of it.
+    // Every tombstone's 30 days have passed too.
     let far = T0 + 250 * 24 * HOUR;
-    assert_eq!(idem.at(far, &["sweep"]).json()["removed"], 2);
+    let run = idem.at(far, &["sweep"]).json();
+    assert_eq!((run["removed"].as_u64(), run["tombstoned"].as_u64()), (Some(3), Some(0)));
     assert_eq!(keys(&idem.at(far, &["list"]).json_lines()), ["t/a", "t/d"]);
-    // The key is free again after its retention ended and sweep removed it.
+    // The key is free again after its tombstone's time ended and sweep removed it.
     assert_eq!(claim(&idem, far, "b"), 6);
+}
+
+#[test]
+fn sweep_without_tombstones_deletes_and_a_late_retry_runs_again() {
+    let idem = populated();
+    let run = idem.at(T0 + 2 * HOUR + 4, &["sweep", "--tombstones", "0"]);
+    assert_eq!(
+        run.json(),
+        json!({"removed": 2, "tombstoned": 0, "remaining_expired": false, "dry_run": false})
+    );
+    idem.at(T0 + 2 * HOUR + 5, &["get", "t", "o", "b"]).code(7);
+    assert_eq!(claim(&idem, T0 + 2 * HOUR + 5, "b"), 6);
+    let bad = idem.run(&["sweep", "--tombstones", "forever"]);
+    bad.code(2);
+    assert!(bad.stderr.contains("--tombstones"), "{}", bad.stderr);
+    assert!(bad.stderr.contains("or 0 to keep no tombstone"), "{}", bad.stderr);
 }
 
 #[test]

@@ -13,8 +13,12 @@
 //! (`snapshot.rs`) answers. A caller `now >= expires_at` drops the entry and takes the
 //! normal path.
 //!
-//! Only settled records enter, never Pending or Unknown, and only records read from the
-//! file or committed to it (after the commit succeeded).
+//! Only settled records and tombstones enter, never Pending or Unknown, and only records
+//! read from the file or committed to it (after the commit succeeded). A tombstone
+//! never changes before its `expires_at` either (only sweep and a claiming begin touch
+//! it, both at or past it), so the same argument holds for it: it answers Forgotten or
+//! Conflict and writes nothing. When sweep turns a settled record into its tombstone,
+//! it removes the cached entry as for a delete.
 //!
 //! Callers pass their own clocks, which may disagree. In this process, a settled record
 //! is replaced or deleted only by a begin or a sweep whose `now` is at or past its
@@ -63,7 +67,9 @@ pub const REPLAY_CACHE_MAX_BODY: usize = 64 << 10;
 fn weight(id_key: &[u8], record: &Record) -> usize {
     let body = match &record.status {
         idem_core::Status::Settled { outcome, .. } => outcome.body.len(),
-        idem_core::Status::Pending { .. } | idem_core::Status::Unknown => 0,
+        idem_core::Status::Pending { .. }
+        | idem_core::Status::Unknown
+        | idem_core::Status::Tombstone { .. } => 0,
     };
     id_key.len() + body
 }

@@ -16,9 +16,10 @@ use std::fmt;
 
 use idem_core::machine::{self, Entity, EntityDecision, Machine};
 use idem_core::{IdError, RecordId, Timestamp};
-use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, TableError, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
 use crate::error::Error;
+use crate::tables::open_read;
 
 /// Entity bytes → entity.
 pub(crate) const ENTITIES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.entities");
@@ -124,17 +125,6 @@ fn decode_entity(key: &[u8], bytes: &[u8]) -> Result<Entity, Error> {
         what: format!("entity {}", crate::tables::describe_key(key)),
         source,
     })
-}
-
-fn open_read<K: redb::Key + 'static, V: redb::Value + 'static>(
-    txn: &ReadTransaction,
-    table: TableDefinition<K, V>,
-) -> Result<Option<redb::ReadOnlyTable<K, V>>, Error> {
-    match txn.open_table(table) {
-        Ok(table) => Ok(Some(table)),
-        Err(TableError::TableDoesNotExist(_)) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// Decides and applies the move of `id` to `to` in `txn`.

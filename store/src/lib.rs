@@ -83,6 +83,7 @@
 //!     Decision::InProgress { lease_until, .. } => println!("busy, retry after {lease_until}"),
 //!     Decision::Conflict { .. } => println!("this key was used for another request"),
 //!     Decision::NeedsReconciliation { .. } => println!("waiting for a reconciler"),
+//!     Decision::Forgotten { .. } => println!("done long ago; the outcome is no longer kept"),
 //! }
 //!
 //! // Every retry now answers NeedsReconciliation, until someone checks with the provider.
@@ -95,8 +96,13 @@
 //! # Sweep and stats
 //!
 //! Settled records are replayed until their retention ends; [`Store::sweep`] then
-//! deletes them, oldest first, in bounded batches. Pending and Unknown records are never
-//! swept: [`Store::stats`] shows them for alerting.
+//! replaces each by its tombstone (what identifies the request, not its outcome), oldest
+//! first, in bounded batches, and deletes the tombstone once
+//! [`Config::tombstone_retention_ms`](idem_core::Config::tombstone_retention_ms) (30 days
+//! by default) has passed too. Until then a late retry is answered
+//! [`Decision::Forgotten`](idem_core::protocol::Decision::Forgotten) and does not execute
+//! again; with tombstones off (0) it executes again. Pending and Unknown records are
+//! never swept: [`Store::stats`] shows them for alerting.
 //!
 //! ```
 //! use idem_core::{Config, Fingerprint, Outcome, RecordId, Timestamp, Verdict};
@@ -122,10 +128,16 @@
 //! assert_eq!(stats.oldest_pending_age_ms, Some(119_000));
 //!
 //! let report = store.sweep(later, 2, false)?;
-//! assert_eq!((report.removed, report.remaining_expired), (2, true));
+//! assert_eq!((report.tombstoned, report.remaining_expired), (2, true));
 //! let report = store.sweep(later, 100, false)?;
-//! assert_eq!((report.removed, report.remaining_expired), (1, false));
-//! assert_eq!(store.stats(later)?.records(), 1); // the Pending record stays
+//! assert_eq!((report.tombstoned, report.remaining_expired), (1, false));
+//! let stats = store.stats(later)?;
+//! assert_eq!((stats.forgotten, stats.pending, stats.succeeded), (3, 1, 0));
+//!
+//! // 30 days on, the tombstones go too; the Pending record stays.
+//! let much_later = Timestamp(31 * 24 * 3_600_000);
+//! assert_eq!(store.sweep(much_later, 100, false)?.removed, 3);
+//! assert_eq!(store.stats(much_later)?.records(), 1);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!

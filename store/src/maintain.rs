@@ -1,7 +1,7 @@
 //! Keeping a store healthy: sweep, stats for alerting, check and compact.
 
-use idem_core::protocol::sweepable;
-use idem_core::{Generation, State, Timestamp};
+use idem_core::protocol::{self, Swept};
+use idem_core::{Config, Generation, State, Timestamp};
 use redb::{ReadableTable, ReadableTableMetadata};
 use serde::Serialize;
 
@@ -25,8 +25,12 @@ const MAX_LISTED_PROBLEMS: usize = 100;
 /// What [`crate::Store::sweep`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct SweepReport {
-    /// Records deleted; for a dry run, records that would be.
+    /// Records deleted (tombstones past their time, and settled records when
+    /// tombstones are off); for a dry run, records that would be.
     pub removed: u64,
+    /// Settled records past retention replaced by their tombstone; for a dry run,
+    /// records that would be.
+    pub tombstoned: u64,
     /// True when expired records remain beyond the limit.
     pub remaining_expired: bool,
 }
@@ -42,9 +46,12 @@ pub struct Stats {
     pub failed: u64,
     /// Records in state Unknown: each needs a reconciler.
     pub unknown: u64,
+    /// Tombstones: requests whose outcome is past retention, kept so that a late
+    /// retry is answered Forgotten instead of executing again.
+    pub forgotten: u64,
     /// Pending records whose lease ran out: an executor died or hangs.
     pub pending_lease_expired: u64,
-    /// Settled records past their retention, waiting for a sweep.
+    /// Settled records and tombstones past their time, waiting for a sweep.
     pub expired: u64,
     /// Age (now − `created_at`) of the oldest Pending record.
     pub oldest_pending_age_ms: Option<u64>,
@@ -97,13 +104,14 @@ impl Stats {
             State::Succeeded => self.succeeded,
             State::Failed => self.failed,
             State::Unknown => self.unknown,
+            State::Forgotten => self.forgotten,
         }
     }
 
-    /// The number of records in every state.
+    /// The number of records in every state, tombstones included.
     #[must_use]
     pub fn records(&self) -> u64 {
-        self.pending + self.succeeded + self.failed + self.unknown
+        self.pending + self.succeeded + self.failed + self.unknown + self.forgotten
     }
 }
 
@@ -153,26 +161,29 @@ impl Problems {
     }
 }
 
-/// Deletes settled records whose retention ended at `now`; see [`crate::Store::sweep`].
+/// Sweeps the settled records and tombstones whose time ended at `now`; see
+/// [`crate::Store::sweep`].
 pub(crate) fn sweep(
     writer: &Writer,
     cache: &ReplayCache,
+    config: &Config,
     now: Timestamp,
     limit: usize,
     dry_run: bool,
 ) -> Result<SweepReport, Error> {
     if dry_run {
-        return guard_read(|_| sweep_dry_run(writer, now, limit));
+        return guard_read(|_| sweep_dry_run(writer, config, now, limit));
     }
     // From here on, no record this sweep may delete is answered from the replay
     // cache (`cache.rs`).
     cache.raise_horizon(now);
-    let mut removed = 0usize;
+    let mut report = SweepReport::default();
+    let mut done = 0usize;
     loop {
-        let batch = SWEEP_BATCH.min(limit - removed);
+        let batch = SWEEP_BATCH.min(limit - done);
         let writing = writer.writing("sweep")?;
-        let mut deleted_keys = Vec::new();
-        let (deleted, more) = {
+        let mut swept_keys = Vec::new();
+        let (taken, more) = {
             let mut tables = writer.tables(&writing)?;
             // A clock behind the floor sweeps as if it were at the floor. A sweep reads
             // the floor but never raises it: a sweep at a clock far ahead would
@@ -193,14 +204,22 @@ pub(crate) fn sweep(
             for key in &keys[..take] {
                 let (expires_at, id_key) = tables::split_timed_key(key)?;
                 let record = tables.get(id_key)?;
-                match record {
-                    Some(record)
-                        if record.expires_at() == Some(expires_at) && sweepable(&record, now) =>
-                    {
-                        tables.delete(id_key, &record)?;
-                        deleted_keys.push(id_key.to_vec());
+                let swept = match &record {
+                    Some(record) if record.expires_at() == Some(expires_at) => {
+                        protocol::sweep(record, now, config)
                     }
-                    other => {
+                    _ => Swept::Keep,
+                };
+                match (swept, record) {
+                    (Swept::Tombstone(tombstone), Some(record)) => {
+                        tables.put(id_key, Some(&record), &tombstone)?;
+                        report.tombstoned += 1;
+                    }
+                    (Swept::Delete, Some(record)) => {
+                        tables.delete(id_key, &record)?;
+                        report.removed += 1;
+                    }
+                    (_, other) => {
                         return Err(Error::Corrupt {
                             detail: format!(
                                 "expiry index names {} at {expires_at}, but its record is {:?}",
@@ -210,23 +229,27 @@ pub(crate) fn sweep(
                         });
                     }
                 }
+                swept_keys.push(id_key.to_vec());
             }
             (take, keys.len() > take)
         };
-        writer.finish(writing, deleted > 0)?;
-        cache.remove(deleted_keys.iter().map(Vec::as_slice));
-        removed += deleted;
-        if !more || removed >= limit {
-            return Ok(SweepReport {
-                removed: removed as u64,
-                remaining_expired: more,
-            });
+        writer.finish(writing, taken > 0)?;
+        cache.remove(swept_keys.iter().map(Vec::as_slice));
+        done += taken;
+        if !more || done >= limit {
+            report.remaining_expired = more;
+            return Ok(report);
         }
     }
 }
 
-/// What [`sweep`] would delete.
-fn sweep_dry_run(writer: &Writer, now: Timestamp, limit: usize) -> Result<SweepReport, Error> {
+/// What [`sweep`] would delete and turn into tombstones.
+fn sweep_dry_run(
+    writer: &Writer,
+    config: &Config,
+    now: Timestamp,
+    limit: usize,
+) -> Result<SweepReport, Error> {
     let db = writer.read();
     let txn = db.begin_read()?;
     let meta = txn.open_table(META)?;
@@ -237,18 +260,31 @@ fn sweep_dry_run(writer: &Writer, now: Timestamp, limit: usize) -> Result<SweepR
         now
     };
     let expiry = txn.open_table(EXPIRY)?;
+    let records = txn.open_table(RECORDS)?;
     let mut report = SweepReport::default();
     for entry in expiry.iter()? {
         let (key, _) = entry?;
-        let (expires_at, _) = tables::split_timed_key(key.value())?;
+        let (expires_at, id_key) = tables::split_timed_key(key.value())?;
         if expires_at > now {
             break;
         }
-        if usize::try_from(report.removed).is_ok_and(|n| n >= limit) {
+        if usize::try_from(report.removed + report.tombstoned).is_ok_and(|n| n >= limit) {
             report.remaining_expired = true;
             break;
         }
-        report.removed += 1;
+        let record = tables::read_record(&records, id_key)?;
+        match record.map(|record| protocol::sweep(&record, now, config)) {
+            Some(Swept::Tombstone(_)) => report.tombstoned += 1,
+            Some(Swept::Delete) => report.removed += 1,
+            Some(Swept::Keep) | None => {
+                return Err(Error::Corrupt {
+                    detail: format!(
+                        "expiry index names {} at {expires_at}, which is not to be swept",
+                        tables::describe_key(id_key)
+                    ),
+                });
+            }
+        }
     }
     Ok(report)
 }
@@ -265,10 +301,13 @@ fn stats_guarded(writer: &Writer, now: Timestamp) -> Result<Stats, Error> {
     let txn = db.begin_read()?;
     let records = txn.open_table(RECORDS)?;
     let meta = txn.open_table(META)?;
-    let mut counts = [0u64; 4];
-    let mut oldest = [None; 4];
+    let mut counts = [0u64; 5];
+    let mut oldest = [None; 5];
     for (i, definition) in STATES.iter().enumerate() {
-        let index = txn.open_table(*definition)?;
+        // A schema 1 file read before any writable open has no tombstone index yet.
+        let Some(index) = tables::open_read(&txn, *definition)? else {
+            continue;
+        };
         counts[i] = index.len()?;
         if let Some((key, _)) = index.first()? {
             let (created_at, _) = tables::split_timed_key(key.value())?;
@@ -314,6 +353,7 @@ fn stats_guarded(writer: &Writer, now: Timestamp) -> Result<Stats, Error> {
         succeeded: counts[1],
         failed: counts[2],
         unknown: counts[3],
+        forgotten: counts[4],
         pending_lease_expired,
         expired,
         oldest_pending_age_ms: oldest[tables::state_index(State::Pending)],
@@ -378,6 +418,7 @@ pub(crate) fn check(writer: &Writer) -> Result<CheckReport, Error> {
         txn.open_table(STATES[1])?,
         txn.open_table(STATES[2])?,
         txn.open_table(STATES[3])?,
+        txn.open_table(STATES[4])?,
     ];
     let mut problems = Problems {
         listed: Vec::new(),
@@ -397,7 +438,7 @@ pub(crate) fn check(writer: &Writer) -> Result<CheckReport, Error> {
             u64::MAX
         }
     };
-    let mut counts = [0u64; 4];
+    let mut counts = [0u64; 5];
     let mut settled = 0u64;
     let mut total = 0u64;
     for entry in records.iter()? {
@@ -454,7 +495,7 @@ pub(crate) fn check(writer: &Writer) -> Result<CheckReport, Error> {
     let expiry_len = expiry.len()?;
     if expiry_len != settled {
         problems.push(format!(
-            "expiry index holds {expiry_len} entries for {settled} settled records"
+            "expiry index holds {expiry_len} entries for {settled} settled records and tombstones"
         ));
     }
     let intents = check_intents(&txn, &mut |problem| problems.push(problem))?;

@@ -31,7 +31,7 @@ use crate::cache::DEFAULT_REPLAY_CACHE;
 use crate::error::{Error, OpenError};
 use crate::handle::Handle;
 use crate::lock::begin_write;
-use crate::tables::{self, META, RECORDS, SCHEMA_KEY, SCHEMA_VERSION, Tables};
+use crate::tables::{self, META, OLDEST_SCHEMA, RECORDS, SCHEMA_KEY, SCHEMA_VERSION, Tables};
 use crate::wait::{Attempt, Deadline, retry_until};
 
 /// A file opened and checked by a [`StoreBuilder`], with the settings the store keeps.
@@ -445,7 +445,8 @@ impl StoreBuilder {
         )
     }
 
-    /// Creates idem's tables and schema version in a file that has none yet.
+    /// Creates idem's tables and schema version in a file that has none yet, or upgrades
+    /// an older schema this build reads to its own.
     fn initialize(&self, db: &Database, path: &Path, deadline: Deadline) -> Result<(), OpenError> {
         let to_open_error = |e: Error| match e {
             Error::Busy { waited } => OpenError::Locked {
@@ -466,7 +467,9 @@ impl StoreBuilder {
         // The common case, a file already initialized, needs only a read, which never
         // waits for another process's write transaction.
         match guarded(path, || read_schema_of(db))?.map_err(|e| storage(path, e))? {
+            // No schema yet, or an older one this build upgrades.
             Ok(None) => {}
+            Ok(Some(older)) if (OLDEST_SCHEMA..SCHEMA_VERSION).contains(&older) => {}
             known_or_bad => return check_schema(path, known_or_bad),
         }
         let mut txn = begin_write(db, deadline).map_err(to_open_error)?;
@@ -486,11 +489,14 @@ impl StoreBuilder {
             schema
         };
         match schema {
-            Some(found) => {
+            Some(found) if !(OLDEST_SCHEMA..SCHEMA_VERSION).contains(&found) => {
                 txn.abort().map_err(|e| storage(path, e.into()))?;
                 check_schema(path, Ok(Some(found)))
             }
-            None => {
+            // A new file, or an upgrade: `Tables::open` created the tables this schema
+            // added (schema 2: the tombstone index, empty since schema 1 had none), and
+            // the version is recorded in the same transaction.
+            None | Some(_) => {
                 {
                     let mut tables = Tables::open(&txn).map_err(to_open_error)?;
                     tables.set_schema().map_err(to_open_error)?;
@@ -538,7 +544,8 @@ fn schema_in(txn: &redb::ReadTransaction) -> Result<Result<Option<u64>, Error>, 
 
 fn check_schema(path: &Path, schema: Result<Option<u64>, Error>) -> Result<(), OpenError> {
     match schema {
-        Ok(None | Some(SCHEMA_VERSION)) => Ok(()),
+        Ok(None) => Ok(()),
+        Ok(Some(found)) if (OLDEST_SCHEMA..=SCHEMA_VERSION).contains(&found) => Ok(()),
         Ok(Some(found)) if found > SCHEMA_VERSION => Err(OpenError::NewerFormat {
             path: path.into(),
             found,

@@ -29,7 +29,7 @@ use redb::{ReadableTable, WriteTransaction};
 
 use crate::error::Error;
 use crate::handle::guard_read;
-use crate::tables::META;
+use crate::tables::{META, open_read};
 use crate::writer::Writer;
 
 mod tables;
@@ -42,7 +42,7 @@ pub(crate) use tables::{
 pub use view::IntentView;
 
 use tables::{
-    DUE, INTENTS, IntentTables, RNG_KEY, STATES, decode_intent, decode_key, open_read, read_intent,
+    DUE, INTENTS, IntentTables, RNG_KEY, STATES, decode_intent, decode_key, read_intent,
     read_rng, split_due_key, state_byte,
 };
 

@@ -93,7 +93,11 @@ fn list_guarded(
     };
     match filter.state {
         Some(state) => {
-            let index = txn.open_table(STATES[tables::state_index(state)])?;
+            // A schema 1 file read before any writable open has no tombstone index.
+            let Some(index) = tables::open_read(&txn, STATES[tables::state_index(state)])?
+            else {
+                return Ok(());
+            };
             for entry in index.iter()? {
                 let (key, _) = entry?;
                 let (_, id_key) = tables::split_timed_key(key.value())?;

@@ -802,18 +802,22 @@ impl Store {
         read::list(&self.writer, filter, visit)
     }
 
-    /// Deletes settled records whose retention ended at `now`, oldest `expires_at`
-    /// first, at most `limit`, in write transactions of at most
-    /// [`crate::SWEEP_BATCH`] records. Pending and Unknown records are never swept. With
-    /// `dry_run`, counts what would be deleted and deletes nothing (a read: it works on a
-    /// read-only store).
+    /// Sweeps settled records whose retention ended at `now`, and tombstones whose time
+    /// ended, oldest `expires_at` first, at most `limit`, in write transactions of at
+    /// most [`crate::SWEEP_BATCH`] records. A settled record leaves its tombstone
+    /// (fingerprint, generation, verdict, completion time; no outcome) for
+    /// [`Config::tombstone_retention_ms`], so that a late retry is answered
+    /// [`Decision::Forgotten`] and does not execute again; with that setting at 0 it is
+    /// deleted, and a late retry executes again. Pending and Unknown records are never
+    /// swept. With `dry_run`, counts what would be swept and writes nothing (a read: it
+    /// works on a read-only store).
     ///
     /// # Errors
     ///
     /// Storage errors (batches committed before one stay committed), or
     /// [`Error::Corrupt`] when the expiry index disagrees with a record.
     pub fn sweep(&self, now: Timestamp, limit: usize, dry_run: bool) -> Result<SweepReport, Error> {
-        maintain::sweep(&self.writer, &self.cache, now, limit, dry_run)
+        maintain::sweep(&self.writer, &self.cache, &self.config, now, limit, dry_run)
     }
 
     /// Counts by state, Pending records past their lease, the age of the oldest Pending

@@ -4,8 +4,8 @@
 //! | table | key | value |
 //! |---|---|---|
 //! | `idem.records` | [`RecordId::to_key_bytes`] | [`Record::encode`] (format byte + postcard) |
-//! | `idem.expiry` | `expires_at` (u64 big-endian) ++ id bytes | `()`; settled records only |
-//! | `idem.state.pending`, `.succeeded`, `.failed`, `.unknown` | `created_at` (u64 big-endian) ++ id bytes | `()` |
+//! | `idem.expiry` | `expires_at` (u64 big-endian) ++ id bytes | `()`; settled records and tombstones only |
+//! | `idem.state.pending`, `.succeeded`, `.failed`, `.unknown`, `.forgotten` | `created_at` (u64 big-endian) ++ id bytes | `()` |
 //! | `idem.meta` | `b"schema"`, `b"generation"`, `b"clock_floor"` | u64 big-endian |
 //! | `idem.tokens` | [`RecordId::to_key_bytes`] of `(tenant, operation, token)` | [`IssuedToken::encode`] |
 //! | `idem.token.expiry` | `expires_at` (u64 big-endian) ++ token id bytes | `()` |
@@ -27,8 +27,16 @@ use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTr
 
 use crate::error::Error;
 
-/// The schema version this build writes and reads. A file with a newer one is refused.
-pub(crate) const SCHEMA_VERSION: u64 = 1;
+/// The schema version this build writes. A file with a newer one is refused.
+///
+/// Schema 2 added tombstones: records of format 2 and the `idem.state.forgotten` index.
+/// A schema 1 file is read as it is and upgraded by the first writable open, which
+/// creates the index and records schema 2 in one transaction; from then on builds that
+/// read only schema 1 refuse the file instead of misreading a tombstone.
+pub(crate) const SCHEMA_VERSION: u64 = 2;
+
+/// The oldest schema version this build reads.
+pub(crate) const OLDEST_SCHEMA: u64 = 1;
 
 /// Record id bytes → record bytes.
 pub(crate) const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.records");
@@ -45,11 +53,13 @@ pub(crate) const TOKEN_INTENTS: TableDefinition<&[u8], &[u8]> =
 /// Schema version and generation counter.
 pub(crate) const META: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.meta");
 /// One index per state, in the order of [`State::ALL`]: `created_at` ++ id bytes → ().
-pub(crate) const STATES: [TableDefinition<&[u8], ()>; 4] = [
+/// Schema 1 files have no `idem.state.forgotten` until a writable open upgrades them.
+pub(crate) const STATES: [TableDefinition<&[u8], ()>; 5] = [
     TableDefinition::new("idem.state.pending"),
     TableDefinition::new("idem.state.succeeded"),
     TableDefinition::new("idem.state.failed"),
     TableDefinition::new("idem.state.unknown"),
+    TableDefinition::new("idem.state.forgotten"),
 ];
 
 /// Meta key of the schema version.
@@ -67,6 +77,7 @@ pub(crate) fn state_index(state: State) -> usize {
         State::Succeeded => 1,
         State::Failed => 2,
         State::Unknown => 3,
+        State::Forgotten => 4,
     }
 }
 
@@ -120,6 +131,19 @@ pub(crate) fn describe_key(id_key: &[u8]) -> String {
     }
 }
 
+/// Opens a table for reading; `None` when no write created it yet (a table added after
+/// the file was written, read before a writable open).
+pub(crate) fn open_read<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &redb::ReadTransaction,
+    table: TableDefinition<K, V>,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>, Error> {
+    match txn.open_table(table) {
+        Ok(table) => Ok(Some(table)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Reads and decodes the record under `id_key` from any readable records table.
 pub(crate) fn read_record(
     records: &impl ReadableTable<&'static [u8], &'static [u8]>,
@@ -170,7 +194,7 @@ pub(crate) fn read_meta(
 pub(crate) struct Tables<'txn> {
     records: Table<'txn, &'static [u8], &'static [u8]>,
     expiry: Table<'txn, &'static [u8], ()>,
-    states: [Table<'txn, &'static [u8], ()>; 4],
+    states: [Table<'txn, &'static [u8], ()>; 5],
     meta: Table<'txn, &'static [u8], &'static [u8]>,
     tokens: Table<'txn, &'static [u8], &'static [u8]>,
     // False only where a test shows what the floor prevents.
@@ -197,6 +221,7 @@ impl<'txn> Tables<'txn> {
                 txn.open_table(STATES[1])?,
                 txn.open_table(STATES[2])?,
                 txn.open_table(STATES[3])?,
+                txn.open_table(STATES[4])?,
             ],
             meta: txn.open_table(META)?,
             tokens: txn.open_table(TOKENS)?,
@@ -409,7 +434,8 @@ mod tests {
                 "idem.state.pending",
                 "idem.state.succeeded",
                 "idem.state.failed",
-                "idem.state.unknown"
+                "idem.state.unknown",
+                "idem.state.forgotten"
             ]
         );
         assert_eq!(

@@ -14,13 +14,13 @@ use idem_core::{
     Config, Fingerprint, IssuedToken, Outcome, RecordId, Timestamp, Token, TokenRefusal, Verdict,
     Write,
 };
-use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, TableError, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, WriteTransaction};
 
 use crate::error::{Error, ExecuteError};
 use crate::execute::{Executed, execute_in};
 use crate::group::Step;
 use crate::maintain::{SWEEP_BATCH, SweepReport};
-use crate::tables::{self, TOKEN_EXPIRY, TOKEN_INTENTS, TOKENS, Tables};
+use crate::tables::{self, TOKEN_EXPIRY, TOKEN_INTENTS, TOKENS, Tables, open_read};
 use crate::two_phase;
 use crate::writer::Writer;
 
@@ -291,14 +291,3 @@ pub(crate) fn check(txn: &ReadTransaction, problem: &mut dyn FnMut(String)) -> R
     Ok(())
 }
 
-/// Opens a table for reading; `None` when no write created it yet.
-fn open_read<K: redb::Key + 'static, V: redb::Value + 'static>(
-    txn: &ReadTransaction,
-    table: redb::TableDefinition<K, V>,
-) -> Result<Option<redb::ReadOnlyTable<K, V>>, Error> {
-    match txn.open_table(table) {
-        Ok(table) => Ok(Some(table)),
-        Err(TableError::TableDoesNotExist(_)) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}

@@ -19,7 +19,8 @@ use serde_json::{Map, Value};
 
 /// One record as JSON fields. Optional fields are present exactly when the state has
 /// them: `lease_until` for Pending; `expires_at`, `completed_at`, `code` and
-/// `outcome_b64` for Succeeded and Failed; none for Unknown.
+/// `outcome_b64` for Succeeded and Failed; none for Unknown; `verdict`, `completed_at`
+/// and `expires_at` (the end of the tombstone's time) for Forgotten, a tombstone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RecordView {
     /// The tenant.
@@ -28,7 +29,7 @@ pub struct RecordView {
     pub operation: String,
     /// The idempotency key.
     pub key: String,
-    /// `pending`, `succeeded`, `failed` or `unknown`.
+    /// `pending`, `succeeded`, `failed`, `unknown` or `forgotten`.
     pub state: String,
     /// The fencing token of the claim that made the record.
     pub generation: u64,
@@ -41,10 +42,13 @@ pub struct RecordView {
     /// Pending only: when the lease ends.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_until: Option<u64>,
-    /// Settled only: when the record may be swept.
+    /// Forgotten only: how the request settled, `succeeded` or `failed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
+    /// Settled and forgotten only: when the record may be swept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<u64>,
-    /// Settled only: when it settled.
+    /// Settled and forgotten only: when it settled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<u64>,
     /// Settled only: the outcome's code.
@@ -96,6 +100,7 @@ impl RecordView {
             created_at: record.created_at.as_millis(),
             updated_at: record.updated_at.as_millis(),
             lease_until: None,
+            verdict: None,
             expires_at: None,
             completed_at: None,
             code: None,
@@ -115,6 +120,15 @@ impl RecordView {
                 view.outcome_b64 = Some(BASE64.encode(&outcome.body));
             }
             Status::Unknown => {}
+            Status::Tombstone {
+                verdict,
+                completed_at,
+                expires_at,
+            } => {
+                view.verdict = Some(verdict.name().into());
+                view.expires_at = Some(expires_at.as_millis());
+                view.completed_at = Some(completed_at.as_millis());
+            }
         }
         view
     }
@@ -136,6 +150,7 @@ impl RecordView {
             created_at: wire.created_at,
             updated_at: wire.updated_at,
             lease_until: wire.lease_until,
+            verdict: wire.verdict,
             expires_at: wire.expires_at,
             completed_at: wire.completed_at,
             code: wire.code,
@@ -157,7 +172,7 @@ impl RecordView {
             view_error(
                 "state",
                 format!(
-                    "{:?} is not one of pending, succeeded, failed, unknown",
+                    "{:?} is not one of pending, succeeded, failed, unknown, forgotten",
                     self.state
                 ),
             )
@@ -177,7 +192,7 @@ impl RecordView {
         let status = match state {
             State::Pending => {
                 self.absent(
-                    &["expires_at", "completed_at", "code", "outcome_b64"],
+                    &["verdict", "expires_at", "completed_at", "code", "outcome_b64"],
                     state,
                 )?;
                 Status::Pending {
@@ -185,7 +200,7 @@ impl RecordView {
                 }
             }
             State::Succeeded | State::Failed => {
-                self.absent(&["lease_until"], state)?;
+                self.absent(&["lease_until", "verdict"], state)?;
                 let body_b64 = required(self.outcome_b64.as_deref(), "outcome_b64", state)?;
                 let body = BASE64
                     .decode(body_b64)
@@ -205,6 +220,7 @@ impl RecordView {
                 self.absent(
                     &[
                         "lease_until",
+                        "verdict",
                         "expires_at",
                         "completed_at",
                         "code",
@@ -213,6 +229,20 @@ impl RecordView {
                     state,
                 )?;
                 Status::Unknown
+            }
+            State::Forgotten => {
+                self.absent(&["lease_until", "code", "outcome_b64"], state)?;
+                let verdict = required(self.verdict.as_deref(), "verdict", state)?;
+                Status::Tombstone {
+                    verdict: Verdict::from_name(verdict).ok_or_else(|| {
+                        view_error(
+                            "verdict",
+                            format!("{verdict:?} is not one of succeeded, failed"),
+                        )
+                    })?,
+                    completed_at: Timestamp(required(self.completed_at, "completed_at", state)?),
+                    expires_at: Timestamp(required(self.expires_at, "expires_at", state)?),
+                }
             }
         };
         Ok((
@@ -231,6 +261,7 @@ impl RecordView {
         for &field in fields {
             let present = match field {
                 "lease_until" => self.lease_until.is_some(),
+                "verdict" => self.verdict.is_some(),
                 "expires_at" => self.expires_at.is_some(),
                 "completed_at" => self.completed_at.is_some(),
                 "code" => self.code.is_some(),
@@ -274,6 +305,8 @@ struct Wire {
     updated_at: u64,
     #[serde(default, deserialize_with = "optional_field")]
     lease_until: Option<u64>,
+    #[serde(default, deserialize_with = "optional_field")]
+    verdict: Option<String>,
     #[serde(default, deserialize_with = "optional_field")]
     expires_at: Option<u64>,
     #[serde(default, deserialize_with = "optional_field")]
@@ -489,6 +522,7 @@ mod tests {
                 status: Status::Unknown,
                 ..base.clone()
             },
+            base.tombstone(5_000).unwrap(),
         ];
         for record in records {
             let json = record_json(&id(), &record);
@@ -511,12 +545,37 @@ mod tests {
             record_json(&id(), &settled()),
             serde_json::from_str::<Value>(&text).unwrap()
         );
+        let tombstone = settled().tombstone(5_000).unwrap();
+        let text = serde_json::to_string(&RecordView::new(&id(), &tombstone)).unwrap();
+        assert_eq!(
+            text,
+            format!(
+                r#"{{"tenant":"shop","operation":"credit","key":"k-1","state":"forgotten","generation":7,"fingerprint":"{fp}","created_at":1000,"updated_at":9000,"verdict":"failed","expires_at":14000,"completed_at":1100}}"#
+            )
+        );
+        let mut bad = object(record_json(&id(), &tombstone));
+        bad.insert("verdict".into(), "maybe".into());
+        assert_eq!(
+            RecordView::from_json(&bad)
+                .and_then(|v| v.to_record())
+                .unwrap_err()
+                .to_string(),
+            r#"verdict: "maybe" is not one of succeeded, failed"#
+        );
+        bad.remove("verdict");
+        assert_eq!(
+            RecordView::from_json(&bad)
+                .and_then(|v| v.to_record())
+                .unwrap_err()
+                .to_string(),
+            "verdict: missing, a forgotten record needs it"
+        );
     }
 
     #[test]
     fn bad_fields_are_named() {
         let good = object(record_json(&id(), &settled()));
-        let cases: [(&str, Value, &str); 8] = [
+        let cases: [(&str, Value, &str); 9] = [
             (
                 "fingerprint",
                 "abc".into(),
@@ -525,7 +584,7 @@ mod tests {
             (
                 "state",
                 "done".into(),
-                r#"state: "done" is not one of pending, succeeded, failed, unknown"#,
+                r#"state: "done" is not one of pending, succeeded, failed, unknown, forgotten"#,
             ),
             ("generation", 0.into(), "generation: 0, must be at least 1"),
             (
@@ -552,6 +611,11 @@ mod tests {
                 "lease_until",
                 5.into(),
                 "lease_until: present, but a failed record has none",
+            ),
+            (
+                "verdict",
+                "failed".into(),
+                "verdict: present, but a failed record has none",
             ),
         ];
         for (field, value, message) in cases {

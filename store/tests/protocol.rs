@@ -86,10 +86,21 @@ fn begin_answers_every_state_as_the_table_says() {
         }
     ));
 
-    // Past its retention the key is claimable again, with a new generation.
-    let expired = at(20 + Config::default().success_retention_ms);
+    // Past its retention the outcome is forgotten: a retry does not run again.
+    let defaults = Config::default();
+    let expired = at(20 + defaults.success_retention_ms);
     assert_eq!(
-        claimed(store.begin(&key, fp("b"), expired).unwrap()),
+        store.begin(&key, fp("a"), expired).unwrap(),
+        Decision::Forgotten {
+            generation,
+            verdict: Verdict::Succeeded,
+            completed_at: at(20)
+        }
+    );
+    // Past the tombstone's time too, the key is claimable again, with a new generation.
+    let forgotten = expired.plus_millis(defaults.tombstone_retention_ms);
+    assert_eq!(
+        claimed(store.begin(&key, fp("b"), forgotten).unwrap()),
         Generation(2)
     );
 }

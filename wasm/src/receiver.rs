@@ -74,6 +74,9 @@ impl MemoryReceiver {
                 .unwrap_or(defaults.failure_retention_ms),
             max_outcome_bytes,
             on_lease_expiry,
+            tombstone_retention_ms: options
+                .unsigned("tombstoneRetentionMs")?
+                .unwrap_or(defaults.tombstone_retention_ms),
         };
         config.validate()?;
         Ok(MemoryReceiver {
@@ -82,7 +85,8 @@ impl MemoryReceiver {
     }
 
     /// A request whose fingerprint is `fingerprint` (64 hex digits) arrives for `id`:
-    /// claimed, in progress, replay, conflict, or unknown (needs reconciliation).
+    /// claimed, in progress, replay, conflict, unknown (needs reconciliation), or
+    /// forgotten (it ran; its outcome is past retention and only a tombstone is kept).
     ///
     /// # Errors
     ///
@@ -216,8 +220,10 @@ impl MemoryReceiver {
         Ok(self.inner.resolve(&id, resolution, now)?)
     }
 
-    /// Deletes up to `limit` settled records past their retention, oldest first, and
-    /// returns how many; pending and unknown records are never swept.
+    /// Sweeps up to `limit` records past their time, oldest first, and returns how many:
+    /// a settled record past its retention leaves its tombstone (a retry then answers
+    /// forgotten), a tombstone past its own time is deleted; pending and unknown records
+    /// are never swept.
     ///
     /// # Errors
     ///
@@ -334,6 +340,15 @@ fn decision(decision: CoreDecision) -> Decision {
         CoreDecision::NeedsReconciliation { generation } => Builder::new()
             .set("decision", "unknown")
             .set("generation", js::number(generation.0)),
+        CoreDecision::Forgotten {
+            generation,
+            verdict,
+            completed_at,
+        } => Builder::new()
+            .set("decision", "forgotten")
+            .set("generation", js::number(generation.0))
+            .set("state", verdict.name())
+            .set("completedAt", ms(completed_at)),
     }
     .build()
 }
@@ -362,6 +377,14 @@ fn view(id: &RecordId, record: &Record) -> JsValue {
             .set("code", outcome.code)
             .set("body", js::uint8_array(&outcome.body)),
         Status::Unknown => builder,
+        Status::Tombstone {
+            verdict,
+            completed_at,
+            expires_at,
+        } => builder
+            .set("verdict", verdict.name())
+            .set("completedAt", ms(*completed_at))
+            .set("expiresAt", ms(*expires_at)),
     }
     .build()
 }

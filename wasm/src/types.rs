@@ -98,6 +98,8 @@ export interface ReceiverOptions {
   maxOutcomeBytes?: number;
   /** What begin does with a pending record whose lease ran out. Default "unknown". */
   onLeaseExpiry?: "unknown" | "takeover";
+  /** How long a tombstone outlives a settled record's retention, in ms; 0 keeps none. Default 30 days. */
+  tombstoneRetentionMs?: number;
 }
 
 /** Where a record lives. */
@@ -111,7 +113,7 @@ export interface RecordId {
 export type Verdict = "succeeded" | "failed";
 
 /** The receiver's state names. */
-export type RecordState = "pending" | "succeeded" | "failed" | "unknown";
+export type RecordState = "pending" | "succeeded" | "failed" | "unknown" | "forgotten";
 
 /** An outcome to store: a code of the caller's choosing and a body. */
 export interface OutcomeInput {
@@ -128,7 +130,8 @@ export type Decision =
   | { decision: "in_progress"; generation: number; leaseUntil: number }
   | { decision: "replay"; state: Verdict; code: number; body: Uint8Array; completedAt: number }
   | { decision: "conflict"; state: RecordState; storedFingerprint: string }
-  | { decision: "unknown"; generation: number };
+  | { decision: "unknown"; generation: number }
+  | { decision: "forgotten"; generation: number; state: Verdict; completedAt: number };
 
 /** One record as the receiver keeps it. */
 export interface RecordView extends RecordId {
@@ -142,6 +145,8 @@ export interface RecordView extends RecordId {
   expiresAt?: number;
   code?: number;
   body?: Uint8Array;
+  /** Forgotten (a tombstone) only: how the request settled. */
+  verdict?: Verdict;
 }
 
 /** Named fields to fingerprint: an object, or [name, value] pairs (duplicates are refused). */

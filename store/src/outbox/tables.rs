@@ -4,9 +4,10 @@
 use idem_core::encoding;
 use idem_core::ledger::BackoffRng;
 use idem_core::{Intent, IntentState, Timestamp};
-use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, TableError, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
 use crate::error::Error;
+use crate::tables::open_read;
 
 /// Intent key → intent bytes.
 pub(super) const INTENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.intents");
@@ -89,18 +90,6 @@ impl<'txn> IntentTables<'txn> {
         self.states
             .remove(state_key(old.state, &old.key).as_slice())?;
         Ok(())
-    }
-}
-
-/// Opens a table for reading; `None` when no write created it yet.
-pub(super) fn open_read<K: redb::Key + 'static, V: redb::Value + 'static>(
-    txn: &ReadTransaction,
-    table: TableDefinition<K, V>,
-) -> Result<Option<redb::ReadOnlyTable<K, V>>, Error> {
-    match txn.open_table(table) {
-        Ok(table) => Ok(Some(table)),
-        Err(TableError::TableDoesNotExist(_)) => Ok(None),
-        Err(e) => Err(e.into()),
     }
 }
 
