@@ -136,9 +136,14 @@ fn stats_text(stats: &Stats) -> String {
             age(stats.oldest_unknown_age_ms),
         ),
         (
+            "forgotten",
+            stats.forgotten.to_string(),
+            "tombstones: ran, outcome past retention".into(),
+        ),
+        (
             "expired",
             stats.expired.to_string(),
-            "settled, retention ended, awaiting sweep".into(),
+            "retention (or a tombstone's time) ended, awaiting sweep".into(),
         ),
         ("records", stats.records().to_string(), String::new()),
         (
@@ -200,9 +205,7 @@ pub(crate) fn sweep(
             report.tombstoned += step.tombstoned;
             bar.inc(step.removed + step.tombstoned);
             report.remaining_expired = step.remaining_expired;
-            if !step.remaining_expired
-                || step.removed + step.tombstoned == 0
-                || left <= SWEEP_STEP
+            if !step.remaining_expired || step.removed + step.tombstoned == 0 || left <= SWEEP_STEP
             {
                 break;
             }

@@ -297,3 +297,29 @@ fn a_temporary_failure_releases_the_key_and_a_retry_runs_again() {
     idem.run(&["exec", "t", "o", "k", "--retry-on", "0", "--", "true"])
         .code(2);
 }
+
+#[test]
+fn past_retention_a_swept_run_is_forgotten_and_does_not_run_again() {
+    let idem = Idem::new();
+    let script = counted("echo charged");
+    let t0: u64 = 1_740_830_400_000;
+    let day: u64 = 24 * 3_600_000;
+    let at = |ms: u64| ms.to_string();
+    let exec = |now: &str| {
+        idem.run(&[
+            "--now", now, "exec", "t", "o", "k", "--", "sh", "-c", &script,
+        ])
+    };
+    exec(&at(t0)).code(0);
+    idem.run(&["--now", &at(t0 + 2 * day), "sweep"]).code(0);
+    let late = exec(&at(t0 + 2 * day));
+    late.code(13);
+    assert!(late.stderr.contains("forgotten"), "{}", late.stderr);
+    assert_eq!(
+        late.stdout, "",
+        "nothing is replayed: the output is no longer kept"
+    );
+    assert_eq!(runs(&idem), 1, "a forgotten run does not run again");
+    let record = idem.run(&["--json", "--now", &at(t0 + 2 * day), "get", "t", "o", "k"]);
+    assert_eq!(record.json()["state"], "forgotten");
+}

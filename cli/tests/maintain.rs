@@ -158,7 +158,7 @@ fn stats_count_by_state() {
     assert!(system_clock > T0 + 365 * 24 * HOUR / 2, "{system_clock}");
     assert_eq!(
         stats,
-        json!({"pending": 1, "succeeded": 2, "failed": 1, "unknown": 1, "pending_lease_expired": 1,
+        json!({"pending": 1, "succeeded": 2, "failed": 1, "unknown": 1, "forgotten": 0, "pending_lease_expired": 1,
                "expired": 1, "oldest_pending_age_ms": HOUR + 2, "oldest_unknown_age_ms": HOUR - 4,
                "file_bytes": file_bytes, "generation": 5, "clock_floor": T0 + 8,
                "intents": {"queued": 0, "in_flight": 0, "completed": 0, "failed": 0,
@@ -201,11 +201,29 @@ fn sweep_follows_now_leaves_tombstones_and_never_removes_pending_or_unknown() {
     assert_eq!(tombstone["completed_at"], T0 + 2);
     assert_eq!(tombstone["expires_at"], T0 + 2 + HOUR + 30 * 24 * HOUR);
     assert!(tombstone.get("outcome_b64").is_none(), "{tombstone}");
-    let text = idem.run(&["--now", &(T0 + 2 * HOUR + 5).to_string(), "get", "t", "o", "b"]);
+    let text = idem.run(&[
+        "--now",
+        &(T0 + 2 * HOUR + 5).to_string(),
+        "get",
+        "t",
+        "o",
+        "b",
+    ]);
     assert!(text.code(0).stdout.contains("forgotten"), "{}", text.stdout);
-    let retry = idem.run(&["--now", &(T0 + 2 * HOUR + 5).to_string(), "begin", "t", "o", "b"]);
+    let retry = idem.run(&[
+        "--now",
+        &(T0 + 2 * HOUR + 5).to_string(),
+        "begin",
+        "t",
+        "o",
+        "b",
+    ]);
     retry.code(13);
-    assert!(retry.stdout.contains("forgotten: generation 2"), "{}", retry.stdout);
+    assert!(
+        retry.stdout.contains("forgotten: generation 2"),
+        "{}",
+        retry.stdout
+    );
     assert_eq!(
         idem.at(T0 + 2 * HOUR + 5, &["begin", "t", "o", "b"]).json()["decision"],
         "forgotten"
@@ -214,7 +232,10 @@ fn sweep_follows_now_leaves_tombstones_and_never_removes_pending_or_unknown() {
     // Every tombstone's 30 days have passed too.
     let far = T0 + 250 * 24 * HOUR;
     let run = idem.at(far, &["sweep"]).json();
-    assert_eq!((run["removed"].as_u64(), run["tombstoned"].as_u64()), (Some(3), Some(0)));
+    assert_eq!(
+        (run["removed"].as_u64(), run["tombstoned"].as_u64()),
+        (Some(3), Some(0))
+    );
     assert_eq!(keys(&idem.at(far, &["list"]).json_lines()), ["t/a", "t/d"]);
     // The key is free again after its tombstone's time ended and sweep removed it.
     assert_eq!(claim(&idem, far, "b"), 6);
@@ -233,7 +254,11 @@ fn sweep_without_tombstones_deletes_and_a_late_retry_runs_again() {
     let bad = idem.run(&["sweep", "--tombstones", "forever"]);
     bad.code(2);
     assert!(bad.stderr.contains("--tombstones"), "{}", bad.stderr);
-    assert!(bad.stderr.contains("or 0 to keep no tombstone"), "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("or 0 to keep no tombstone"),
+        "{}",
+        bad.stderr
+    );
 }
 
 #[test]

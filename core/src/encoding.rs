@@ -262,10 +262,7 @@ mod tests {
             expires_at: Timestamp(1_702_592_000_500),
         });
         let tail = "0300f4d395ffbc31f4e390d3c631";
-        assert_eq!(
-            hex(&tombstone.encode()),
-            alloc::format!("02{body}{tail}")
-        );
+        assert_eq!(hex(&tombstone.encode()), alloc::format!("02{body}{tail}"));
         assert_eq!(Record::decode(&tombstone.encode()).unwrap(), tombstone);
         assert_eq!(
             Record::decode(&unhex(&alloc::format!("01{body}{tail}"))),

@@ -470,10 +470,7 @@ fn run(ops: Vec<Op>, takeover: bool, tomb: u64) -> Result<(), TestCaseError> {
                     },
                     Some(r),
                 ) => {
-                    prop_assert_eq!(
-                        (r.state(), r.generation.0),
-                        (State::Forgotten, *generation)
-                    );
+                    prop_assert_eq!((r.state(), r.generation.0), (State::Forgotten, *generation));
                     prop_assert_eq!(r.expires_at(), Some(Timestamp(*expires_at)));
                     let idem_core::Status::Tombstone { verdict: kept, .. } = r.status else {
                         unreachable!()

@@ -42,8 +42,8 @@ pub(crate) use tables::{
 pub use view::IntentView;
 
 use tables::{
-    DUE, INTENTS, IntentTables, RNG_KEY, STATES, decode_intent, decode_key, read_intent,
-    read_rng, split_due_key, state_byte,
+    DUE, INTENTS, IntentTables, RNG_KEY, STATES, decode_intent, decode_key, read_intent, read_rng,
+    split_due_key, state_byte,
 };
 
 /// What can go wrong with an outbox call.

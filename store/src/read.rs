@@ -94,8 +94,7 @@ fn list_guarded(
     match filter.state {
         Some(state) => {
             // A schema 1 file read before any writable open has no tombstone index.
-            let Some(index) = tables::open_read(&txn, STATES[tables::state_index(state)])?
-            else {
+            let Some(index) = tables::open_read(&txn, STATES[tables::state_index(state)])? else {
                 return Ok(());
             };
             for entry in index.iter()? {

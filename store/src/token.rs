@@ -290,4 +290,3 @@ pub(crate) fn check(txn: &ReadTransaction, problem: &mut dyn FnMut(String)) -> R
     }
     Ok(())
 }
-

@@ -192,7 +192,13 @@ impl RecordView {
         let status = match state {
             State::Pending => {
                 self.absent(
-                    &["verdict", "expires_at", "completed_at", "code", "outcome_b64"],
+                    &[
+                        "verdict",
+                        "expires_at",
+                        "completed_at",
+                        "code",
+                        "outcome_b64",
+                    ],
                     state,
                 )?;
                 Status::Pending {

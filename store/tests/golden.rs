@@ -363,9 +363,12 @@ fn the_golden_store_file_of_schema_1_opens_and_reads() {
     let report = store.sweep(Timestamp(T0 + 32 * DAY), 100, false).unwrap();
     assert_eq!((report.removed, report.tombstoned), (3, 0));
     let _ = store
-        .execute(&id("shop-7", "sale", "sale-7"), fp("sale-7"), Timestamp(T0 + 32 * DAY), |_| {
-            Ok::<_, Infallible>((Verdict::Succeeded, Outcome::new(200, "ok"), ()))
-        })
+        .execute(
+            &id("shop-7", "sale", "sale-7"),
+            fp("sale-7"),
+            Timestamp(T0 + 32 * DAY),
+            |_| Ok::<_, Infallible>((Verdict::Succeeded, Outcome::new(200, "ok"), ())),
+        )
         .unwrap();
     assert!(store.check().unwrap().is_ok());
 }

@@ -78,7 +78,10 @@ fn the_answer_does_not_depend_on_whether_sweep_ran() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir.path().join("t.redb"), DAY);
     let runs = Cell::new(0);
-    credit(&store, "sale-1", T0, &runs);
+    assert!(matches!(
+        credit(&store, "sale-1", T0, &runs),
+        Executed::Ran { .. }
+    ));
     // Replayed from the cache while live, then forgotten past retention without a sweep.
     assert!(matches!(
         credit(&store, "sale-1", T0 + HOUR - 1, &runs),
@@ -90,7 +93,9 @@ fn the_answer_does_not_depend_on_whether_sweep_ran() {
     ));
     let sale = id("shop-7", "credit", "sale-1");
     assert!(matches!(
-        store.begin(&sale, fp("other"), Timestamp(T0 + HOUR)).unwrap(),
+        store
+            .begin(&sale, fp("other"), Timestamp(T0 + HOUR))
+            .unwrap(),
         Decision::Conflict {
             state: State::Forgotten,
             ..
@@ -98,7 +103,9 @@ fn the_answer_does_not_depend_on_whether_sweep_ran() {
     ));
     store.sweep(Timestamp(T0 + HOUR), 10, false).unwrap();
     assert!(matches!(
-        store.begin(&sale, fp("sale-1"), Timestamp(T0 + HOUR)).unwrap(),
+        store
+            .begin(&sale, fp("sale-1"), Timestamp(T0 + HOUR))
+            .unwrap(),
         Decision::Forgotten { .. }
     ));
     // The tombstone's day ends: the key is free again, with a newer generation.
@@ -120,7 +127,10 @@ fn a_tombstone_keeps_what_identifies_the_request_and_survives_a_reopen() {
     let path = dir.path().join("t.redb");
     {
         let store = open(&path, DAY);
-        credit(&store, "sale-1", T0, &Cell::new(0));
+        assert!(matches!(
+            credit(&store, "sale-1", T0, &Cell::new(0)),
+            Executed::Ran { .. }
+        ));
         store.sweep(Timestamp(T0 + HOUR), 10, false).unwrap();
     }
     let store = Store::builder().read_only(true).open(&path).unwrap();
@@ -163,7 +173,10 @@ fn sweep_turns_records_into_tombstones_then_removes_them_in_bounded_batches() {
     let n = SWEEP_BATCH + 44;
     let runs = Cell::new(0);
     for i in 0..n {
-        credit(&store, &format!("sale-{i}"), T0 + i as u64, &runs);
+        assert!(matches!(
+            credit(&store, &format!("sale-{i}"), T0 + i as u64, &runs),
+            Executed::Ran { .. }
+        ));
     }
     let after_retention = Timestamp(T0 + 2 * HOUR);
     let dry = store.sweep(after_retention, usize::MAX, true).unwrap();
@@ -195,7 +208,10 @@ fn sweep_turns_records_into_tombstones_then_removes_them_in_bounded_batches() {
 fn a_late_sweep_past_both_times_deletes_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir.path().join("t.redb"), DAY);
-    credit(&store, "sale-1", T0, &Cell::new(0));
+    assert!(matches!(
+        credit(&store, "sale-1", T0, &Cell::new(0)),
+        Executed::Ran { .. }
+    ));
     let report = store.sweep(Timestamp(T0 + 2 * DAY), 10, false).unwrap();
     assert_eq!((report.tombstoned, report.removed), (0, 1));
     assert_eq!(store.stats(Timestamp(T0 + 2 * DAY)).unwrap().records(), 0);
@@ -205,8 +221,14 @@ fn a_late_sweep_past_both_times_deletes_at_once() {
 fn tombstones_go_through_export_and_import() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir.path().join("a.redb"), DAY);
-    credit(&store, "sale-1", T0, &Cell::new(0));
-    credit(&store, "sale-2", T0 + 2 * HOUR, &Cell::new(0));
+    assert!(matches!(
+        credit(&store, "sale-1", T0, &Cell::new(0)),
+        Executed::Ran { .. }
+    ));
+    assert!(matches!(
+        credit(&store, "sale-2", T0 + 2 * HOUR, &Cell::new(0)),
+        Executed::Ran { .. }
+    ));
     store.sweep(Timestamp(T0 + 2 * HOUR), 10, false).unwrap();
     let mut exported = Vec::new();
     store.export(&mut exported).unwrap();

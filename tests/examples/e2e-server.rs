@@ -301,6 +301,10 @@ impl Server {
             Decision::NeedsReconciliation { .. } => {
                 Response::text(500, "outcome unknown: the order needs reconciliation")
             }
+            Decision::Forgotten { .. } => Response::text(
+                410,
+                "Idempotency-Key: this order ran long ago; its outcome is no longer kept",
+            ),
         }
     }
 

@@ -220,6 +220,41 @@ fn the_deadline_guard_is_load_bearing() {
     );
 }
 
+/// Tombstones are a layer of their own: the seeds that run an effect twice with the
+/// deadline guard off keep every promise when the receiver keeps tombstones, the late
+/// retries answered 410 Gone and their intents expired for reconciliation.
+#[test]
+fn tombstones_stop_the_late_retry_the_deadline_guard_stops() {
+    let started = Instant::now();
+    let duplicated: Vec<u64> = (0..GUARD_SEARCH)
+        .filter(|&seed| {
+            let config = SimConfig::deadline_scenario(seed, false);
+            sim::run(seed, &config, &mut durable())
+                .is_err_and(|f| f.violations.iter().any(|v| v.check == "at-most-once"))
+        })
+        .take(2)
+        .collect();
+    assert!(
+        !duplicated.is_empty(),
+        "no seed in 0..{GUARD_SEARCH} ran an effect twice with the deadline guard off"
+    );
+    let results = run_all(
+        &duplicated,
+        |seed| SimConfig::deadline_scenario(seed, false).with_tombstones(),
+        durable,
+    );
+    expect_exactly_once("guard off, tombstones on", &results, started);
+    let expired: u64 = results
+        .iter()
+        .filter_map(|(_, run)| run.as_ref().ok())
+        .map(|r| r.tally.expired_ran)
+        .sum();
+    assert!(
+        expired > 0,
+        "the late retries must have met tombstones and expired their intents"
+    );
+}
+
 /// With the clock floor off, a receiver whose clock was reset far back settles outcomes
 /// that expire early: once the clock is corrected, a retry still within its sender's
 /// deadline finds the outcome expired (or swept) and runs the effect again. The search

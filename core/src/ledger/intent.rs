@@ -148,6 +148,10 @@ pub enum ReplyClass {
     /// 3xx is not followed (a 303 after a POST may well mean the effect happened), so the
     /// caller gets its status and body to judge.
     Failed,
+    /// 410: the receiver ran this request but no longer keeps its outcome (past its
+    /// retention, only a tombstone is left). Resending would not tell more and the
+    /// sender cannot learn whether it succeeded: the intent expires, to be reconciled.
+    Gone,
 }
 
 impl ReplyClass {
@@ -158,6 +162,7 @@ impl ReplyClass {
             200..=299 => ReplyClass::Completed,
             409 => ReplyClass::InProgress,
             422 => ReplyClass::Conflict,
+            410 => ReplyClass::Gone,
             408 | 425 | 429 | 500..=599 => ReplyClass::Retry,
             300..=499 => ReplyClass::Failed,
             _ => ReplyClass::Retry,
@@ -171,6 +176,7 @@ impl ReplyClass {
             ReplyClass::Completed => Some(IntentState::Completed),
             ReplyClass::Failed => Some(IntentState::Failed),
             ReplyClass::Conflict => Some(IntentState::Conflict),
+            ReplyClass::Gone => Some(IntentState::Expired),
             ReplyClass::InProgress | ReplyClass::Retry => None,
         }
     }

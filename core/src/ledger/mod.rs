@@ -20,6 +20,7 @@
 //! | Queued | [`Ledger::due`], now ≥ deadline | Expired |
 //! | Queued | [`Ledger::due`], now ≥ `next_attempt_at` | InFlight, attempts + 1, an [`Attempt`] to send |
 //! | InFlight | reply 2xx / 422 / 3xx or other 4xx | Completed / Conflict / Failed, with the reply as outcome |
+//! | InFlight | reply 410 (the receiver ran it but keeps only a tombstone) | Expired, with the reply as outcome: reconcile |
 //! | InFlight | reply 409, 408, 425, 429, 5xx, non-final status; transport error | Queued at `retry_at` or after backoff, capped by the deadline; Expired if now ≥ deadline |
 //! | Queued (sent before) | definitive reply (late) | as from InFlight |
 //! | Queued | any other reply; transport error | ignored |

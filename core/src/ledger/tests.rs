@@ -131,7 +131,7 @@ fn reply_classes_follow_the_idempotency_key_draft() {
         (401, Failed),
         (403, Failed),
         (404, Failed),
-        (410, Failed),
+        (410, Gone),
         (499, Failed),
         (300, Failed),
         (303, Failed),

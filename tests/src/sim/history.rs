@@ -95,7 +95,9 @@ impl History {
     /// The receiver answers `reply` for `key`: a definitive answer must equal the first.
     pub fn answered(&mut self, key: &str, at: u64, reply: &Reply) {
         self.note(key, at, Note::Answered(reply.status));
-        if ReplyClass::of(reply.status).settles_as().is_none() {
+        // 410 Gone is no replay: the outcome is past retention, only its tombstone kept.
+        let class = ReplyClass::of(reply.status);
+        if class.settles_as().is_none() || class == ReplyClass::Gone {
             return;
         }
         match self.first_reply.get(key) {

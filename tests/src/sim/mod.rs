@@ -102,6 +102,7 @@ impl SimConfig {
             failure_retention_ms: 24 * HOUR,
             max_outcome_bytes: 4096,
             on_lease_expiry: LeaseExpiry::Unknown,
+            tombstone_retention_ms: 30 * 24 * HOUR,
         };
         SimConfig {
             senders: 3 + knobs.below(3),
@@ -154,9 +155,14 @@ impl SimConfig {
     /// The run that shows the deadline guard is load-bearing: replies lost or links cut
     /// for longer than the receiver keeps outcomes, and frequent sweeps. With
     /// `guarded == false` the senders' test-only knob turns the guard off.
+    ///
+    /// The receiver keeps no tombstones here: they are a second layer that catches the
+    /// same late retry (see [`SimConfig::with_tombstones`]), and this run shows the guard
+    /// alone.
     #[must_use]
     pub fn deadline_scenario(seed: u64, guarded: bool) -> SimConfig {
         let mut config = SimConfig::for_seed(seed);
+        config.receiver.tombstone_retention_ms = 0;
         config.senders = 2;
         config.sales_per_sender = 15;
         config.window_ms = 12 * HOUR;
@@ -187,9 +193,13 @@ impl SimConfig {
     /// while that clock is reset, and its sender, told to retry at a lease end already
     /// past on its own clock, retries at once: such a record costs thousands of round
     /// trips until the correction, and shows nothing about the floor.
+    ///
+    /// The receiver keeps no tombstones here, as in [`SimConfig::deadline_scenario`], so
+    /// that the run shows the floor alone.
     #[must_use]
     pub fn clock_reset_scenario(seed: u64, floored: bool) -> SimConfig {
         let mut config = SimConfig::for_seed(seed);
+        config.receiver.tombstone_retention_ms = 0;
         config.senders = 3;
         config.sales_per_sender = 40;
         config.window_ms = 12 * HOUR;
@@ -202,6 +212,15 @@ impl SimConfig {
         config.faults.crash_mid_execution = 0.0;
         config.faults.slow_execution = 0.0;
         config
+    }
+
+    /// This run with the receiver keeping tombstones for 30 days (the default): a retry
+    /// that arrives after the outcome was swept is answered 410 Gone and does not run;
+    /// its sender's intent expires, to be reconciled.
+    #[must_use]
+    pub fn with_tombstones(mut self) -> SimConfig {
+        self.receiver.tombstone_retention_ms = Config::default().tombstone_retention_ms;
+        self
     }
 
     /// The mean time between two sales of one sender.

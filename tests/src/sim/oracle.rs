@@ -9,7 +9,7 @@
 //! | `outcome-agrees` | a completed or failed intent holds the outcome of the effect's one run, with the matching verdict |
 //! | `record-tells-what-happened` | no record is left Pending or Unknown, and every settled record holds the outcome of the effect's one run |
 //! | `no-phantom-effect` | every effect that ran belongs to an intent a sender created |
-//! | `replay-equals-first` | every definitive answer for a key equals the first (checked as the run goes) |
+//! | `replay-equals-first` | every definitive answer for a key equals the first, but a 410 Gone from a tombstone (checked as the run goes) |
 //! | `generation-increases` | every claim got a generation above all earlier ones, across crashes (checked as the run goes) |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -124,6 +124,8 @@ pub(crate) fn check<S: Outbox, R: Receiver>(world: &mut World<S, R>) -> Tally {
             Status::Settled {
                 verdict, outcome, ..
             } => run.is_some_and(|run| run.verdict == *verdict && run.outcome == *outcome),
+            // A tombstone keeps the verdict, not the outcome.
+            Status::Tombstone { verdict, .. } => run.is_some_and(|run| run.verdict == *verdict),
         };
         if !tells {
             let detail = format!(

@@ -45,6 +45,7 @@ fn decision_reply(decision: Decision) -> Reply {
         },
         Decision::Conflict { .. } => status(422),
         Decision::NeedsReconciliation { .. } => status(503),
+        Decision::Forgotten { .. } => status(410),
         Decision::Claimed { .. } => {
             // Callers handle a claim before asking for a reply.
             panic!("a claim is executed, not answered")
