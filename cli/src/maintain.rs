@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 use idem_core::{Config, Timestamp};
-use idem_store::{IntentCounts, ListFilter, RecordView, Stats, SweepReport};
+use idem_store::{IntentCounts, ListFilter, RecordView, Stats, SweepReport, Transferred};
 use serde::Serialize;
 
 use crate::exit::{Ending, Exit, Failure};
@@ -322,13 +322,13 @@ pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
         }
     };
     bar.finish_and_clear();
-    let value = serde_json::json!({ "exported": count.records, "intents": count.intents });
-    let text = || {
-        format!(
-            "exported {} records and {} intents",
-            count.records, count.intents
-        )
-    };
+    let value = serde_json::json!({
+        "exported": count.records,
+        "intents": count.intents,
+        "entities": count.entities,
+        "unique": count.unique,
+    });
+    let text = || format!("exported {}", transferred_text(&count));
     if out.is_some() {
         session.printer().either(&value, text)?;
     } else if session.json {
@@ -358,15 +358,23 @@ pub(crate) fn import(session: &Session, file: &Path) -> Ending {
         count
     };
     session.printer().either(
-        &serde_json::json!({ "imported": count.records, "intents": count.intents }),
-        || {
-            format!(
-                "imported {} records and {} intents",
-                count.records, count.intents
-            )
-        },
+        &serde_json::json!({
+            "imported": count.records,
+            "intents": count.intents,
+            "entities": count.entities,
+            "unique": count.unique,
+        }),
+        || format!("imported {}", transferred_text(&count)),
     )?;
     Ok(Exit::Done.code())
+}
+
+/// `4 records, 6 intents, 1 entities and 2 claimed values`.
+fn transferred_text(count: &Transferred) -> String {
+    format!(
+        "{} records, {} intents, {} entities and {} claimed values",
+        count.records, count.intents, count.entities, count.unique
+    )
 }
 
 fn file_size(path: &Path) -> Result<u64, Failure> {

@@ -274,7 +274,10 @@ fn check_compact_export_and_import_round_trip() {
 
     let backup = idem.path("backup.jsonl");
     let run = idem.run(&["--json", "export", "--out", &backup.to_string_lossy()]);
-    assert_eq!(run.json(), json!({"exported": 5, "intents": 0}));
+    assert_eq!(
+        run.json(),
+        json!({"exported": 5, "intents": 0, "entities": 0, "unique": 0})
+    );
     let exported = fs::read_to_string(&backup).expect("backup");
     let to_stdout = idem.run(&["export"]);
     to_stdout.code(0);
@@ -282,11 +285,17 @@ fn check_compact_export_and_import_round_trip() {
         to_stdout.stdout, exported,
         "stdout carries the same records"
     );
-    assert_eq!(to_stdout.stderr, "exported 5 records and 0 intents\n");
+    assert_eq!(
+        to_stdout.stderr,
+        "exported 5 records, 0 intents, 0 entities and 0 claimed values\n"
+    );
 
     let restored = Idem::new();
     let run = restored.run(&["--json", "import", &backup.to_string_lossy()]);
-    assert_eq!(run.json(), json!({"imported": 5, "intents": 0}));
+    assert_eq!(
+        run.json(),
+        json!({"imported": 5, "intents": 0, "entities": 0, "unique": 0})
+    );
     assert_eq!(restored.run(&["export"]).stdout, exported);
     // Generations keep increasing after a restore.
     assert_eq!(claim(&restored, T0, "new"), 6);

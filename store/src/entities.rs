@@ -16,7 +16,10 @@ use std::fmt;
 
 use idem_core::machine::{self, Entity, EntityDecision, Machine};
 use idem_core::{IdError, RecordId, Timestamp};
-use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
+use redb::{
+    ReadTransaction, ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction,
+};
+use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::tables::open_read;
@@ -199,12 +202,7 @@ pub(crate) fn list(
                     detail: "entity state index key is cut short".into(),
                 })?,
         };
-        let id = RecordId::from_key_bytes(key)
-            .map(EntityId)
-            .map_err(|source| Error::Decode {
-                what: "entity id".into(),
-                source,
-            })?;
+        let id = decode_entity_id(key)?;
         let Some(bytes) = entities.get(key)? else {
             return Err(Error::Corrupt {
                 detail: format!("entity state index names {id}, which has no entity"),
@@ -284,6 +282,246 @@ pub(crate) fn unique_holder(
     Ok(unique
         .get(key.as_slice())?
         .map(|v| String::from_utf8_lossy(v.value()).into_owned()))
+}
+
+/// An entity as a line of an export: `{"entity":{"tenant":…,"kind":…,"id":…,"state":…,
+/// "version":N,"updated_at":MS}}`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EntityView {
+    tenant: String,
+    kind: String,
+    id: String,
+    state: String,
+    version: u64,
+    updated_at: u64,
+}
+
+impl EntityView {
+    fn new(id: &EntityId, entity: &Entity) -> EntityView {
+        EntityView {
+            tenant: id.tenant().into(),
+            kind: id.kind().into(),
+            id: id.id().into(),
+            state: entity.state.clone(),
+            version: entity.version,
+            updated_at: entity.updated_at.as_millis(),
+        }
+    }
+
+    /// The entity this line describes, checking every rule; the message names the field.
+    fn to_entity(&self) -> Result<(EntityId, Entity), String> {
+        let id = EntityId::new(&self.tenant, &self.kind, &self.id).map_err(|e| e.to_string())?;
+        if self.state.is_empty()
+            || self.state.len() > machine::MAX_STATE_LEN
+            || self.state.chars().any(char::is_control)
+        {
+            return Err(format!(
+                "state: {:?} must be 1 to {} bytes without control characters",
+                self.state,
+                machine::MAX_STATE_LEN
+            ));
+        }
+        if self.version == 0 {
+            return Err("version: 0, an entity that exists has made at least one move".into());
+        }
+        let entity = Entity {
+            state: self.state.clone(),
+            version: self.version,
+            updated_at: Timestamp(self.updated_at),
+        };
+        Ok((id, entity))
+    }
+}
+
+/// A claimed business value as a line of an export: `{"unique":{"tenant":…,"scope":…,
+/// "value":…,"holder":…}}`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UniqueView {
+    tenant: String,
+    scope: String,
+    value: String,
+    holder: String,
+}
+
+/// One line of the business layers in an export: an entity or a claimed value.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub(crate) enum BusinessLine {
+    /// An entity and its state.
+    Entity(EntityView),
+    /// A claimed value and its holder.
+    Unique(UniqueView),
+}
+
+/// The numbers of entities and of claimed values in the file.
+pub(crate) fn counts(txn: &ReadTransaction) -> Result<(u64, u64), Error> {
+    let entities = match open_read(txn, ENTITIES)? {
+        Some(table) => table.len()?,
+        None => 0,
+    };
+    let unique = match open_read(txn, UNIQUE)? {
+        Some(table) => table.len()?,
+        None => 0,
+    };
+    Ok((entities, unique))
+}
+
+/// Calls `line` with every entity, then every claimed value, in key order.
+pub(crate) fn for_each<E: From<Error>>(
+    txn: &ReadTransaction,
+    mut line: impl FnMut(BusinessLine) -> Result<(), E>,
+) -> Result<(), E> {
+    if let Some(entities) = open_read(txn, ENTITIES)? {
+        for entry in entities.iter().map_err(Error::from)? {
+            let (key, bytes) = entry.map_err(Error::from)?;
+            let id = decode_entity_id(key.value())?;
+            let entity = decode_entity(key.value(), bytes.value())?;
+            line(BusinessLine::Entity(EntityView::new(&id, &entity)))?;
+        }
+    }
+    if let Some(unique) = open_read(txn, UNIQUE)? {
+        for entry in unique.iter().map_err(Error::from)? {
+            let (key, holder) = entry.map_err(Error::from)?;
+            let id = crate::tables::decode_id(key.value())?;
+            line(BusinessLine::Unique(UniqueView {
+                tenant: id.tenant().into(),
+                scope: id.operation().into(),
+                value: id.key().into(),
+                holder: String::from_utf8_lossy(holder.value()).into_owned(),
+            }))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes an imported line: `Ok(Err(message))` when the line breaks a rule or the store
+/// already holds something different under its key (the same is accepted as is).
+pub(crate) fn import(
+    txn: &WriteTransaction,
+    line: &BusinessLine,
+) -> Result<Result<(), String>, Error> {
+    match line {
+        BusinessLine::Entity(view) => {
+            let (id, entity) = match view.to_entity() {
+                Ok(found) => found,
+                Err(message) => return Ok(Err(format!("entity: {message}"))),
+            };
+            let key = id.to_key_bytes();
+            let mut entities: Table<&[u8], &[u8]> = txn.open_table(ENTITIES)?;
+            let existing = match entities.get(key.as_slice())? {
+                Some(bytes) => Some(decode_entity(&key, bytes.value())?),
+                None => None,
+            };
+            match existing {
+                Some(existing) if existing == entity => Ok(Ok(())),
+                Some(_) => Ok(Err(format!(
+                    "entity {id}: the store already holds a different entity under this id"
+                ))),
+                None => {
+                    entities.insert(key.as_slice(), entity.encode().as_slice())?;
+                    txn.open_table(ENTITY_STATES)?
+                        .insert(state_key(id.kind(), &entity.state, &key).as_slice(), ())?;
+                    Ok(Ok(()))
+                }
+            }
+        }
+        BusinessLine::Unique(view) => {
+            let checked = unique_key(&view.tenant, &view.scope, &view.value)
+                .and_then(|key| check_holder(&view.holder).map(|()| key));
+            let key = match checked {
+                Ok(key) => key,
+                Err(e) => return Ok(Err(format!("unique: {e}"))),
+            };
+            let mut unique = txn.open_table(UNIQUE)?;
+            let holder = unique
+                .get(key.as_slice())?
+                .map(|v| v.value() == view.holder.as_bytes());
+            match holder {
+                Some(true) => Ok(Ok(())),
+                Some(false) => Ok(Err(format!(
+                    "unique {}/{}/{}: the store already holds it for another holder",
+                    view.tenant, view.scope, view.value
+                ))),
+                None => {
+                    unique.insert(key.as_slice(), view.holder.as_bytes())?;
+                    Ok(Ok(()))
+                }
+            }
+        }
+    }
+}
+
+/// Checks the business tables: every entity decodes and has exactly its state index
+/// entry, every claimed value has a valid key and holder. Calls `problem` for each
+/// inconsistency.
+pub(crate) fn check(txn: &ReadTransaction, problem: &mut dyn FnMut(String)) -> Result<(), Error> {
+    if let Some(entities) = open_read(txn, ENTITIES)? {
+        let states = open_read(txn, ENTITY_STATES)?;
+        let mut total = 0u64;
+        for entry in entities.iter()? {
+            let (key, bytes) = entry?;
+            total += 1;
+            let name = crate::tables::describe_key(key.value());
+            let found = decode_entity_id(key.value())
+                .and_then(|id| Ok((id, decode_entity(key.value(), bytes.value())?)));
+            let (id, entity) = match found {
+                Ok(found) => found,
+                Err(e) => {
+                    problem(e.to_string());
+                    continue;
+                }
+            };
+            let indexed = match &states {
+                Some(states) => states
+                    .get(state_key(id.kind(), &entity.state, key.value()).as_slice())?
+                    .is_some(),
+                None => false,
+            };
+            if !indexed {
+                problem(format!(
+                    "entity {name}: missing from the entity state index ({})",
+                    entity.state
+                ));
+            }
+        }
+        let indexed = match &states {
+            Some(states) => states.len()?,
+            None => 0,
+        };
+        // Every entity has its entry (checked above); equal lengths then mean that no
+        // entry lacks an entity.
+        if indexed != total {
+            problem(format!(
+                "entity state index holds {indexed} entries for {total} entities"
+            ));
+        }
+    }
+    if let Some(unique) = open_read(txn, UNIQUE)? {
+        for entry in unique.iter()? {
+            let (key, holder) = entry?;
+            if let Err(e) = crate::tables::decode_id(key.value()) {
+                problem(format!("claimed value: {e}"));
+            }
+            if holder.value().is_empty() || std::str::from_utf8(holder.value()).is_err() {
+                problem(format!(
+                    "claimed value {}: its holder is not 1 to 255 bytes of UTF-8",
+                    crate::tables::describe_key(key.value())
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn decode_entity_id(key: &[u8]) -> Result<EntityId, Error> {
+    RecordId::from_key_bytes(key)
+        .map(EntityId)
+        .map_err(|source| Error::Decode {
+            what: "entity id".into(),
+            source,
+        })
 }
 
 #[cfg(test)]

@@ -500,6 +500,7 @@ pub(crate) fn check(writer: &Writer) -> Result<CheckReport, Error> {
     }
     let intents = check_intents(&txn, &mut |problem| problems.push(problem))?;
     crate::token::check(&txn, &mut |problem| problems.push(problem))?;
+    crate::entities::check(&txn, &mut |problem| problems.push(problem))?;
     Ok(CheckReport {
         redb_repaired,
         records: total,

@@ -1,23 +1,27 @@
 //! The JSON-lines export and import of a whole store.
 //!
 //! An export is a header line, then one record per line, then one line per intent of
-//! the outbox (the terminal's queued sales):
+//! the outbox (the terminal's queued sales), then one line per entity and per claimed
+//! business value (DESIGN §8):
 //!
 //! ```text
-//! {"idem_export":2,"generation":42,"clock_floor":1700000000300,"records":2,"intents":1}
+//! {"idem_export":3,"generation":42,"clock_floor":1700000000300,"records":2,"intents":1,"entities":1,"unique":1}
 //! {"tenant":"shop","operation":"credit","key":"k-1","state":"succeeded","generation":41,"fingerprint":"9f…","created_at":1700000000000,"updated_at":1700000000100,"expires_at":1700086400100,"completed_at":1700000000100,"code":200,"outcome_b64":"b2s="}
 //! {"tenant":"shop","operation":"credit","key":"k-2","state":"pending","generation":42,"fingerprint":"9f…","created_at":1700000000200,"updated_at":1700000000200,"lease_until":1700000030200}
 //! {"intent":{"key":"0190b7c2-…","operation":"sale.forward","state":"queued","attempts":0,"created_at":1700000000300,"next_attempt_at":1700000000300,"deadline":1700082800300,"fingerprint":"9f…","payload_b64":"e30="}}
+//! {"entity":{"tenant":"shop","kind":"payment","id":"p-1","state":"paid","version":2,"updated_at":1700000000100}}
+//! {"unique":{"tenant":"shop","scope":"receipt","value":"R-77","holder":"k-1"}}
 //! ```
 //!
 //! Each record line is a [`RecordView`], each intent line an [`IntentView`] under
-//! `"intent"`. Import reads exactly this back: every record and intent byte for byte,
+//! `"intent"`. Import reads exactly this back: every record, intent, entity and claimed
+//! value byte for byte,
 //! the generation counter raised to at least the header's and every record's
 //! generation, so generations keep increasing after a restore, and the clock floor
 //! raised to the header's and to every record's last update, so a restored terminal
 //! whose clock is behind never settles an outcome that expires before the ones it
-//! restored. Version 1 exports
-//! (records only, no `intents` in the header) import as before.
+//! restored. Version 1 exports (records only, no `intents` in the header) and version 2
+//! exports (no entities or claimed values) import as before.
 
 use std::io::{self, BufRead, BufWriter, Write};
 
@@ -27,6 +31,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::cache::ReplayCache;
+use crate::entities::{self, BusinessLine};
 use crate::error::{Error, ImportError, MaintainError};
 use crate::handle::{Caller, guard_read};
 use crate::outbox::{IntentView, count_intents, for_each_intent, import_intent};
@@ -35,8 +40,9 @@ use crate::view::{RecordView, ViewError, unsigned, view_error};
 use crate::writer::Writer;
 
 /// The version of the export format, in the header's `idem_export` field: 2 since
-/// exports carry the outbox's intents. Version 1 is read too.
-pub const EXPORT_VERSION: u64 = 2;
+/// exports carry the outbox's intents, 3 since they carry entities and claimed values.
+/// Versions 1 and 2 are read too.
+pub const EXPORT_VERSION: u64 = 3;
 
 /// The first line of an export.
 #[derive(Debug, Serialize)]
@@ -46,6 +52,8 @@ struct Header {
     clock_floor: u64,
     records: u64,
     intents: u64,
+    entities: u64,
+    unique: u64,
 }
 
 /// An intent line of an export.
@@ -62,6 +70,10 @@ pub struct Transferred {
     pub records: u64,
     /// Intents of the outbox.
     pub intents: u64,
+    /// Entities moved by a state machine.
+    pub entities: u64,
+    /// Claimed business values.
+    pub unique: u64,
 }
 
 /// Writes every record as JSON lines; see [`crate::Store::export`].
@@ -74,12 +86,15 @@ fn export_guarded(writer: &Writer, mut out: impl Write) -> Result<Transferred, M
     let txn = db.begin_read().map_err(Error::from)?;
     let records = txn.open_table(RECORDS).map_err(Error::from)?;
     let meta = txn.open_table(META).map_err(Error::from)?;
+    let business = entities::counts(&txn)?;
     let header = Header {
         idem_export: EXPORT_VERSION,
         generation: tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0),
         clock_floor: tables::read_meta(&meta, CLOCK_FLOOR_KEY)?.unwrap_or(0),
         records: records.len().map_err(Error::from)?,
         intents: count_intents(&txn)?,
+        entities: business.0,
+        unique: business.1,
     };
     let written = MaintainError::Export;
     serde_json::to_writer(&mut out, &header).map_err(|e| written(io::Error::from(e)))?;
@@ -104,10 +119,22 @@ fn export_guarded(writer: &Writer, mut out: impl Write) -> Result<Transferred, M
         intents += 1;
         Ok::<_, MaintainError>(())
     })?;
+    let (mut entity_lines, mut unique_lines) = (0, 0);
+    entities::for_each(&txn, |line| {
+        match line {
+            BusinessLine::Entity(_) => entity_lines += 1,
+            BusinessLine::Unique(_) => unique_lines += 1,
+        }
+        serde_json::to_writer(&mut out, &line).map_err(|e| written(io::Error::from(e)))?;
+        out.write_all(b"\n").map_err(written)?;
+        Ok::<_, MaintainError>(())
+    })?;
     out.flush().map_err(written)?;
     Ok(Transferred {
         records: count,
         intents,
+        entities: entity_lines,
+        unique: unique_lines,
     })
 }
 
@@ -120,6 +147,7 @@ pub(crate) fn import(
     let writing = writer.writing("import")?;
     let mut count = 0u64;
     let mut intents = 0u64;
+    let (mut entity_lines, mut unique_lines) = (0u64, 0u64);
     let mut announced = None;
     let mut last_line = 0u64;
     let mut written = Vec::new();
@@ -142,7 +170,11 @@ pub(crate) fn import(
                 Err(e) => return Err(bad(format!("not JSON: {e}"))),
             };
             if object.contains_key("idem_export") {
-                if count > 0 || intents > 0 || announced.is_some() {
+                if count > 0
+                    || intents > 0
+                    || entity_lines + unique_lines > 0
+                    || announced.is_some()
+                {
                     return Err(bad("a header line may only come first".into()));
                 }
                 let header = read_header(&object).map_err(|e| bad(e.to_string()))?;
@@ -151,7 +183,22 @@ pub(crate) fn import(
                 announced = Some(header);
                 continue;
             }
+            if object.contains_key("entity") || object.contains_key("unique") {
+                let line: BusinessLine = serde_json::from_value(Value::Object(object))
+                    .map_err(|e| bad(e.to_string()))?;
+                entities::import(&writing.txn, &line)?.map_err(bad)?;
+                match line {
+                    BusinessLine::Entity(_) => entity_lines += 1,
+                    BusinessLine::Unique(_) => unique_lines += 1,
+                }
+                continue;
+            }
             if object.contains_key("intent") {
+                if entity_lines + unique_lines > 0 {
+                    return Err(bad(
+                        "an intent line after the entities: intents come first".into()
+                    ));
+                }
                 let line: IntentLine = serde_json::from_value(Value::Object(object))
                     .map_err(|e| bad(format!("intent: {e}")))?;
                 let intent = line
@@ -162,9 +209,9 @@ pub(crate) fn import(
                 intents += 1;
                 continue;
             }
-            if intents > 0 {
+            if intents + entity_lines + unique_lines > 0 {
                 return Err(bad(
-                    "a record line after the intents: records come first".into()
+                    "a record line after the intents or entities: records come first".into(),
                 ));
             }
             let (id, record) = RecordView::from_json(&object)
@@ -189,14 +236,19 @@ pub(crate) fn import(
         }
     }
     if let Some(header) = announced {
-        let found = (count, intents);
-        if (header.records, header.intents.unwrap_or(0)) != found {
+        let found = (count, intents, entity_lines, unique_lines);
+        let announced = (
+            header.records,
+            header.intents.unwrap_or(0),
+            header.entities.unwrap_or(0),
+            header.unique.unwrap_or(0),
+        );
+        if announced != found {
             return Err(ImportError::Line {
                 line: last_line,
                 message: format!(
-                    "the header announces {} records and {} intents, the input holds {count} and {intents} (truncated?)",
-                    header.records,
-                    header.intents.unwrap_or(0)
+                    "the header announces {} records, {} intents, {} entities and {} claimed values, the input holds {count}, {intents}, {entity_lines} and {unique_lines} (truncated?)",
+                    announced.0, announced.1, announced.2, announced.3
                 ),
             });
         }
@@ -208,6 +260,8 @@ pub(crate) fn import(
     Ok(Transferred {
         records: count,
         intents,
+        entities: entity_lines,
+        unique: unique_lines,
     })
 }
 
@@ -241,18 +295,31 @@ struct Announced {
     records: u64,
     /// Version 2 and later.
     intents: Option<u64>,
+    /// Version 3 and later.
+    entities: Option<u64>,
+    /// Version 3 and later.
+    unique: Option<u64>,
 }
 
 fn read_header(object: &Map<String, Value>) -> Result<Announced, ViewError> {
     let version = unsigned(object, "idem_export")?;
     let fields: &[&str] = match version {
         1 => &["idem_export", "generation", "records"],
+        2 => &[
+            "idem_export",
+            "generation",
+            "clock_floor",
+            "records",
+            "intents",
+        ],
         EXPORT_VERSION => &[
             "idem_export",
             "generation",
             "clock_floor",
             "records",
             "intents",
+            "entities",
+            "unique",
         ],
         _ => {
             return Err(view_error(
@@ -274,6 +341,12 @@ fn read_header(object: &Map<String, Value>) -> Result<Announced, ViewError> {
         records: unsigned(object, "records")?,
         intents: (version >= 2)
             .then(|| unsigned(object, "intents"))
+            .transpose()?,
+        entities: (version >= 3)
+            .then(|| unsigned(object, "entities"))
+            .transpose()?,
+        unique: (version >= 3)
+            .then(|| unsigned(object, "unique"))
             .transpose()?,
     })
 }
