@@ -65,8 +65,16 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Claim a key, or learn who holds it or how it ended.
     #[command(after_help = "\
-Prints the decision: claimed, in_progress, replay, conflict or unknown.
-Exit status: 0 claimed or replay, 3 conflict, 4 in progress, 5 unknown.
+Prints the decision: claimed, in_progress, replay, conflict, unknown or forgotten.
+Exit status: 0 claimed or replay, 3 conflict, 4 in progress, 5 unknown, 13 forgotten (the
+request ran; its outcome is past retention and only a tombstone is kept: do not run it
+again).
+
+JSON: {\"decision\":\"claimed\",\"generation\":N,\"lease_until\":MS},
+{\"decision\":\"in_progress\",\"generation\":N,\"lease_until\":MS},
+{\"decision\":\"replay\",\"state\":\"succeeded\"|\"failed\",\"code\":INT,\"outcome_b64\":…,\"completed_at\":MS},
+{\"decision\":\"conflict\",\"state\":…,\"stored_fingerprint\":HEX}, {\"decision\":\"unknown\",\"generation\":N},
+{\"decision\":\"forgotten\",\"generation\":N,\"state\":\"succeeded\"|\"failed\",\"completed_at\":MS}.
 
 Example:
   idem begin shop-7 charge order-991 --payload order.json --lease 2m")]
@@ -243,6 +251,12 @@ Examples:
     /// Show one record.
     #[command(after_help = "\
 Exit status 7 when there is no record under the key.
+
+JSON: tenant, operation, key, state (pending, succeeded, failed, unknown, forgotten),
+generation, fingerprint, created_at, updated_at, and where they apply lease_until
+(pending); expires_at, completed_at, code, outcome_b64 (succeeded, failed); verdict,
+completed_at and expires_at, the end of the tombstone's time (forgotten: a tombstone,
+what sweep keeps of an outcome past retention).
 
 Example:
   idem get shop-7 charge order-991 --json")]
@@ -618,7 +632,7 @@ pub(crate) enum FingerprintArgs {
 
 fn parse_state(text: &str) -> Result<State, String> {
     State::from_name(text)
-        .ok_or_else(|| "expected one of pending, succeeded, failed, unknown".to_string())
+        .ok_or_else(|| "expected one of pending, succeeded, failed, unknown, forgotten".to_string())
 }
 
 #[cfg(test)]
