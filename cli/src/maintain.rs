@@ -327,6 +327,7 @@ pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
         "intents": count.intents,
         "entities": count.entities,
         "unique": count.unique,
+        "tokens": count.tokens,
     });
     let text = || format!("exported {}", transferred_text(&count));
     if out.is_some() {
@@ -363,17 +364,18 @@ pub(crate) fn import(session: &Session, file: &Path) -> Ending {
             "intents": count.intents,
             "entities": count.entities,
             "unique": count.unique,
+            "tokens": count.tokens,
         }),
         || format!("imported {}", transferred_text(&count)),
     )?;
     Ok(Exit::Done.code())
 }
 
-/// `4 records, 6 intents, 1 entities and 2 claimed values`.
+/// `4 records, 6 intents, 1 entities, 2 claimed values and 0 tokens`.
 fn transferred_text(count: &Transferred) -> String {
     format!(
-        "{} records, {} intents, {} entities and {} claimed values",
-        count.records, count.intents, count.entities, count.unique
+        "{} records, {} intents, {} entities, {} claimed values and {} tokens",
+        count.records, count.intents, count.entities, count.unique, count.tokens
     )
 }
 

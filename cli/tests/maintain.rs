@@ -276,7 +276,7 @@ fn check_compact_export_and_import_round_trip() {
     let run = idem.run(&["--json", "export", "--out", &backup.to_string_lossy()]);
     assert_eq!(
         run.json(),
-        json!({"exported": 5, "intents": 0, "entities": 0, "unique": 0})
+        json!({"exported": 5, "intents": 0, "entities": 0, "unique": 0, "tokens": 0})
     );
     let exported = fs::read_to_string(&backup).expect("backup");
     let to_stdout = idem.run(&["export"]);
@@ -287,14 +287,14 @@ fn check_compact_export_and_import_round_trip() {
     );
     assert_eq!(
         to_stdout.stderr,
-        "exported 5 records, 0 intents, 0 entities and 0 claimed values\n"
+        "exported 5 records, 0 intents, 0 entities, 0 claimed values and 0 tokens\n"
     );
 
     let restored = Idem::new();
     let run = restored.run(&["--json", "import", &backup.to_string_lossy()]);
     assert_eq!(
         run.json(),
-        json!({"imported": 5, "intents": 0, "entities": 0, "unique": 0})
+        json!({"imported": 5, "intents": 0, "entities": 0, "unique": 0, "tokens": 0})
     );
     assert_eq!(restored.run(&["export"]).stdout, exported);
     // Generations keep increasing after a restore.

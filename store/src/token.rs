@@ -15,6 +15,7 @@ use idem_core::{
     Write,
 };
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, WriteTransaction};
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ExecuteError};
 use crate::execute::{Executed, execute_in};
@@ -289,4 +290,141 @@ pub(crate) fn check(txn: &ReadTransaction, problem: &mut dyn FnMut(String)) -> R
         }
     }
     Ok(())
+}
+
+/// An issued token as a line of an export: `{"token":{"tenant":…,"operation":…,
+/// "token":…,"issued_at":MS,"expires_at":MS,"intent_id":…}}` (`intent_id` only when
+/// it was issued for one). Its use, if any, is an ordinary record line.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TokenLine {
+    token: TokenView,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenView {
+    tenant: String,
+    operation: String,
+    token: String,
+    issued_at: u64,
+    expires_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    intent_id: Option<String>,
+}
+
+/// The number of issued tokens in the file.
+pub(crate) fn count(txn: &ReadTransaction) -> Result<u64, Error> {
+    match open_read(txn, TOKENS)? {
+        Some(tokens) => Ok(tokens.len()?),
+        None => Ok(0),
+    }
+}
+
+/// Calls `line` with every issued token, in key order.
+pub(crate) fn for_each<E: From<Error>>(
+    txn: &ReadTransaction,
+    mut line: impl FnMut(TokenLine) -> Result<(), E>,
+) -> Result<(), E> {
+    let Some(tokens) = open_read(txn, TOKENS)? else {
+        return Ok(());
+    };
+    for entry in tokens.iter().map_err(Error::from)? {
+        let (key, _) = entry.map_err(Error::from)?;
+        let id = tables::decode_id(key.value())?;
+        let Some(issued) = tables::read_token(&tokens, key.value())? else {
+            continue;
+        };
+        line(TokenLine {
+            token: TokenView {
+                tenant: id.tenant().into(),
+                operation: id.operation().into(),
+                token: id.key().into(),
+                issued_at: issued.issued_at.as_millis(),
+                expires_at: issued.expires_at.as_millis(),
+                intent_id: issued.intent_id,
+            },
+        })?;
+    }
+    Ok(())
+}
+
+/// Writes an imported token with its expiry entry and, when it was issued for an
+/// intent, the intent's entry (pointing at the latest token issued for it, as issuing
+/// leaves it). `Ok(Err(message))` when the line breaks a rule or the store holds a
+/// different token under its key (the same is accepted as is).
+pub(crate) fn import(
+    txn: &WriteTransaction,
+    tables: &mut Tables<'_>,
+    line: &TokenLine,
+) -> Result<Result<(), String>, Error> {
+    let view = &line.token;
+    let checked = Token::parse(&view.token)
+        .map_err(|e| format!("token: {e}"))
+        .and_then(|token| {
+            let id = RecordId::new(&view.tenant, &view.operation, token.as_str())
+                .map_err(|e| format!("token: {e}"))?;
+            if let Some(intent_id) = &view.intent_id {
+                token::check_intent_id(intent_id).map_err(|e| format!("token: {e}"))?;
+            }
+            if view.expires_at <= view.issued_at {
+                return Err(format!(
+                    "token: expires_at {} is not after issued_at {}",
+                    view.expires_at, view.issued_at
+                ));
+            }
+            Ok((token, id))
+        });
+    let (token, id) = match checked {
+        Ok(found) => found,
+        Err(message) => return Ok(Err(message)),
+    };
+    let entry = IssuedToken {
+        issued_at: Timestamp(view.issued_at),
+        expires_at: Timestamp(view.expires_at),
+        intent_id: view.intent_id.clone(),
+    };
+    let id_key = id.to_key_bytes();
+    match tables.token(&id_key)? {
+        Some(existing) if existing == entry => return Ok(Ok(())),
+        Some(_) => {
+            return Ok(Err(format!(
+                "token {id}: the store already holds a different token under this id"
+            )));
+        }
+        None => {}
+    }
+    tables.put_token(&id_key, &entry)?;
+    txn.open_table(TOKEN_EXPIRY)?
+        .insert(tables::timed_key(entry.expires_at, &id_key).as_slice(), ())?;
+    tables.raise_floor(entry.issued_at)?;
+    if let Some(intent_id) = &entry.intent_id {
+        let intent_key = RecordId::new(&view.tenant, &view.operation, intent_id)
+            .map_err(Error::from)?
+            .to_key_bytes();
+        let mut intents = txn.open_table(TOKEN_INTENTS)?;
+        let mapped = match intents.get(intent_key.as_slice())? {
+            Some(bytes) => Some(
+                Token::decode(bytes.value()).map_err(|source| Error::Decode {
+                    what: format!("token of intent {}", tables::describe_key(&intent_key)),
+                    source,
+                })?,
+            ),
+            None => None,
+        };
+        let later = match &mapped {
+            None => true,
+            Some(other) => {
+                let other_key =
+                    RecordId::new(&view.tenant, &view.operation, other.as_str())?.to_key_bytes();
+                tables
+                    .token(&other_key)?
+                    .is_none_or(|other| other.issued_at <= entry.issued_at)
+            }
+        };
+        if later {
+            intents.insert(intent_key.as_slice(), token.encode().as_slice())?;
+        }
+    }
+    Ok(Ok(()))
 }

@@ -2,26 +2,27 @@
 //!
 //! An export is a header line, then one record per line, then one line per intent of
 //! the outbox (the terminal's queued sales), then one line per entity and per claimed
-//! business value (DESIGN §8):
+//! business value (DESIGN §8), then one line per issued one-time token (DESIGN §9):
 //!
 //! ```text
-//! {"idem_export":3,"generation":42,"clock_floor":1700000000300,"records":2,"intents":1,"entities":1,"unique":1}
+//! {"idem_export":3,"generation":42,"clock_floor":1700000000300,"records":2,"intents":1,"entities":1,"unique":1,"tokens":1}
 //! {"tenant":"shop","operation":"credit","key":"k-1","state":"succeeded","generation":41,"fingerprint":"9f…","created_at":1700000000000,"updated_at":1700000000100,"expires_at":1700086400100,"completed_at":1700000000100,"code":200,"outcome_b64":"b2s="}
 //! {"tenant":"shop","operation":"credit","key":"k-2","state":"pending","generation":42,"fingerprint":"9f…","created_at":1700000000200,"updated_at":1700000000200,"lease_until":1700000030200}
 //! {"intent":{"key":"0190b7c2-…","operation":"sale.forward","state":"queued","attempts":0,"created_at":1700000000300,"next_attempt_at":1700000000300,"deadline":1700082800300,"fingerprint":"9f…","payload_b64":"e30="}}
 //! {"entity":{"tenant":"shop","kind":"payment","id":"p-1","state":"paid","version":2,"updated_at":1700000000100}}
 //! {"unique":{"tenant":"shop","scope":"receipt","value":"R-77","holder":"k-1"}}
+//! {"token":{"tenant":"shop","operation":"redeem","token":"AAAAAAAAAAAAAAAAAAAAAA","issued_at":1700000000000,"expires_at":1700000900000,"intent_id":"order-991"}}
 //! ```
 //!
 //! Each record line is a [`RecordView`], each intent line an [`IntentView`] under
-//! `"intent"`. Import reads exactly this back: every record, intent, entity and claimed
-//! value byte for byte,
+//! `"intent"`. Import reads exactly this back: every record, intent, entity, claimed
+//! value and token byte for byte,
 //! the generation counter raised to at least the header's and every record's
 //! generation, so generations keep increasing after a restore, and the clock floor
 //! raised to the header's and to every record's last update, so a restored terminal
 //! whose clock is behind never settles an outcome that expires before the ones it
 //! restored. Version 1 exports (records only, no `intents` in the header) and version 2
-//! exports (no entities or claimed values) import as before.
+//! exports (no entities, claimed values or tokens) import as before.
 
 use std::io::{self, BufRead, BufWriter, Write};
 
@@ -36,11 +37,13 @@ use crate::error::{Error, ImportError, MaintainError};
 use crate::handle::{Caller, guard_read};
 use crate::outbox::{IntentView, count_intents, for_each_intent, import_intent};
 use crate::tables::{self, CLOCK_FLOOR_KEY, GENERATION_KEY, META, RECORDS};
+use crate::token;
 use crate::view::{RecordView, ViewError, unsigned, view_error};
 use crate::writer::Writer;
 
 /// The version of the export format, in the header's `idem_export` field: 2 since
-/// exports carry the outbox's intents, 3 since they carry entities and claimed values.
+/// exports carry the outbox's intents, 3 since they carry entities, claimed values and
+/// one-time tokens.
 /// Versions 1 and 2 are read too.
 pub const EXPORT_VERSION: u64 = 3;
 
@@ -54,6 +57,7 @@ struct Header {
     intents: u64,
     entities: u64,
     unique: u64,
+    tokens: u64,
 }
 
 /// An intent line of an export.
@@ -74,6 +78,8 @@ pub struct Transferred {
     pub entities: u64,
     /// Claimed business values.
     pub unique: u64,
+    /// Issued one-time tokens.
+    pub tokens: u64,
 }
 
 /// Writes every record as JSON lines; see [`crate::Store::export`].
@@ -95,6 +101,7 @@ fn export_guarded(writer: &Writer, mut out: impl Write) -> Result<Transferred, M
         intents: count_intents(&txn)?,
         entities: business.0,
         unique: business.1,
+        tokens: token::count(&txn)?,
     };
     let written = MaintainError::Export;
     serde_json::to_writer(&mut out, &header).map_err(|e| written(io::Error::from(e)))?;
@@ -129,12 +136,20 @@ fn export_guarded(writer: &Writer, mut out: impl Write) -> Result<Transferred, M
         out.write_all(b"\n").map_err(written)?;
         Ok::<_, MaintainError>(())
     })?;
+    let mut token_lines = 0;
+    token::for_each(&txn, |line| {
+        serde_json::to_writer(&mut out, &line).map_err(|e| written(io::Error::from(e)))?;
+        out.write_all(b"\n").map_err(written)?;
+        token_lines += 1;
+        Ok::<_, MaintainError>(())
+    })?;
     out.flush().map_err(written)?;
     Ok(Transferred {
         records: count,
         intents,
         entities: entity_lines,
         unique: unique_lines,
+        tokens: token_lines,
     })
 }
 
@@ -147,7 +162,7 @@ pub(crate) fn import(
     let writing = writer.writing("import")?;
     let mut count = 0u64;
     let mut intents = 0u64;
-    let (mut entity_lines, mut unique_lines) = (0u64, 0u64);
+    let (mut entity_lines, mut unique_lines, mut token_lines) = (0u64, 0u64, 0u64);
     let mut announced = None;
     let mut last_line = 0u64;
     let mut written = Vec::new();
@@ -182,6 +197,16 @@ pub(crate) fn import(
                 tables.raise_floor(Timestamp(header.clock_floor.unwrap_or(0)))?;
                 announced = Some(header);
                 continue;
+            }
+            if object.contains_key("token") {
+                let line: token::TokenLine = serde_json::from_value(Value::Object(object))
+                    .map_err(|e| bad(e.to_string()))?;
+                token::import(&writing.txn, &mut tables, &line)?.map_err(bad)?;
+                token_lines += 1;
+                continue;
+            }
+            if token_lines > 0 {
+                return Err(bad("a line after the tokens: tokens come last".into()));
             }
             if object.contains_key("entity") || object.contains_key("unique") {
                 let line: BusinessLine = serde_json::from_value(Value::Object(object))
@@ -236,19 +261,20 @@ pub(crate) fn import(
         }
     }
     if let Some(header) = announced {
-        let found = (count, intents, entity_lines, unique_lines);
+        let found = (count, intents, entity_lines, unique_lines, token_lines);
         let announced = (
             header.records,
             header.intents.unwrap_or(0),
             header.entities.unwrap_or(0),
             header.unique.unwrap_or(0),
+            header.tokens.unwrap_or(0),
         );
         if announced != found {
             return Err(ImportError::Line {
                 line: last_line,
                 message: format!(
-                    "the header announces {} records, {} intents, {} entities and {} claimed values, the input holds {count}, {intents}, {entity_lines} and {unique_lines} (truncated?)",
-                    announced.0, announced.1, announced.2, announced.3
+                    "the header announces {} records, {} intents, {} entities, {} claimed values and {} tokens, the input holds {count}, {intents}, {entity_lines}, {unique_lines} and {token_lines} (truncated?)",
+                    announced.0, announced.1, announced.2, announced.3, announced.4
                 ),
             });
         }
@@ -262,6 +288,7 @@ pub(crate) fn import(
         intents,
         entities: entity_lines,
         unique: unique_lines,
+        tokens: token_lines,
     })
 }
 
@@ -299,6 +326,8 @@ struct Announced {
     entities: Option<u64>,
     /// Version 3 and later.
     unique: Option<u64>,
+    /// Version 3 and later.
+    tokens: Option<u64>,
 }
 
 fn read_header(object: &Map<String, Value>) -> Result<Announced, ViewError> {
@@ -320,6 +349,7 @@ fn read_header(object: &Map<String, Value>) -> Result<Announced, ViewError> {
             "intents",
             "entities",
             "unique",
+            "tokens",
         ],
         _ => {
             return Err(view_error(
@@ -347,6 +377,9 @@ fn read_header(object: &Map<String, Value>) -> Result<Announced, ViewError> {
             .transpose()?,
         unique: (version >= 3)
             .then(|| unsigned(object, "unique"))
+            .transpose()?,
+        tokens: (version >= 3)
+            .then(|| unsigned(object, "tokens"))
             .transpose()?,
     })
 }

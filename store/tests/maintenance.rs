@@ -343,7 +343,7 @@ fn export_then_import_is_lossless_including_the_generation_counter() {
     let text = String::from_utf8(exported.clone()).unwrap();
     assert!(
         text.starts_with(&format!(
-            "{{\"idem_export\":3,\"generation\":7,\"clock_floor\":{},\"records\":6,\"intents\":0,\"entities\":0,\"unique\":0}}\n",
+            "{{\"idem_export\":3,\"generation\":7,\"clock_floor\":{},\"records\":6,\"intents\":0,\"entities\":0,\"unique\":0,\"tokens\":0}}\n",
             source.clock_floor().unwrap().as_millis()
         )),
         "{text}"
@@ -413,7 +413,7 @@ fn a_bad_import_line_is_named_and_nothing_is_imported() {
     let truncated: String = text.lines().take(3).map(|l| format!("{l}\n")).collect();
     assert_eq!(
         target.import(truncated.as_bytes()).unwrap_err().to_string(),
-        "import line 3: the header announces 6 records, 0 intents, 0 entities and 0 claimed values, the input holds 2, 0, 0 and 0 (truncated?)"
+        "import line 3: the header announces 6 records, 0 intents, 0 entities, 0 claimed values and 0 tokens, the input holds 2, 0, 0, 0 and 0 (truncated?)"
     );
     assert_eq!(target.stats(at(0)).unwrap().records(), 0);
     assert_eq!(target.generation().unwrap(), Generation(0));

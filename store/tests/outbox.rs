@@ -556,7 +556,7 @@ fn export_and_import_carry_the_outbox_in_every_state() {
     let header = String::from_utf8_lossy(&exported);
     assert!(
         header.starts_with(&format!(
-            r#"{{"idem_export":3,"generation":4,"clock_floor":{},"records":4,"intents":6,"entities":0,"unique":0}}"#,
+            r#"{{"idem_export":3,"generation":4,"clock_floor":{},"records":4,"intents":6,"entities":0,"unique":0,"tokens":0}}"#,
             T0 + 1
         )),
         "{header}"

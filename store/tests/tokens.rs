@@ -439,3 +439,91 @@ fn check_verifies_the_token_tables() {
         "{report:?}"
     );
 }
+
+/// Restoring from an export keeps issued tokens: an unused one is still consumable
+/// once, a used one still replays, and issuing again for the same intent still answers
+/// its latest token.
+#[test]
+fn tokens_go_through_export_and_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = store(&dir);
+    let unused = issue(&source, 1, MINUTE, None);
+    let used = issue(&source, 2, MINUTE, Some("order-1"));
+    let tid = |token: &Token| id("shop", "redeem", token.as_str());
+    let ran = source
+        .consume_execute(&tid(&used), fp("v"), Timestamp(T0 + 1), |txn| {
+            redeem(txn, &used)
+        })
+        .unwrap();
+    assert!(matches!(ran, Consumed::Admitted(Executed::Ran { .. })));
+    // Used, so the intent gets a new token, which the intent's entry now names.
+    let latest = source
+        .issue_token(
+            "shop",
+            "redeem",
+            MINUTE,
+            Some("order-1"),
+            [3; 16],
+            Timestamp(T0 + 2),
+        )
+        .unwrap();
+    assert!(matches!(latest, Issue::New { .. }));
+
+    let mut exported = Vec::new();
+    let sent = source.export(&mut exported).unwrap();
+    assert_eq!((sent.records, sent.tokens), (1, 3));
+    let text = String::from_utf8(exported.clone()).unwrap();
+    assert!(
+        text.contains(&format!(
+            r#"{{"token":{{"tenant":"shop","operation":"redeem","token":"{}","issued_at":{T0},"expires_at":{},"intent_id":"order-1"}}}}"#,
+            used.as_str(),
+            T0 + MINUTE
+        )),
+        "{text}"
+    );
+
+    let other = tempfile::tempdir().unwrap();
+    let target = store(&other);
+    assert_eq!(target.import(exported.as_slice()).unwrap(), sent);
+    let check = target.check().unwrap();
+    assert!(check.is_ok(), "{:?}", check.problems);
+    for token in [&unused, &used, latest.token()] {
+        assert_eq!(
+            target.get_token(&tid(token)).unwrap(),
+            source.get_token(&tid(token)).unwrap()
+        );
+    }
+    let again = target
+        .issue_token(
+            "shop",
+            "redeem",
+            MINUTE,
+            Some("order-1"),
+            [4; 16],
+            Timestamp(T0 + 3),
+        )
+        .unwrap();
+    assert_eq!(again.token(), latest.token(), "the intent's latest token");
+    let replay = target
+        .consume(&tid(&used), fp("v"), Timestamp(T0 + 4))
+        .unwrap();
+    assert!(matches!(
+        replay,
+        Consumed::Admitted(Decision::Replay { .. })
+    ));
+    let first_use = target
+        .consume_execute(&tid(&unused), fp("w"), Timestamp(T0 + 4), |txn| {
+            redeem(txn, &unused)
+        })
+        .unwrap();
+    assert!(matches!(
+        first_use,
+        Consumed::Admitted(Executed::Ran { .. })
+    ));
+    // A token line that breaks a rule is named, and nothing is imported.
+    let bad = text.replace(used.as_str(), "not-a-token");
+    let err = store(&tempfile::tempdir().unwrap())
+        .import(bad.as_bytes())
+        .unwrap_err();
+    assert!(err.to_string().contains("token: "), "{err}");
+}
