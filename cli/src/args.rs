@@ -369,8 +369,12 @@ Example:
 Example:
   idem compact")]
     Compact,
-    /// Write every record as JSON lines, to --out FILE or stdout.
+    /// Write the whole store as JSON lines, to --out FILE or stdout.
     #[command(after_help = "\
+A header line, then every record (tombstones included), the outbox's intents, the
+entities, the claimed business values and the issued one-time tokens: `idem import` on a
+fresh file restores all of it, with the generation counter and the clock floor.
+
 Example:
   idem export --out backup.jsonl")]
     Export {
