@@ -27,6 +27,14 @@ pub fn record(data: &[u8]) {
         for now in TIMES {
             let _ = record.is_expired(now);
             let _ = protocol::sweepable(&record, now);
+            if let protocol::Swept::Tombstone(tombstone) = protocol::sweep(&record, now, &config) {
+                // A tombstone keeps what identifies the request, and reads back.
+                assert_eq!(
+                    (tombstone.fingerprint, tombstone.generation),
+                    (record.fingerprint, record.generation)
+                );
+                assert_eq!(Record::decode(&tombstone.encode()), Ok(tombstone));
+            }
             let _ = protocol::begin(
                 Some(&record),
                 record.fingerprint,
