@@ -21,6 +21,7 @@ const OPTIONS: &[&str] = &[
     "failureRetentionMs",
     "maxOutcomeBytes",
     "onLeaseExpiry",
+    "tombstoneRetentionMs",
 ];
 const ID: &[&str] = &["tenant", "operation", "key"];
 const OUTCOME: &[&str] = &["code", "body"];
