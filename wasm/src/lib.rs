@@ -12,7 +12,6 @@
 //! | [`IdemClient`] | [`idem_core::ledger::Ledger`] |
 //! | [`MemoryReceiver`] | [`idem_core::memory::MemoryReceiver`] |
 //! | `fingerprintBytes`, `fingerprintFields`, `fingerprintJson`, `canonicalJson` | [`idem_core::Fingerprint`] |
-//! | [`Machine`] | [`idem_core::machine`] |
 //!
 //! # Time and randomness
 //!
@@ -34,11 +33,9 @@
 mod client;
 mod fingerprint;
 mod js;
-mod machine;
 mod receiver;
 pub mod types;
 
 pub use client::IdemClient;
 pub use fingerprint::{canonical_json, fingerprint_bytes, fingerprint_fields, fingerprint_json};
-pub use machine::Machine;
 pub use receiver::MemoryReceiver;
