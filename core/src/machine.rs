@@ -145,16 +145,25 @@ impl fmt::Display for MachineError {
 
 impl core::error::Error for MachineError {}
 
-/// `items` in the order of `compare`, through the crate's one sort.
-fn sorted<T>(items: Vec<T>, compare: &mut dyn FnMut(&T, &T) -> core::cmp::Ordering) -> Vec<T> {
+/// `items` in the order of `compare`, through the crate's one sort, moved into place by
+/// swaps (no second vector: each element type compiles to little code).
+fn sorted<T>(mut items: Vec<T>, compare: &mut dyn FnMut(&T, &T) -> core::cmp::Ordering) -> Vec<T> {
     let order = crate::order::sorted_positions(items.len(), &mut |a, b| {
         compare(&items[a], &items[b]).then(a.cmp(&b))
     });
-    let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
-    order
-        .into_iter()
-        .filter_map(|at| slots.get_mut(at).and_then(Option::take))
-        .collect()
+    // `target[i]`: where the item now at `i` goes. Each swap puts one item in its place.
+    let mut target = alloc::vec![0; order.len()];
+    for (to, &from) in order.iter().enumerate() {
+        target[from] = to;
+    }
+    for i in 0..items.len() {
+        while target[i] != i {
+            let to = target[i];
+            items.swap(i, to);
+            target.swap(i, to);
+        }
+    }
+    items
 }
 
 fn check_name(name: &str, field: &'static str) -> Result<(), MachineError> {

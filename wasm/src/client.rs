@@ -71,7 +71,7 @@ impl IdemClient {
                 .unwrap_or(defaults.max_backoff_ms),
             ..defaults
         };
-        Ok(IdemClient::from(Ledger::new(config)?))
+        Ok(IdemClient::from(Ledger::new(config).map_err(js::error)?))
     }
 
     /// Starts a new intent for one user action: a fresh UUIDv7 key from `nowMs` and 16
@@ -131,7 +131,7 @@ impl IdemClient {
     ///
     /// Bytes that are not a valid intent record.
     pub fn put(&mut self, intent: &[u8]) -> Result<bool, JsError> {
-        Ok(self.ledger.put(Intent::decode(intent)?))
+        Ok(self.ledger.put(Intent::decode(intent).map_err(js::error)?))
     }
 
     /// Call when `nowMs` reaches `nextWakeup()` (or at any time): expires queued intents
@@ -205,7 +205,7 @@ impl IdemClient {
             body,
             retry_at,
         };
-        let effect = self.ledger.on_reply(&key, reply, now)?;
+        let effect = self.ledger.on_reply(&key, reply, now).map_err(js::error)?;
         Ok(self.report(&key, effect))
     }
 
@@ -223,7 +223,10 @@ impl IdemClient {
     ) -> Result<Effect, JsError> {
         let key = js::string("key", key)?;
         let now = js::timestamp("nowMs", now_ms)?;
-        let effect = self.ledger.on_transport_error(&key, now)?;
+        let effect = self
+            .ledger
+            .on_transport_error(&key, now)
+            .map_err(js::error)?;
         Ok(self.report(&key, effect))
     }
 
@@ -300,9 +303,11 @@ impl IdemClient {
         let records: Array = intents.unchecked_into();
         let mut decoded = Vec::new();
         for record in records.iter() {
-            decoded.push(Intent::decode(&js::bytes("intents", &record)?)?);
+            decoded.push(Intent::decode(&js::bytes("intents", &record)?).map_err(js::error)?);
         }
-        Ok(IdemClient::from(Ledger::restore_parts(state, decoded)?))
+        Ok(IdemClient::from(
+            Ledger::restore_parts(state, decoded).map_err(js::error)?,
+        ))
     }
 
     /// The whole client as bytes, to persist after every change.
@@ -316,7 +321,7 @@ impl IdemClient {
     ///
     /// Bytes that are empty, from a newer format, malformed or invalid.
     pub fn restore(bytes: &[u8]) -> Result<IdemClient, JsError> {
-        Ok(IdemClient::from(Ledger::restore(bytes)?))
+        Ok(IdemClient::from(Ledger::restore(bytes).map_err(js::error)?))
     }
 
     /// How many intents the client holds.
@@ -357,9 +362,10 @@ impl IdemClient {
             now,
             random,
             self.ledger.config(),
-        )?;
+        )
+        .map_err(js::error)?;
         if self.ledger.get(&intent.key).is_some() {
-            return Err(LedgerError::DuplicateKey { key: intent.key }.into());
+            return Err(js::error(LedgerError::DuplicateKey { key: intent.key }));
         }
         Ok(intent)
     }

@@ -55,7 +55,9 @@ pub fn fingerprint_fields(fields: FieldsInput) -> Result<String, JsError> {
         .iter()
         .map(|(n, v)| (n.as_str(), v.as_slice()))
         .collect();
-    Ok(Fingerprint::of_fields(&borrowed)?.to_hex())
+    Ok(Fingerprint::of_fields(&borrowed)
+        .map_err(js::error)?
+        .to_hex())
 }
 
 /// SHA-256 of the RFC 8785 canonical form of `text` without the members at
@@ -75,7 +77,9 @@ pub fn fingerprint_json(
     let text = json_text(text)?;
     let paths = paths(&JsValue::from(ignored_paths))?;
     let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
-    Ok(Fingerprint::of_json(&text, &paths)?.to_hex())
+    Ok(Fingerprint::of_json(&text, &paths)
+        .map_err(js::error)?
+        .to_hex())
 }
 
 /// The RFC 8785 canonical text that `fingerprintJson` hashes.
@@ -91,7 +95,7 @@ pub fn canonical_json(
     let text = json_text(text)?;
     let paths = paths(&JsValue::from(ignored_paths))?;
     let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
-    Ok(Fingerprint::canonical_json(&text, &paths)?)
+    Fingerprint::canonical_json(&text, &paths).map_err(js::error)
 }
 
 /// The JSON text argument as UTF-8. A string of more UTF-16 code units than the size
@@ -115,15 +119,9 @@ fn paths(value: &JsValue) -> Result<Vec<String>, JsError> {
     if value.is_undefined() || value.is_null() {
         return Ok(Vec::new());
     }
-    if !Array::is_array(value) {
-        return Err(js::invalid(
-            "ignoredPaths",
-            "expected an array of JSON Pointer strings",
-        ));
-    }
-    Array::from(value)
-        .iter()
-        .enumerate()
-        .map(|(i, p)| js::string(&format!("ignoredPaths[{i}]"), &p))
-        .collect()
+    js::strings(
+        "ignoredPaths",
+        value,
+        "expected an array of JSON Pointer strings",
+    )
 }

@@ -29,6 +29,16 @@ pub(crate) fn invalid(field: &str, problem: &str) -> JsError {
     JsError::new(&format!("{field}: {problem}"))
 }
 
+/// A core error as a JS `Error` with its message. `From<E> for JsError` (what `?` uses)
+/// compiles a copy of the formatting for each error type; this formats through `dyn`.
+pub(crate) fn error(error: impl fmt::Display) -> JsError {
+    message(&error)
+}
+
+fn message(error: &dyn fmt::Display) -> JsError {
+    JsError::new(&error.to_string())
+}
+
 /// A short description of a JS value for error messages.
 fn describe(value: &JsValue) -> String {
     if let Some(n) = value.as_f64() {
@@ -109,6 +119,23 @@ pub(crate) fn bytes(field: &str, value: &JsValue) -> Result<Vec<u8>, JsError> {
             &format!("{}, expected a Uint8Array or a string", describe(value)),
         ))
     }
+}
+
+/// An array of strings (see [`text`]), named `field` in errors; `expected` says what
+/// the array should be when `value` is not one.
+pub(crate) fn strings(
+    field: &str,
+    value: &JsValue,
+    expected: &str,
+) -> Result<Vec<String>, JsError> {
+    if !Array::is_array(value) {
+        return Err(invalid(field, expected));
+    }
+    let mut out = Vec::new();
+    for (i, item) in Array::from(value).iter().enumerate() {
+        out.push(string(&format!("{field}[{i}]"), &item)?);
+    }
+    Ok(out)
 }
 
 /// A string argument (see [`text`]).

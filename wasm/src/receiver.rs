@@ -21,6 +21,7 @@ const OPTIONS: &[&str] = &[
     "failureRetentionMs",
     "maxOutcomeBytes",
     "onLeaseExpiry",
+    "tombstoneRetentionMs",
 ];
 const ID: &[&str] = &["tenant", "operation", "key"];
 const OUTCOME: &[&str] = &["code", "body"];
@@ -78,7 +79,7 @@ impl MemoryReceiver {
                 .unsigned("tombstoneRetentionMs")?
                 .unwrap_or(defaults.tombstone_retention_ms),
         };
-        config.validate()?;
+        config.validate().map_err(js::error)?;
         Ok(MemoryReceiver {
             inner: Core::new(config),
         })
@@ -99,9 +100,12 @@ impl MemoryReceiver {
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
     ) -> Result<Decision, JsError> {
         let id = record_id(&id)?;
-        let fingerprint = Fingerprint::from_hex(&js::string("fingerprint", fingerprint)?)?;
+        let fingerprint =
+            Fingerprint::from_hex(&js::string("fingerprint", fingerprint)?).map_err(js::error)?;
         let now = js::timestamp("nowMs", now_ms)?;
-        Ok(decision(self.inner.begin(&id, fingerprint, now)?))
+        Ok(decision(
+            self.inner.begin(&id, fingerprint, now).map_err(js::error)?,
+        ))
     }
 
     /// The executor holding `generation` extends its lease.
@@ -118,7 +122,9 @@ impl MemoryReceiver {
         let id = record_id(&id)?;
         let generation = Generation(js::unsigned("generation", &generation.into())?);
         let now = js::timestamp("nowMs", now_ms)?;
-        Ok(self.inner.heartbeat(&id, generation, now)?)
+        self.inner
+            .heartbeat(&id, generation, now)
+            .map_err(js::error)
     }
 
     /// The executor holding `generation` settles `id` with `verdict` and `outcome`.
@@ -145,9 +151,9 @@ impl MemoryReceiver {
         })?;
         let outcome = self::outcome(&outcome)?;
         let now = js::timestamp("nowMs", now_ms)?;
-        Ok(self
-            .inner
-            .complete(&id, generation, verdict, outcome, now)?)
+        self.inner
+            .complete(&id, generation, verdict, outcome, now)
+            .map_err(js::error)
     }
 
     /// The executor holding `generation` did nothing: delete the record so a retry may
@@ -163,7 +169,7 @@ impl MemoryReceiver {
     ) -> Result<(), JsError> {
         let id = record_id(&id)?;
         let generation = Generation(js::unsigned("generation", &generation.into())?);
-        Ok(self.inner.release(&id, generation)?)
+        self.inner.release(&id, generation).map_err(js::error)
     }
 
     /// The executor holding `generation` cannot tell whether its effect happened.
@@ -181,7 +187,9 @@ impl MemoryReceiver {
         let id = record_id(&id)?;
         let generation = Generation(js::unsigned("generation", &generation.into())?);
         let now = js::timestamp("nowMs", now_ms)?;
-        Ok(self.inner.mark_unknown(&id, generation, now)?)
+        self.inner
+            .mark_unknown(&id, generation, now)
+            .map_err(js::error)
     }
 
     /// A reconciler settles an unknown record: `"succeeded"` or `"failed"` with `outcome`,
@@ -217,7 +225,7 @@ impl MemoryReceiver {
             }
         };
         let now = js::timestamp("nowMs", now_ms)?;
-        Ok(self.inner.resolve(&id, resolution, now)?)
+        self.inner.resolve(&id, resolution, now).map_err(js::error)
     }
 
     /// Sweeps up to `limit` records past their time, oldest first, and returns how many:
@@ -275,18 +283,19 @@ impl MemoryReceiver {
     /// Bytes that are empty, from a newer format, malformed or invalid.
     pub fn restore(bytes: &[u8]) -> Result<MemoryReceiver, JsError> {
         Ok(MemoryReceiver {
-            inner: Core::restore(bytes)?,
+            inner: Core::restore(bytes).map_err(js::error)?,
         })
     }
 }
 
 fn record_id(value: &JsValue) -> Result<RecordId, JsError> {
     let fields = Fields::new("id", value, ID)?;
-    Ok(RecordId::new(
+    RecordId::new(
         &fields.required_string("tenant")?,
         &fields.required_string("operation")?,
         &fields.required_string("key")?,
-    )?)
+    )
+    .map_err(js::error)
 }
 
 fn outcome(value: &JsValue) -> Result<Outcome, JsError> {

@@ -610,6 +610,35 @@ fn receiver_claims_once_and_replays() {
 }
 
 #[wasm_bindgen_test]
+fn receiver_tombstones_follow_their_option() {
+    // Retention 1 s: swept at 10 s, the default keeps a tombstone (a retry is answered
+    // forgotten), tombstoneRetentionMs 0 keeps none (a retry claims again).
+    for (options, after_sweep) in [
+        (r#"{"successRetentionMs":1000}"#, "forgotten"),
+        (
+            r#"{"successRetentionMs":1000,"tombstoneRetentionMs":0}"#,
+            "claimed",
+        ),
+    ] {
+        let mut receiver = MemoryReceiver::new(Some(js(options))).unwrap();
+        let fp = fingerprint_bytes(bytes(b"A-1")).unwrap();
+        let claimed = receiver.begin(id("k"), &s(&fp), 10.0).unwrap();
+        receiver
+            .complete(
+                id("k"),
+                generation(&claimed),
+                js("\"succeeded\""),
+                js(r#"{"code":201}"#),
+                20.0,
+            )
+            .unwrap();
+        assert_eq!(receiver.sweep(10_000.0, 100).unwrap(), 1, "{options}");
+        let again = receiver.begin(id("k"), &s(&fp), 10_001.0).unwrap();
+        assert_eq!(text(&again, "decision"), after_sweep, "{options}");
+    }
+}
+
+#[wasm_bindgen_test]
 fn receiver_errors_name_the_field() {
     let bad = |json: &str| message(MemoryReceiver::new(Some(js(json))).err().unwrap());
     assert_eq!(
