@@ -190,16 +190,7 @@ pub(crate) fn sweep(
             // otherwise move the time of every later write.
             let now = tables.effective(now)?;
             cache.raise_horizon(now);
-            // One more than the batch, to learn whether expired records remain.
-            let mut keys = Vec::with_capacity(batch + 1);
-            for entry in tables.expiry().iter()? {
-                let (key, _) = entry?;
-                let (expires_at, _) = tables::split_timed_key(key.value())?;
-                if expires_at > now || keys.len() > batch {
-                    break;
-                }
-                keys.push(key.value().to_vec());
-            }
+            let keys = tables::expired_keys(tables.expiry(), now, batch)?;
             let take = keys.len().min(batch);
             for key in &keys[..take] {
                 let (expires_at, id_key) = tables::split_timed_key(key)?;

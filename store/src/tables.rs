@@ -99,6 +99,26 @@ pub(crate) fn split_timed_key(key: &[u8]) -> Result<(Timestamp, &[u8]), Error> {
     }
 }
 
+/// The keys of `index` (a timed index: `time` ++ id bytes) whose time is at or before
+/// `now`, oldest first, at most `batch + 1`: one more than a sweep takes, to tell whether
+/// expired entries remain.
+pub(crate) fn expired_keys(
+    index: &impl ReadableTable<&'static [u8], ()>,
+    now: Timestamp,
+    batch: usize,
+) -> Result<Vec<Vec<u8>>, Error> {
+    let mut keys = Vec::with_capacity(batch + 1);
+    for entry in index.iter()? {
+        let (key, _) = entry?;
+        let (expires_at, _) = split_timed_key(key.value())?;
+        if expires_at > now || keys.len() > batch {
+            break;
+        }
+        keys.push(key.value().to_vec());
+    }
+    Ok(keys)
+}
+
 /// Decodes a u64 stored in the meta table.
 pub(crate) fn decode_u64(name: &str, bytes: &[u8]) -> Result<u64, Error> {
     let array: [u8; 8] = bytes.try_into().map_err(|_| Error::Corrupt {

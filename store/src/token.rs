@@ -189,15 +189,7 @@ pub(crate) fn sweep(writer: &Writer, now: Timestamp, limit: usize) -> Result<Swe
             let now = tables.effective(now)?;
             let mut expiry = txn.open_table(TOKEN_EXPIRY)?;
             let mut intents = txn.open_table(TOKEN_INTENTS)?;
-            let mut keys = Vec::with_capacity(batch + 1);
-            for entry in expiry.iter()? {
-                let (key, _) = entry?;
-                let (expires_at, _) = tables::split_timed_key(key.value())?;
-                if expires_at > now || keys.len() > batch {
-                    break;
-                }
-                keys.push(key.value().to_vec());
-            }
+            let keys = tables::expired_keys(&expiry, now, batch)?;
             let take = keys.len().min(batch);
             for key in &keys[..take] {
                 let (_, id_key) = tables::split_timed_key(key)?;
