@@ -233,6 +233,8 @@ mod error;
 mod execute;
 mod group;
 mod handle;
+#[cfg(feature = "http")]
+pub mod http;
 mod inbox;
 mod lock;
 mod maintain;
