@@ -13,6 +13,9 @@ for target in wasm32-unknown-unknown thumbv7em-none-eabihf; do
   grep -qx "$target" <<<"$installed_targets" || rustup target add "$target"
 done
 
+step "curl, for the idem proxy scenario (cli/tests/proxy/curl-scenario.sh)"
+command -v curl >/dev/null || { apt-get update && apt-get install -y curl; }
+
 step "cargo fmt --all --check"
 cargo fmt --all --check
 

@@ -399,6 +399,28 @@ only; it ends with the counts of intents, effects and duplicates.
 Example:
   idem demo")]
     Demo,
+    /// Give any HTTP backend idempotency keys: a reverse proxy on the store.
+    #[command(after_help = "\
+A POST or PATCH with an Idempotency-Key header (\"key\", an RFC 8941 String, or a bare
+token) is forwarded once; a retry gets the stored answer with Idempotent-Replayed: true,
+a retry while it runs 409 with Retry-After, the key with another request 422, a key
+whose outcome is unknown 503, a key whose outcome is past its retention 410 (only its
+tombstone is kept; the request does not run again). Other requests, and keyless ones without --require-key,
+pass through. Answers of the proxy itself are application/problem+json.
+
+The upstream's 2xx, 3xx and 4xx are kept (replayed); its 5xx releases the key. An
+upstream that cannot be reached releases it (502); one that fails or times out after
+the request was sent leaves it unknown (502 or 504): it may have acted; settle it with
+idem resolve or idem reconcile. Ctrl-C or SIGTERM stops accepting, finishes the requests
+in flight, and exits 0.
+
+The tenant must come from your authentication: --tenant-header names the header a
+gateway in front sets (after removing the client's own); --tenant fixes one tenant.
+
+Example:
+  idem proxy --upstream http://127.0.0.1:8080 --tenant shop --replay-status 200
+  curl -X POST localhost:8480/orders -H 'Idempotency-Key: \"k-1\"' -d '{\"item\":\"tea\"}'")]
+    Proxy(ProxyArgs),
     /// Measure throughput and latency on this machine, on a temporary file.
     #[command(after_help = "\
 Example:
@@ -408,6 +430,39 @@ Example:
         #[arg(long, value_name = "N", default_value_t = 300)]
         ops: u32,
     },
+}
+
+/// `idem proxy`'s flags.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("tenant_source").args(["tenant", "tenant_header"])))]
+pub(crate) struct ProxyArgs {
+    /// The address to listen on; 127.0.0.1 unless you mean to expose it.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8480")]
+    pub(crate) listen: std::net::SocketAddr,
+    /// The backend, an http:// URL; the request's path and query are appended to it.
+    #[arg(long, value_name = "URL")]
+    pub(crate) upstream: String,
+    /// One tenant for every request (a single-tenant deployment).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) tenant: Option<String>,
+    /// The header that carries the tenant, set by your authentication [default: X-Tenant].
+    #[arg(long, value_name = "NAME")]
+    pub(crate) tenant_header: Option<String>,
+    /// The status of a replayed 2xx: the original one, or 200.
+    #[arg(long, value_name = "original|200", default_value = "original", value_parser = ["original", "200"])]
+    pub(crate) replay_status: String,
+    /// Answer a POST or PATCH without an Idempotency-Key with 400 instead of passing it.
+    #[arg(long)]
+    pub(crate) require_key: bool,
+    /// The most body bytes buffered and fingerprinted; a larger body is a 413.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
+    pub(crate) body_limit: usize,
+    /// How long the upstream may take to answer; past it the key is unknown (504).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "25s")]
+    pub(crate) upstream_timeout: u64,
+    /// A request header that is part of the fingerprint (repeat for more).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) fingerprint_header: Vec<String>,
 }
 
 /// `idem entity ...`: the entities of `idem transition`.

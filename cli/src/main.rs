@@ -18,6 +18,7 @@ mod keyed;
 mod maintain;
 mod output;
 mod progress;
+mod proxy;
 mod reconcile;
 mod session;
 mod time;
@@ -203,6 +204,7 @@ fn run(cli: &Cli) -> Ending {
         Command::Export { out } => maintain::export(&session, out.as_deref()),
         Command::Import { file } => maintain::import(&session, file),
         Command::Demo => demo::run(&session),
+        Command::Proxy(args) => proxy::run(&session, args),
         Command::Bench { ops } => bench::run(&session, *ops),
     }
 }

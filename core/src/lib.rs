@@ -17,6 +17,12 @@
 //! [`protocol::Write`] to apply. A store applies that write in the same transaction in
 //! which it read the record, and answers only after it committed.
 //!
+//! # HTTP
+//!
+//! [`http`] maps the protocol onto HTTP (draft-ietf-httpapi-idempotency-key-header): the
+//! `Idempotency-Key` header, the request fingerprint, and the status, headers and RFC
+//! 9457 problem document of every decision.
+//!
 //! # Panics are bugs, errors are input
 //!
 //! Nothing a caller sends makes this crate panic: every malformed key, oversized outcome,
@@ -46,6 +52,7 @@ extern crate std;
 pub mod config;
 pub mod encoding;
 pub mod fingerprint;
+pub mod http;
 pub mod id;
 pub mod ledger;
 pub mod machine;

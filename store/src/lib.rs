@@ -236,6 +236,13 @@
 //! dropped and opened again. A read answers from what redb still holds in memory, or
 //! returns [`Error::NeedsReopen`] too. Whether the failed call's changes are durable is
 //! known only after the reopen; every answer given before it is.
+//!
+//! # HTTP (feature `http`)
+//!
+//! `http` is a tower layer that gives any HTTP service (hyper, axum) idempotency keys
+//! per draft-ietf-httpapi-idempotency-key-header, on this store and the pure mapping of
+//! `idem_core::http`; `idem proxy` runs it in front of any backend. Off by default: the
+//! store alone pulls in no HTTP crate.
 
 mod backend;
 mod cache;
@@ -245,6 +252,8 @@ mod error;
 mod execute;
 mod group;
 mod handle;
+#[cfg(feature = "http")]
+pub mod http;
 mod inbox;
 mod lock;
 mod maintain;

@@ -8,3 +8,14 @@ mod vouchers;
 fn the_vouchers_example_runs() {
     vouchers::run().unwrap();
 }
+
+#[cfg(feature = "http")]
+#[allow(dead_code, unreachable_pub)] // its `main` is the example's own entry point
+#[path = "../examples/axum.rs"]
+mod axum_example;
+
+#[cfg(feature = "http")]
+#[test]
+fn the_axum_example_runs_once_replays_and_refuses_a_reused_key() {
+    assert_eq!(axum_example::run().unwrap(), [201, 201, 422]);
+}

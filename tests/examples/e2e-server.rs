@@ -8,8 +8,10 @@
 //! Binds 127.0.0.1 on a free port and prints `listening http://127.0.0.1:PORT` as its first
 //! line. `POST /orders` needs an `Idempotency-Key` header (400 without, or malformed): an
 //! RFC 8941 String (`"…"`, as draft-ietf-httpapi-idempotency-key-header asks), or a bare
-//! token as older clients send. The body's fingerprint is SHA-256 of its RFC 8785
-//! canonical form. A new key is claimed in the store, the order is "executed" (counted,
+//! token as older clients send; one key per request. The key parsing, the fingerprint
+//! (method, path and the body's RFC 8785 canonical form) and every answer that is not the
+//! handler's own are the shared mapping of `idem_core::http` (DESIGN §10): problem
+//! documents for 400, 409, 422 and 503 (an outcome that is unknown). A new key is claimed in the store, the order is "executed" (counted,
 //! then `--work-ms` of work), and the outcome (201 and a JSON body) settles the record
 //! before the answer is written. While the first request runs, a retry gets 409 with
 //! `Retry-After` (the lease end, or the work's length if sooner); after it, the stored
@@ -26,7 +28,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use idem_store::{Decision, Fingerprint, Outcome, RecordId, Store, Verdict, now};
+use idem_core::http;
+use idem_store::{Decision, RecordId, Store, Verdict, now};
 use serde_json::{Value, json};
 
 fn main() {
@@ -69,15 +72,15 @@ struct Server {
 struct Request {
     method: String,
     path: String,
-    /// The `Idempotency-Key` header as sent.
-    key: Option<String>,
+    /// Every `Idempotency-Key` field as sent.
+    keys: Vec<String>,
     body: Vec<u8>,
 }
 
 struct Response {
     status: u16,
-    content_type: &'static str,
-    headers: Vec<(&'static str, String)>,
+    content_type: String,
+    headers: Vec<(String, String)>,
     body: Vec<u8>,
 }
 
@@ -85,16 +88,40 @@ impl Response {
     fn text(status: u16, body: impl Into<String>) -> Response {
         Response {
             status,
-            content_type: "text/plain; charset=utf-8",
+            content_type: "text/plain; charset=utf-8".into(),
             headers: Vec::new(),
             body: body.into().into_bytes(),
         }
     }
 
+    /// An answer of the shared mapping (`idem_core::http`): a problem document or a
+    /// replay, with its headers.
+    fn from_answer(answer: http::Answer) -> Response {
+        let mut response = Response {
+            status: answer.status,
+            content_type: "application/json".into(),
+            headers: Vec::new(),
+            body: answer.body,
+        };
+        for (name, value) in answer.headers {
+            let value = String::from_utf8_lossy(&value).into_owned();
+            if name.eq_ignore_ascii_case("content-type") {
+                response.content_type = value;
+            } else {
+                response.headers.push((name, value));
+            }
+        }
+        response
+    }
+
+    fn problem(problem: &http::Problem) -> Response {
+        Response::from_answer(problem.answer())
+    }
+
     fn json(status: u16, body: &Value) -> Response {
         Response {
             status,
-            content_type: "application/json",
+            content_type: "application/json".into(),
             headers: Vec::new(),
             body: body.to_string().into_bytes(),
         }
@@ -209,23 +236,22 @@ impl Server {
     }
 
     fn order(&self, request: &Request) -> Response {
-        let Some(header) = request.key.as_deref() else {
-            return Response::text(400, "Idempotency-Key: missing, this endpoint needs one");
+        let key = match http::key_from_fields(request.keys.iter().map(String::as_bytes)) {
+            Ok(Some(key)) => key,
+            Ok(None) => return Response::problem(&http::Problem::key_missing()),
+            Err(e) => return Response::problem(&http::Problem::key_malformed(&e)),
         };
-        let key = match idempotency_key(header) {
-            Ok(key) => key,
-            Err(problem) => return Response::text(400, format!("Idempotency-Key: {problem}")),
-        };
+        let header = request.keys.join(", ");
         {
             let mut log = self.lock();
             log.received.push(key.clone());
-            log.headers.push(header.to_owned());
+            log.headers.push(header);
         }
-        let response = self.decide(&key, &request.body);
+        let response = self.decide(&key, request);
         let replayed = response
             .headers
             .iter()
-            .any(|(name, _)| *name == "Idempotent-Replayed");
+            .any(|(name, _)| name == http::IDEMPOTENT_REPLAYED);
         self.lock().answered.push(json!({
             "key": key,
             "status": response.status,
@@ -234,77 +260,75 @@ impl Server {
         response
     }
 
-    fn decide(&self, key: &str, body: &[u8]) -> Response {
+    fn decide(&self, key: &str, request: &Request) -> Response {
         let id = match RecordId::new("shop", "orders", key) {
             Ok(id) => id,
-            Err(e) => return Response::text(400, e.to_string()),
+            Err(e) => {
+                return Response::problem(&http::Problem::new(400, "key-malformed", e.to_string()));
+            }
         };
-        // Not `from_utf8_lossy`: two bodies that differ only in invalid bytes would both
-        // become U+FFFD and share a fingerprint.
-        let text = match std::str::from_utf8(body) {
-            Ok(text) => text,
-            Err(e) => return Response::text(400, format!("body: not UTF-8: {e}")),
+        let parts = http::RequestParts {
+            method: &request.method,
+            path: &request.path,
+            content_type: Some(b"application/json"),
+            body: &request.body,
+            headers: &[],
         };
-        let fingerprint = match Fingerprint::of_json(text, &[]) {
+        let fingerprint = match parts.fingerprint(&[]) {
             Ok(fp) => fp,
-            Err(e) => return Response::text(400, e.to_string()),
+            Err(e) => return Response::problem(&http::Problem::body_malformed(&e)),
         };
         let decision = match self.store.begin(&id, fingerprint, now()) {
             Ok(decision) => decision,
             Err(e) => return Response::text(500, e.to_string()),
         };
-        match decision {
-            Decision::Claimed { generation, .. } => {
-                let number = {
-                    let mut log = self.lock();
-                    log.executed.push(key.to_owned());
-                    log.executed.len()
-                };
-                thread::sleep(self.options.work);
-                let order: Value = serde_json::from_str(text).unwrap_or(Value::Null);
-                let outcome =
-                    json!({ "order": number, "item": order.get("item"), "status": "confirmed" });
-                let outcome = Outcome::new(201, outcome.to_string());
-                match self.store.complete(
-                    &id,
-                    generation,
-                    Verdict::Succeeded,
-                    outcome.clone(),
-                    now(),
-                ) {
-                    Ok(_) => Response {
-                        status: 201,
-                        content_type: "application/json",
-                        headers: Vec::new(),
-                        body: outcome.body,
-                    },
-                    Err(e) => Response::text(500, e.to_string()),
-                }
-            }
-            Decision::InProgress { lease_until, .. } => {
+        let Decision::Claimed { generation, .. } = decision else {
+            let mut answered = http::answer(&decision, now(), &http::AnswerConfig::default())
+                .map_or_else(
+                    || Response::text(500, "a claim without a handler"),
+                    Response::from_answer,
+                );
+            if let Decision::InProgress { lease_until, .. } = decision {
+                // The browser test waits for the work, not the whole lease: the sooner of
+                // the two.
                 let work = u64::try_from(self.options.work.as_millis()).unwrap_or(u64::MAX);
                 let wait = lease_until.millis_since(now()).min(work);
                 let seconds = wait.div_ceil(1_000).max(1);
-                let mut response = Response::text(409, "a request with this key is in progress");
-                response.headers.push(("Retry-After", seconds.to_string()));
-                response
+                for (name, value) in &mut answered.headers {
+                    if name.eq_ignore_ascii_case("retry-after") {
+                        *value = seconds.to_string();
+                    }
+                }
             }
-            Decision::Replay { outcome, .. } => Response {
-                status: u16::try_from(outcome.code).unwrap_or(500),
-                content_type: "application/json",
-                headers: vec![("Idempotent-Replayed", "true".into())],
-                body: outcome.body,
+            return answered;
+        };
+        let number = {
+            let mut log = self.lock();
+            log.executed.push(key.to_owned());
+            log.executed.len()
+        };
+        thread::sleep(self.options.work);
+        let order: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let body = json!({ "order": number, "item": order.get("item"), "status": "confirmed" });
+        let stored = http::StoredResponse {
+            status: 201,
+            headers: vec![("Content-Type".into(), b"application/json".to_vec())],
+            body: body.to_string().into_bytes(),
+        };
+        match self.store.complete(
+            &id,
+            generation,
+            Verdict::Succeeded,
+            stored.to_outcome(),
+            now(),
+        ) {
+            Ok(_) => Response {
+                status: 201,
+                content_type: "application/json".into(),
+                headers: Vec::new(),
+                body: stored.body,
             },
-            Decision::Conflict { .. } => {
-                Response::text(422, "Idempotency-Key: already used with another payload")
-            }
-            Decision::NeedsReconciliation { .. } => {
-                Response::text(500, "outcome unknown: the order needs reconciliation")
-            }
-            Decision::Forgotten { .. } => Response::text(
-                410,
-                "Idempotency-Key: this order ran long ago; its outcome is no longer kept",
-            ),
+            Err(e) => Response::text(500, e.to_string()),
         }
     }
 
@@ -333,45 +357,11 @@ impl Server {
         };
         Response {
             status: 200,
-            content_type,
-            headers: vec![("Cache-Control", "no-store".into())],
+            content_type: content_type.into(),
+            headers: vec![("Cache-Control".into(), "no-store".into())],
             body,
         }
     }
-}
-
-/// The key of an `Idempotency-Key` header value: an RFC 8941 String (an Item, so
-/// parameters may follow; they are ignored), or a bare token as older clients send it.
-fn idempotency_key(value: &str) -> Result<String, String> {
-    let Some(quoted) = value.strip_prefix('"') else {
-        return if value.is_empty() {
-            Err("empty".into())
-        } else {
-            Ok(value.to_owned())
-        };
-    };
-    let mut key = String::new();
-    let mut chars = quoted.chars();
-    loop {
-        match chars.next() {
-            None => return Err("a String without its closing quote".into()),
-            Some('"') => break,
-            Some('\\') => match chars.next() {
-                Some(c @ ('"' | '\\')) => key.push(c),
-                _ => return Err("a String may escape only \" and \\".into()),
-            },
-            Some(c @ ' '..='~') => key.push(c),
-            Some(c) => return Err(format!("{c:?} in a String, only printable ASCII")),
-        }
-    }
-    let rest = chars.as_str();
-    if !rest.is_empty() && !rest.starts_with(';') {
-        return Err(format!("{rest:?} after the String"));
-    }
-    if key.is_empty() {
-        return Err("an empty String".into());
-    }
-    Ok(key)
 }
 
 fn read_request(reader: &mut impl BufRead) -> Result<Request, String> {
@@ -393,7 +383,7 @@ fn read_request(reader: &mut impl BufRead) -> Result<Request, String> {
     let mut first = lines.first().ok_or("request line: missing")?.split(' ');
     let method = first.next().unwrap_or_default().to_owned();
     let path = first.next().unwrap_or("/").to_owned();
-    let mut key = None;
+    let mut keys = Vec::new();
     let mut length = 0usize;
     for line in &lines[1..] {
         let Some((name, value)) = line.split_once(':') else {
@@ -401,7 +391,7 @@ fn read_request(reader: &mut impl BufRead) -> Result<Request, String> {
         };
         let value = value.trim();
         if name.eq_ignore_ascii_case("idempotency-key") {
-            key = Some(value.to_owned());
+            keys.push(value.to_owned());
         } else if name.eq_ignore_ascii_case("content-length") {
             length = value.parse().map_err(|_| "Content-Length: not a number")?;
         }
@@ -414,7 +404,7 @@ fn read_request(reader: &mut impl BufRead) -> Result<Request, String> {
     Ok(Request {
         method,
         path,
-        key,
+        keys,
         body,
     })
 }
@@ -423,7 +413,7 @@ fn write_response(mut stream: &TcpStream, response: &Response) -> std::io::Resul
     let mut head = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
         response.status,
-        reason(response.status),
+        http::reason_phrase(response.status),
         response.content_type,
         response.body.len()
     );
@@ -434,42 +424,4 @@ fn write_response(mut stream: &TcpStream, response: &Response) -> std::io::Resul
     stream.write_all(head.as_bytes())?;
     stream.write_all(&response.body)?;
     stream.flush()
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        201 => "Created",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        409 => "Conflict",
-        422 => "Unprocessable Content",
-        _ => "Internal Server Error",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::idempotency_key;
-
-    #[test]
-    fn the_key_as_a_structured_field_string_or_a_bare_token() {
-        let uuid = "01890a5d-ac96-774b-bcce-b302099a8057";
-        assert_eq!(idempotency_key(&format!("\"{uuid}\"")).unwrap(), uuid);
-        assert_eq!(idempotency_key(uuid).unwrap(), uuid);
-        assert_eq!(idempotency_key(r#""a\"b\\c""#).unwrap(), r#"a"b\c"#);
-        assert_eq!(idempotency_key(r#""k";v=1"#).unwrap(), "k");
-        for bad in [
-            "",
-            r#"""#,
-            r#""""#,
-            r#""open"#,
-            r#""a\nb""#,
-            r#""k" x"#,
-            "\"caf\u{e9}\"",
-        ] {
-            assert!(idempotency_key(bad).is_err(), "{bad:?}");
-        }
-    }
 }

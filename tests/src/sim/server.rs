@@ -6,8 +6,9 @@
 //! loses it between any two steps. The reconciler settles Unknown records by asking the
 //! business table whether the effect ran, as an operator would.
 
+use idem_core::http::{self, AnswerConfig};
 use idem_core::protocol::{Decision, Resolution};
-use idem_core::{Fingerprint, Outcome, RecordId, Reply, State, Verdict};
+use idem_core::{Fingerprint, Outcome, RecordId, Reply, State, Timestamp, Verdict};
 
 use super::events::{Event, Job, Request, Response};
 use super::faults::Fault;
@@ -34,22 +35,33 @@ fn status(status: u16) -> Reply {
     }
 }
 
-/// The HTTP answer to a decision that did not claim.
+/// The HTTP answer to a decision that did not claim: the status and body of the shared
+/// mapping (`idem_core::http`, DESIGN §10). `retry_at` is the lease end of a 409, as the
+/// receiver knows it; the simulated senders take it as is (a real sender reads the
+/// `Retry-After` seconds against its own clock).
 fn decision_reply(decision: Decision) -> Reply {
-    match decision {
-        Decision::Replay { outcome, .. } => outcome_reply(outcome),
-        Decision::InProgress { lease_until, .. } => Reply {
-            status: 409,
-            body: Vec::new(),
-            retry_at: Some(lease_until),
-        },
-        Decision::Conflict { .. } => status(422),
-        Decision::NeedsReconciliation { .. } => status(503),
-        Decision::Forgotten { .. } => status(410),
-        Decision::Claimed { .. } => {
-            // Callers handle a claim before asking for a reply.
-            panic!("a claim is executed, not answered")
-        }
+    let retry_at = match &decision {
+        Decision::InProgress { lease_until, .. } => Some(*lease_until),
+        _ => None,
+    };
+    // `now` only sets the 409's Retry-After header, which the simulation does not read.
+    let answer = http::answer(&decision, Timestamp(0), &AnswerConfig::default())
+        // Callers handle a claim before asking for a reply.
+        .expect("a claim is executed, not answered");
+    Reply {
+        status: answer.status,
+        body: answer.body,
+        retry_at,
+    }
+}
+
+/// The answer when the outcome of a request is unknown (a fenced or refused executor).
+fn unknown_reply() -> Reply {
+    let answer = http::Problem::unknown(AnswerConfig::default().unknown_retry_after_s).answer();
+    Reply {
+        status: answer.status,
+        body: answer.body,
+        retry_at: None,
     }
 }
 
@@ -134,7 +146,7 @@ impl<S: Outbox, R: Receiver> World<S, R> {
             // Fenced: the key was reconciled or claimed again while this executor was
             // slow. It must not touch the provider.
             self.history.note(&key, self.now, Note::Fenced);
-            self.answer(&job.request, &key, status(503));
+            self.answer(&job.request, &key, unknown_reply());
             return;
         }
         let (run, verdict, outcome) = self.receiver.store.charge(&job.id, &job.request.payload);
@@ -172,7 +184,7 @@ impl<S: Outbox, R: Receiver> World<S, R> {
         } else {
             // Refused as stale: the record went Unknown meanwhile; a reconciler settles
             // it from the provider's answer and the sender's retry gets that.
-            status(503)
+            unknown_reply()
         };
         self.answer(&job.request, &key, reply);
     }

@@ -1,0 +1,297 @@
+//! `idem proxy` under load: requests per second and p50/p99 latency of the proxy in
+//! front of a small upstream, against the upstream alone, with 1 and 64 concurrent
+//! clients, fresh keys and replays. Everything binds 127.0.0.1; every run sends a fixed
+//! number of requests.
+//!
+//! ```text
+//! cargo build --release -p idem-cli && cargo bench -p idem-bench --bench http
+//! ```
+//!
+//! The proxy is the real `idem` binary, found next to this benchmark's own directory
+//! (`target/release/idem`); its store is a temporary file with the default durability
+//! (an fsync per commit, shared by concurrent requests through group commit). The load
+//! generator keeps one HTTP/1.1 connection per client and sends its requests one after
+//! the other on it.
+
+use std::convert::Infallible;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+
+/// Requests per run: enough for a stable p99, few enough to finish in seconds.
+const REQUESTS: usize = 2_000;
+/// No run may take longer; a run that would is cut and reported as such.
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+
+fn main() {
+    let idem = match idem_binary() {
+        Ok(idem) => idem,
+        Err(message) => {
+            eprintln!("http bench: {message}");
+            std::process::exit(2);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(run(&idem));
+}
+
+/// `target/<profile>/idem`, from this benchmark's `target/<profile>/deps/http-…`.
+fn idem_binary() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let profile = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .ok_or("cannot find the target directory")?;
+    let idem = profile.join(format!("idem{}", std::env::consts::EXE_SUFFIX));
+    if idem.exists() {
+        Ok(idem)
+    } else {
+        Err(format!(
+            "{} is missing: build it first (cargo build --release -p idem-cli)",
+            idem.display()
+        ))
+    }
+}
+
+async fn run(idem: &PathBuf) {
+    let upstream = upstream().await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let mut proxy = Proxy::start(idem, &dir.path().join("proxy.redb"), upstream.address);
+    println!(
+        "{:<28} {:>7} {:>8} {:>10} {:>9} {:>9}",
+        "target", "clients", "requests", "req/s", "p50 ms", "p99 ms"
+    );
+    let mut fresh = 0usize;
+    // What the upstream must have run: every request sent to it directly, every request
+    // with a fresh key, and one per replayed key.
+    let mut expected = 0;
+    for clients in [1, 64] {
+        for (name, at, keys) in [
+            ("upstream alone", upstream.address, Keys::Fresh),
+            ("idem proxy, fresh keys", proxy.address, Keys::Fresh),
+            ("idem proxy, replays", proxy.address, Keys::Replay),
+        ] {
+            let report = load(at, clients, keys, &mut fresh).await;
+            println!(
+                "{:<28} {:>7} {:>8} {:>10.0} {:>9.2} {:>9.2}{}",
+                name,
+                clients,
+                report.requests,
+                report.per_second,
+                report.p50.as_secs_f64() * 1e3,
+                report.p99.as_secs_f64() * 1e3,
+                if report.cut {
+                    "  (cut at the time limit)"
+                } else {
+                    ""
+                }
+            );
+            assert_eq!(report.unexpected, 0, "{name}: answers other than 201");
+            expected += match keys {
+                Keys::Fresh => report.requests,
+                Keys::Replay => clients,
+            };
+        }
+    }
+    let executions = upstream.executions.load(Ordering::SeqCst);
+    println!(
+        "upstream executions: {executions}, expected {expected} (one per fresh key, one per replayed key)"
+    );
+    assert_eq!(
+        executions, expected,
+        "the upstream ran a replayed request again"
+    );
+    proxy.stop();
+}
+
+/// Whether each request gets a key of its own or one client's requests share one key
+/// (after its first request, every one is a replay).
+#[derive(Clone, Copy)]
+enum Keys {
+    Fresh,
+    Replay,
+}
+
+struct Report {
+    requests: usize,
+    per_second: f64,
+    p50: Duration,
+    p99: Duration,
+    unexpected: usize,
+    cut: bool,
+}
+
+async fn load(at: SocketAddr, clients: usize, keys: Keys, fresh: &mut usize) -> Report {
+    let per_client = REQUESTS / clients;
+    let first_key = *fresh;
+    *fresh += clients * per_client;
+    let started = Instant::now();
+    let deadline = started + RUN_LIMIT;
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| {
+            tokio::spawn(async move {
+                let stream = TcpStream::connect(at).await.expect("connect");
+                stream.set_nodelay(true).expect("nodelay");
+                let (mut sender, connection) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                        .await
+                        .expect("handshake");
+                tokio::spawn(connection);
+                let mut latencies = Vec::with_capacity(per_client);
+                let mut unexpected = 0;
+                for i in 0..per_client {
+                    if Instant::now() > deadline {
+                        break;
+                    }
+                    let key = match keys {
+                        Keys::Fresh => first_key + client * per_client + i,
+                        Keys::Replay => first_key + client * per_client,
+                    };
+                    let request = Request::post("/orders")
+                        .header("host", at.to_string())
+                        .header("idempotency-key", format!("\"bench-{key}\""))
+                        .header("content-type", "application/json")
+                        .body(Full::new(Bytes::from(format!(
+                            "{{\"item\":\"tea\",\"n\":{key}}}"
+                        ))))
+                        .expect("request");
+                    let sent = Instant::now();
+                    sender.ready().await.expect("connection ready");
+                    let response = sender.send_request(request).await.expect("answer");
+                    let status = response.status().as_u16();
+                    response.into_body().collect().await.expect("body");
+                    latencies.push(sent.elapsed());
+                    if status != 201 {
+                        unexpected += 1;
+                    }
+                }
+                (latencies, unexpected)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(REQUESTS);
+    let mut unexpected = 0;
+    for task in tasks {
+        let (mut mine, bad) = task.await.expect("client");
+        latencies.append(&mut mine);
+        unexpected += bad;
+    }
+    let elapsed = started.elapsed();
+    latencies.sort_unstable();
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    Report {
+        requests: latencies.len(),
+        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50: at(0.50),
+        p99: at(0.99),
+        unexpected,
+        cut: latencies.len() < clients * per_client,
+    }
+}
+
+struct Upstream {
+    address: SocketAddr,
+    executions: Arc<AtomicUsize>,
+}
+
+/// The upstream: answers every request 201 with a small JSON body, at once.
+async fn upstream() -> Upstream {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    let executions = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&executions);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let counted = Arc::clone(&counted);
+            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+                async move {
+                    let _ = request.into_body().collect().await;
+                    let body = format!("{{\"order\":{n},\"status\":\"confirmed\"}}");
+                    let response = Response::builder()
+                        .status(201)
+                        .header("content-type", "application/json")
+                        .body(Full::new(Bytes::from(body)))
+                        .expect("response");
+                    Ok::<_, Infallible>(response)
+                }
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service),
+            );
+        }
+    });
+    Upstream {
+        address,
+        executions,
+    }
+}
+
+struct Proxy {
+    child: Child,
+    address: SocketAddr,
+}
+
+impl Proxy {
+    fn start(idem: &PathBuf, db: &std::path::Path, upstream: SocketAddr) -> Proxy {
+        let mut child = Command::new(idem)
+            .arg("--db")
+            .arg(db)
+            .args([
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--tenant",
+                "bench",
+                "--upstream",
+            ])
+            .arg(format!("http://{upstream}"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("idem proxy starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().expect("stdout"))
+            .read_line(&mut line)
+            .expect("first line");
+        let address = line
+            .trim()
+            .strip_prefix("listening http://")
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("idem proxy said {line:?}"));
+        Proxy { child, address }
+    }
+
+    fn stop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! The HTTP receiver (feature `http`): a tower [`Layer`] that gives any HTTP service
+//! idempotency keys, per DESIGN §10, with the mapping of [`idem_core::http`].
+//!
+//! ```text
+//! client ──▶ IdempotencyLayer ──▶ your service (axum router, hyper service, a proxy)
+//! ```
+//!
+//! For each request of a keyed method (POST and PATCH by default) the layer:
+//!
+//! 1. reads the `Idempotency-Key` header ([`idem_core::http::key_from_fields`]). No key:
+//!    the request passes through untouched, or, with [`Settings::require_key`], is
+//!    answered 400. A malformed key, two key header fields, a key over 255 bytes: 400;
+//! 2. takes the tenant from [`Settings::tenant`] (by default the `X-Tenant` header,
+//!    which **must come from your auth**: a gateway that authenticated the caller sets
+//!    it and strips the client's own; never let a client choose its tenant) and the
+//!    operation from [`Settings::operation`] (by default the method and path, `POST
+//!    /orders`; with axum, the matched route, see `examples/axum.rs`);
+//! 3. buffers the body up to [`Settings::body_limit`] (413 past it, before the store
+//!    is asked: nothing is stored) and computes the fingerprint (method, path, body as
+//!    canonical JSON for a JSON content type or bytes otherwise, and
+//!    [`Settings::fingerprint_headers`]);
+//! 4. asks [`Store::begin`]. A replay, a request in progress (409), a conflict (422)
+//!    an unknown outcome (503) and a forgotten one (410, past its retention: only the
+//!    tombstone is kept) are answered by the layer; a claim runs the service.
+//!
+//! The service's answer is kept as the outcome: its status, the headers in
+//! [`Settings::kept_headers`] and its body. A 2xx settles as succeeded, a 3xx or 4xx
+//! as failed (both replayed); a 5xx releases the key, so a retry runs the service
+//! again. A service that knows better says so with a [`Settle`] in the response's
+//! extensions (a proxy whose upstream timed out returns 504 with [`Settle::Unknown`]).
+//!
+//! # A handler that panics, fails or is cancelled
+//!
+//! The claimed request runs in a task of its own (`tokio::spawn`), so a client that
+//! hangs up does not cancel it: the handler finishes, its answer is stored, and the
+//! client's retry gets the replay. Cancelling it on a client's hang-up would leave the
+//! key Unknown every time a client times out, which is the very case keys exist for.
+//!
+//! The key is left Unknown only when the handler may have acted:
+//!
+//! - the handler panicked, the service returned an error, or its response body failed:
+//!   it ran, so it may have acted → Unknown (the caller gets a 500 problem, or the
+//!   service's error; a retry gets 503 until a reconciler settles the key);
+//! - the task was dropped (the runtime shut down) after the handler was first polled →
+//!   Unknown; before it was ever polled → released: the handler did not start;
+//! - the answer cannot be kept (over the store's `max_outcome_bytes`): the handler
+//!   acted, the answer goes to the client, and the key becomes Unknown.
+//!
+//! A claim holds for the store's lease (`Config::lease_ms`, 30 s by default); a handler
+//! must answer within it, or a retry after it finds the key Unknown.
+//!
+//! # Group commit
+//!
+//! Every store call of the layer (begin, complete, release, mark unknown) goes
+//! through the store's group commit, so concurrent requests share fsyncs; store
+//! calls run on tokio's blocking pool.
+
+mod service;
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::request::Parts;
+use http::{HeaderName, Method};
+pub use idem_core::http::{AnswerConfig, ReplayStatus, key_field_value};
+use tower_layer::Layer;
+
+pub use service::{Idempotency, RequestBody, ResponseBody};
+
+use crate::Store;
+
+/// What the layer does with the key of a claimed request, when the service knows
+/// better than its status: put it in the response's extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// Nothing was executed: delete the claim, a retry runs again (the default for 5xx).
+    Release,
+    /// The service may have acted and cannot tell: the key becomes Unknown, a
+    /// reconciler settles it.
+    Unknown,
+}
+
+/// Where a request's tenant comes from.
+#[derive(Clone)]
+pub enum Tenant {
+    /// One tenant for every request: a single-tenant deployment.
+    Fixed(String),
+    /// A request header, set by your authentication (a gateway that strips the
+    /// client's own). A keyed request without it is answered 400.
+    Header(HeaderName),
+    /// A function of the request head, such as one reading your auth's extension.
+    /// `None` answers 400.
+    From(TenantFn),
+}
+
+impl fmt::Debug for Tenant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Tenant::Fixed(name) => f.debug_tuple("Fixed").field(name).finish(),
+            Tenant::Header(name) => f.debug_tuple("Header").field(name).finish(),
+            Tenant::From(_) => f.write_str("From(..)"),
+        }
+    }
+}
+
+/// A function of the request head that names the tenant, `None` when it cannot.
+pub type TenantFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+
+/// A function of the request head that names the operation.
+pub type OperationFn = Arc<dyn Fn(&Parts) -> String + Send + Sync>;
+
+/// How the layer reads requests and keeps answers. [`Settings::default`] is the
+/// documented default of each field.
+#[derive(Clone)]
+pub struct Settings {
+    /// Where the tenant comes from. Default: the `X-Tenant` header.
+    pub tenant: Tenant,
+    /// The operation of a request. Default: method and path (`POST /orders`).
+    pub operation: OperationFn,
+    /// The methods whose requests are keyed; others pass through. Default POST, PATCH.
+    pub methods: Vec<Method>,
+    /// Answer a keyed method's request without a key with 400, instead of passing it
+    /// through. Default false.
+    pub require_key: bool,
+    /// The most body bytes buffered and fingerprinted; a larger body is answered 413.
+    /// Default 1 MiB.
+    pub body_limit: usize,
+    /// Request headers that are part of the fingerprint. Default none.
+    pub fingerprint_headers: Vec<HeaderName>,
+    /// JSON Pointers removed from a JSON body before it is fingerprinted. Default none.
+    pub ignored_json_paths: Vec<String>,
+    /// Response headers kept with the outcome and replayed. Default `content-type`,
+    /// `location`, `content-location`, `etag`, `last-modified`.
+    pub kept_headers: Vec<HeaderName>,
+    /// The replay status and the 503's `Retry-After`.
+    pub answers: AnswerConfig,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            tenant: Tenant::Header(HeaderName::from_static("x-tenant")),
+            operation: Arc::new(method_and_path),
+            methods: vec![Method::POST, Method::PATCH],
+            require_key: false,
+            body_limit: 1 << 20,
+            fingerprint_headers: Vec::new(),
+            ignored_json_paths: Vec::new(),
+            kept_headers: [
+                http::header::CONTENT_TYPE,
+                http::header::LOCATION,
+                http::header::CONTENT_LOCATION,
+                http::header::ETAG,
+                http::header::LAST_MODIFIED,
+            ]
+            .into(),
+            answers: AnswerConfig::default(),
+        }
+    }
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("tenant", &self.tenant)
+            .field("methods", &self.methods)
+            .field("require_key", &self.require_key)
+            .field("body_limit", &self.body_limit)
+            .field("fingerprint_headers", &self.fingerprint_headers)
+            .field("ignored_json_paths", &self.ignored_json_paths)
+            .field("kept_headers", &self.kept_headers)
+            .field("answers", &self.answers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The default operation: `METHOD /path` (the path without the query).
+#[must_use]
+pub fn method_and_path(parts: &Parts) -> String {
+    format!("{} {}", parts.method, parts.uri.path())
+}
+
+/// The tower layer: wraps a service in [`Idempotency`].
+#[derive(Clone, Debug)]
+pub struct IdempotencyLayer {
+    store: Arc<Store>,
+    settings: Arc<Settings>,
+}
+
+impl IdempotencyLayer {
+    /// A layer on `store` with `settings`.
+    #[must_use]
+    pub fn new(store: Arc<Store>, settings: Settings) -> IdempotencyLayer {
+        IdempotencyLayer {
+            store,
+            settings: Arc::new(settings),
+        }
+    }
+}
+
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = Idempotency<S>;
+
+    fn layer(&self, inner: S) -> Idempotency<S> {
+        Idempotency::new(inner, Arc::clone(&self.store), Arc::clone(&self.settings))
+    }
+}

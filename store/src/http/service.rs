@@ -1,0 +1,444 @@
+//! [`Idempotency`]: the service the layer wraps around yours, and the claim it settles.
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use idem_core::http::{
+    Answer, IDEMPOTENCY_KEY, Problem, RequestParts, StoredResponse, answer, key_from_fields,
+};
+use tower_service::Service;
+
+use super::{Settings, Settle, Tenant};
+use idem_core::Field;
+
+use crate::{Decision, Generation, RecordId, Store, Verdict, now};
+
+/// What the wrapped service receives: a keyed request's body, buffered
+/// ([`Either::Left`]), or a body passed through untouched ([`Either::Right`]).
+pub type RequestBody<B> = Either<Full<Bytes>, B>;
+/// What the layer answers: its own or a buffered body ([`Either::Left`]), or the
+/// service's body of a request passed through ([`Either::Right`]).
+pub type ResponseBody<B> = Either<Full<Bytes>, B>;
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// A service with idempotency keys in front of it; made by
+/// [`super::IdempotencyLayer`].
+#[derive(Clone, Debug)]
+pub struct Idempotency<S> {
+    inner: S,
+    store: Arc<Store>,
+    settings: Arc<Settings>,
+}
+
+impl<S> Idempotency<S> {
+    pub(super) fn new(inner: S, store: Arc<Store>, settings: Arc<Settings>) -> Idempotency<S> {
+        Idempotency {
+            inner,
+            store,
+            settings,
+        }
+    }
+}
+
+impl<S, B, RB> Service<Request<B>> for Idempotency<S>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody<RB>>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        // The service that was polled ready serves this request; the clone waits for
+        // its own `poll_ready`.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let store = Arc::clone(&self.store);
+        let settings = Arc::clone(&self.settings);
+        Box::pin(serve(inner, store, settings, request))
+    }
+}
+
+/// What a keyed request became before the service runs: answered by the layer, passed
+/// through, or claimed.
+enum Admitted<B> {
+    Answer(Answer),
+    PassThrough(Request<B>),
+    Claimed(Claim, Request<RequestBody<B>>),
+}
+
+async fn serve<S, B, RB>(
+    inner: S,
+    store: Arc<Store>,
+    settings: Arc<Settings>,
+    request: Request<B>,
+) -> Result<Response<ResponseBody<RB>>, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<RB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    match admit(&store, &settings, request).await {
+        Admitted::Answer(answer) => Ok(to_response(answer)),
+        Admitted::PassThrough(request) => {
+            let mut inner = inner;
+            let response = inner.call(request.map(Either::Right)).await?;
+            Ok(response.map(Either::Right))
+        }
+        Admitted::Claimed(claim, request) => run(inner, claim, &settings, request).await,
+    }
+}
+
+/// Everything before the service runs: key, tenant, operation, body, fingerprint,
+/// begin.
+async fn admit<B>(store: &Arc<Store>, settings: &Settings, request: Request<B>) -> Admitted<B>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    if !settings.methods.contains(request.method()) {
+        return Admitted::PassThrough(request);
+    }
+    let fields = request.headers().get_all(IDEMPOTENCY_KEY);
+    let key = match key_from_fields(fields.iter().map(HeaderValue::as_bytes)) {
+        Ok(Some(key)) => key,
+        Ok(None) if settings.require_key => {
+            return Admitted::Answer(Problem::key_missing().answer());
+        }
+        Ok(None) => return Admitted::PassThrough(request),
+        Err(e) => return Admitted::Answer(Problem::key_malformed(&e).answer()),
+    };
+    let (parts, body) = request.into_parts();
+    let Some(tenant) = tenant(&settings.tenant, &parts) else {
+        return Admitted::Answer(tenant_missing(&settings.tenant).answer());
+    };
+    let operation = (settings.operation)(&parts);
+    let id = match RecordId::new(&tenant, &operation, &key) {
+        Ok(id) => id,
+        Err(e) => {
+            let code = match e.field() {
+                Field::Tenant => "tenant-malformed",
+                Field::Operation => "operation-malformed",
+                _ => "key-malformed",
+            };
+            return Admitted::Answer(Problem::new(400, code, e.to_string()).answer());
+        }
+    };
+    let body = match buffer(&parts, body, settings.body_limit).await {
+        Ok(body) => body,
+        Err(problem) => return Admitted::Answer(problem.answer()),
+    };
+    let headers: Vec<(&str, Vec<u8>)> = settings
+        .fingerprint_headers
+        .iter()
+        .filter(|name| parts.headers.contains_key(*name))
+        .map(|name| (name.as_str(), joined(&parts, name)))
+        .collect();
+    let headers: Vec<(&str, &[u8])> = headers.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+    let ignored: Vec<&str> = settings
+        .ignored_json_paths
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let fingerprint = RequestParts {
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        content_type: parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .map(HeaderValue::as_bytes),
+        body: &body,
+        headers: &headers,
+    }
+    .fingerprint(&ignored);
+    let fingerprint = match fingerprint {
+        Ok(fingerprint) => fingerprint,
+        Err(e) => return Admitted::Answer(Problem::body_malformed(&e).answer()),
+    };
+    let begun = {
+        let store = Arc::clone(store);
+        let id = id.clone();
+        blocking(move || store.begin(&id, fingerprint, now())).await
+    };
+    let decision = match begun {
+        Some(Ok(decision)) => decision,
+        Some(Err(e)) => return Admitted::Answer(store_failed(&e).answer()),
+        None => return Admitted::Answer(store_failed(&"the store call was cancelled").answer()),
+    };
+    match decision {
+        Decision::Claimed { generation, .. } => {
+            let claim = Claim {
+                store: Arc::clone(store),
+                id,
+                generation,
+                started: false,
+                settled: false,
+            };
+            let request = Request::from_parts(parts, Either::Left(Full::new(body)));
+            Admitted::Claimed(claim, request)
+        }
+        other => Admitted::Answer(
+            answer(&other, now(), &settings.answers)
+                .unwrap_or_else(|| store_failed(&"a claim without a handler").answer()),
+        ),
+    }
+}
+
+/// Runs the service for a claimed request in a task of its own and settles the key
+/// from its answer (see the module docs for why a task, and what is Unknown).
+async fn run<S, B, RB>(
+    mut inner: S,
+    mut claim: Claim,
+    settings: &Settings,
+    request: Request<RequestBody<B>>,
+) -> Result<Response<ResponseBody<RB>>, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<RB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    let kept = settings.kept_headers.clone();
+    let task = tokio::spawn(async move {
+        claim.started = true;
+        let response = match inner.call(request).await {
+            Ok(response) => response,
+            Err(e) => {
+                claim.settle(Settle::Unknown).await;
+                return Err(e);
+            }
+        };
+        let (parts, body) = response.into_parts();
+        let collected = body.collect().await.map_err(Into::<BoxError>::into);
+        let body = match collected {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => {
+                claim.settle(Settle::Unknown).await;
+                let problem = Problem::new(
+                    500,
+                    "handler-failed",
+                    format!("the handler's response body failed ({e}); its outcome is unknown"),
+                );
+                return Ok(to_response(problem.answer()));
+            }
+        };
+        let status = parts.status.as_u16();
+        match parts.extensions.get::<Settle>().copied() {
+            Some(settle) => claim.settle(settle).await,
+            None if status >= 500 => claim.settle(Settle::Release).await,
+            None => {
+                let stored =
+                    StoredResponse {
+                        status,
+                        headers: kept
+                            .iter()
+                            .flat_map(|name| {
+                                parts.headers.get_all(name).iter().map(|value| {
+                                    (name.as_str().to_owned(), value.as_bytes().to_vec())
+                                })
+                            })
+                            .collect(),
+                        body: body.to_vec(),
+                    };
+                claim.complete(stored).await;
+            }
+        }
+        Ok(Response::from_parts(parts, Either::Left(Full::new(body))))
+    });
+    match task.await {
+        Ok(answered) => answered,
+        Err(e) => {
+            let (code, what) = if e.is_panic() {
+                ("handler-panicked", "panicked")
+            } else {
+                ("handler-cancelled", "was cancelled")
+            };
+            let detail = format!("the handler {what}; the outcome of this request is unknown");
+            Ok(to_response(Problem::new(500, code, detail).answer()))
+        }
+    }
+}
+
+/// A claimed key that must be settled. Dropped unsettled (a panic, a task dropped by a
+/// runtime shutting down), it marks the key Unknown if the handler was started and
+/// releases it if not.
+struct Claim {
+    store: Arc<Store>,
+    id: RecordId,
+    generation: Generation,
+    /// The handler's task was polled: from here on it may have acted.
+    started: bool,
+    settled: bool,
+}
+
+impl Claim {
+    async fn settle(&mut self, settle: Settle) {
+        self.settled = true;
+        let (store, id, generation) = (Arc::clone(&self.store), self.id.clone(), self.generation);
+        // An error leaves the claim Pending; after its lease a retry finds it Unknown.
+        let _ = blocking(move || settle_now(&store, &id, generation, settle)).await;
+    }
+
+    async fn complete(&mut self, stored: StoredResponse) {
+        self.settled = true;
+        let (store, id, generation) = (Arc::clone(&self.store), self.id.clone(), self.generation);
+        let _ = blocking(move || {
+            let outcome = stored.to_outcome();
+            if outcome.body.len() > store.config().max_outcome_bytes {
+                // The handler acted and its answer cannot be kept.
+                return settle_now(&store, &id, generation, Settle::Unknown);
+            }
+            let verdict = if (200..300).contains(&stored.status) {
+                Verdict::Succeeded
+            } else {
+                Verdict::Failed
+            };
+            store
+                .complete(&id, generation, verdict, outcome, now())
+                .map(drop)
+        })
+        .await;
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if !self.settled {
+            let settle = if self.started {
+                Settle::Unknown
+            } else {
+                Settle::Release
+            };
+            let _ = settle_now(&self.store, &self.id, self.generation, settle);
+        }
+    }
+}
+
+fn settle_now(
+    store: &Store,
+    id: &RecordId,
+    generation: Generation,
+    settle: Settle,
+) -> Result<(), crate::Error> {
+    match settle {
+        Settle::Release => store.release(id, generation, now()),
+        Settle::Unknown => store.mark_unknown(id, generation, now()).map(drop),
+    }
+}
+
+/// Runs a store call on tokio's blocking pool; `None` if it could not finish.
+async fn blocking<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    tokio::task::spawn_blocking(call).await.ok()
+}
+
+fn tenant(source: &Tenant, parts: &Parts) -> Option<String> {
+    match source {
+        Tenant::Fixed(name) => Some(name.clone()),
+        Tenant::Header(name) => parts
+            .headers
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned),
+        Tenant::From(extract) => extract(parts),
+    }
+}
+
+fn tenant_missing(source: &Tenant) -> Problem {
+    let detail = match source {
+        Tenant::Header(name) => format!(
+            "{name}: missing or not visible ASCII, this endpoint needs the tenant from the authentication in front of it"
+        ),
+        _ => {
+            "tenant: missing, this endpoint needs the tenant from the authentication in front of it"
+                .to_owned()
+        }
+    };
+    Problem::new(400, "tenant-missing", detail)
+}
+
+fn store_failed(e: &dyn std::fmt::Display) -> Problem {
+    Problem::new(
+        500,
+        "store-failed",
+        format!("the idempotency store failed ({e}); nothing was executed, retry"),
+    )
+}
+
+/// Every field of `name`, joined with `, ` as RFC 9110 §5.3 allows.
+fn joined(parts: &Parts, name: &HeaderName) -> Vec<u8> {
+    let values: Vec<&[u8]> = parts
+        .headers
+        .get_all(name)
+        .iter()
+        .map(HeaderValue::as_bytes)
+        .collect();
+    values.join(&b", "[..])
+}
+
+/// The body, whole, up to `limit` bytes; a 413 past it (by `Content-Length` before
+/// anything is read), a 400 when it cannot be read.
+async fn buffer<B>(parts: &Parts, body: B, limit: usize) -> Result<Bytes, Problem>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let declared = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(Problem::body_too_large(limit));
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(Problem::body_too_large(limit)),
+        Err(e) => Err(Problem::new(
+            400,
+            "body-unreadable",
+            format!("body: could not be read ({e})"),
+        )),
+    }
+}
+
+/// An answer of the layer as a response; a header the HTTP types refuse is left out
+/// (a stored one came from a response that had it, so none is).
+fn to_response<RB>(answer: Answer) -> Response<ResponseBody<RB>> {
+    let mut response = Response::new(Either::Left(Full::new(Bytes::from(answer.body))));
+    *response.status_mut() =
+        StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for (name, value) in answer.headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(&value),
+        ) {
+            response.headers_mut().append(name, value);
+        }
+    }
+    response
+}

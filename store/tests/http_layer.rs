@@ -1,0 +1,411 @@
+//! The HTTP layer against a tower service, without sockets: DESIGN §10's table, the
+//! settling of claims (2xx and 4xx kept, 5xx released, panics Unknown), bad input, and
+//! concurrent requests under one key.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use idem_store::http::{IdempotencyLayer, ReplayStatus, RequestBody, Settings, Settle, Tenant};
+use idem_store::{RecordId, State, Store};
+use tower::{Layer, Service, ServiceExt};
+
+type Body = Full<Bytes>;
+
+struct Harness {
+    store: Arc<Store>,
+    executions: Arc<AtomicUsize>,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path().join("http.redb")).unwrap());
+        Harness {
+            store,
+            executions: Arc::new(AtomicUsize::new(0)),
+            _dir: dir,
+        }
+    }
+
+    /// A store that keeps a settled outcome for `retention_ms`, then its tombstone.
+    fn with_retention(retention_ms: u64) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let config = idem_store::Config {
+            success_retention_ms: retention_ms,
+            failure_retention_ms: retention_ms,
+            ..idem_store::Config::default()
+        };
+        let store = Store::builder()
+            .config(config)
+            .open(dir.path().join("http.redb"))
+            .unwrap();
+        Harness {
+            store: Arc::new(store),
+            executions: Arc::new(AtomicUsize::new(0)),
+            _dir: dir,
+        }
+    }
+
+    /// The layer around a handler that counts its runs and answers `status` with the
+    /// request body echoed in JSON.
+    fn service(
+        &self,
+        settings: Settings,
+        status: u16,
+    ) -> impl Service<
+        Request<Body>,
+        Response = Response<impl http_body::Body<Data = Bytes, Error = impl std::fmt::Debug>>,
+        Error = Infallible,
+    > + Clone {
+        let executions = Arc::clone(&self.executions);
+        let handler = tower::service_fn(move |request: Request<RequestBody<Body>>| {
+            let executions = Arc::clone(&executions);
+            async move {
+                let n = executions.fetch_add(1, Ordering::SeqCst) + 1;
+                let body = request.into_body().collect().await.unwrap().to_bytes();
+                let text = format!(
+                    "{{\"order\":{n},\"request\":{}}}",
+                    String::from_utf8_lossy(&body)
+                );
+                let response = Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .header("location", format!("/orders/{n}"))
+                    .header("x-not-kept", "1")
+                    .body(Full::new(Bytes::from(text)))
+                    .unwrap();
+                Ok::<_, Infallible>(response)
+            }
+        });
+        IdempotencyLayer::new(Arc::clone(&self.store), settings).layer(handler)
+    }
+
+    fn executions(&self) -> usize {
+        self.executions.load(Ordering::SeqCst)
+    }
+
+    fn record(&self, key: &str) -> Option<State> {
+        let id = RecordId::new("shop", "POST /orders", key).unwrap();
+        self.store.get(&id).unwrap().map(|r| r.state())
+    }
+}
+
+fn settings() -> Settings {
+    Settings {
+        tenant: Tenant::Fixed("shop".into()),
+        ..Settings::default()
+    }
+}
+
+fn post(key: Option<&str>, body: &str) -> Request<Body> {
+    let mut request = Request::post("/orders").header("content-type", "application/json");
+    if let Some(key) = key {
+        request = request.header("idempotency-key", key);
+    }
+    request
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap()
+}
+
+struct Answered {
+    status: u16,
+    headers: http::HeaderMap,
+    body: String,
+}
+
+impl Answered {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    /// A problem document: its content type and its `idempotency` code.
+    fn problem(&self) -> String {
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "{}",
+            self.body
+        );
+        let json: serde_json::Value = serde_json::from_str(&self.body).unwrap();
+        assert_eq!(json["status"], self.status, "{}", self.body);
+        json["idempotency"].as_str().unwrap().to_owned()
+    }
+}
+
+async fn send<S, B>(service: &mut S, request: Request<Body>) -> Answered
+where
+    S: Service<Request<Body>, Response = Response<B>, Error = Infallible>,
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::fmt::Debug,
+{
+    let response = service.ready().await.unwrap().call(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Answered {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+const KEY: &str = "\"8e03978e-40d5-43e8-bc93-6894a57f9324\"";
+const KEY_BARE: &str = "8e03978e-40d5-43e8-bc93-6894a57f9324";
+
+#[tokio::test]
+async fn first_request_runs_retries_replay_another_body_conflicts() {
+    let h = Harness::new();
+    let mut service = h.service(settings(), 201);
+    let first = send(&mut service, post(Some(KEY), r#"{"item":"tea"}"#)).await;
+    assert_eq!(first.status, 201);
+    assert_eq!(first.header("idempotent-replayed"), None);
+    // The same request, its JSON written another way: the stored answer, byte for byte.
+    let again = send(&mut service, post(Some(KEY), r#"{ "item" : "tea" }"#)).await;
+    assert_eq!(again.status, 201);
+    assert_eq!(again.body, first.body);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.header("location"), Some("/orders/1"));
+    assert_eq!(again.header("x-not-kept"), None, "only the kept headers");
+    let other = send(&mut service, post(Some(KEY), r#"{"item":"coffee"}"#)).await;
+    assert_eq!(other.status, 422);
+    assert_eq!(other.problem(), "conflict");
+    assert_eq!(h.executions(), 1);
+    assert_eq!(h.record(KEY_BARE), Some(State::Succeeded));
+
+    let ok = Settings {
+        answers: idem_store::http::AnswerConfig {
+            replay_status: ReplayStatus::Ok,
+            ..Default::default()
+        },
+        ..settings()
+    };
+    let mut service = h.service(ok, 201);
+    let replay = send(&mut service, post(Some(KEY_BARE), r#"{"item":"tea"}"#)).await;
+    assert_eq!(replay.status, 200, "a bare token is the same key");
+    assert_eq!(replay.body, first.body);
+    assert_eq!(h.executions(), 1);
+}
+
+#[tokio::test]
+async fn a_retry_past_the_retention_is_gone_and_does_not_run() {
+    let h = Harness::with_retention(50);
+    let mut service = h.service(settings(), 201);
+    let first = send(&mut service, post(Some(KEY), r#"{"item":"tea"}"#)).await;
+    assert_eq!(first.status, 201);
+    tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+    // Swept or not, the outcome is past its retention: only the tombstone answers.
+    for sweep in [false, true] {
+        if sweep {
+            let report = h.store.sweep(idem_store::now(), 100, false).unwrap();
+            assert_eq!(report.tombstoned, 1, "{report:?}");
+        }
+        let late = send(&mut service, post(Some(KEY), r#"{"item":"tea"}"#)).await;
+        assert_eq!(late.status, 410, "{}", late.body);
+        assert_eq!(late.problem(), "forgotten");
+        assert_eq!(h.executions(), 1, "a forgotten request does not run again");
+    }
+    assert_eq!(h.record(KEY_BARE), Some(State::Forgotten));
+}
+
+#[tokio::test]
+async fn a_definitive_4xx_is_kept_a_5xx_releases() {
+    let h = Harness::new();
+    let mut failing = h.service(settings(), 404);
+    assert_eq!(
+        send(&mut failing, post(Some("\"a\""), "{}")).await.status,
+        404
+    );
+    assert_eq!(
+        send(&mut failing, post(Some("\"a\""), "{}")).await.status,
+        404
+    );
+    assert_eq!(h.executions(), 1);
+    assert_eq!(h.record("a"), Some(State::Failed));
+
+    let mut broken = h.service(settings(), 500);
+    assert_eq!(
+        send(&mut broken, post(Some("\"b\""), "{}")).await.status,
+        500
+    );
+    assert_eq!(h.record("b"), None, "released");
+    let mut fixed = h.service(settings(), 201);
+    assert_eq!(
+        send(&mut fixed, post(Some("\"b\""), "{}")).await.status,
+        201
+    );
+    assert_eq!(h.executions(), 3, "the retry after a 5xx ran again");
+}
+
+#[tokio::test]
+async fn bad_input_is_a_problem_and_stores_nothing() {
+    let h = Harness::new();
+    let required = Settings {
+        require_key: true,
+        body_limit: 64,
+        ..settings()
+    };
+    let mut service = h.service(required, 201);
+    let missing = send(&mut service, post(None, "{}")).await;
+    assert_eq!(
+        (missing.status, missing.problem().as_str()),
+        (400, "key-missing")
+    );
+    let malformed = send(&mut service, post(Some("\"open"), "{}")).await;
+    assert_eq!(
+        (malformed.status, malformed.problem().as_str()),
+        (400, "key-malformed")
+    );
+    let mut two = post(Some("\"k\""), "{}");
+    two.headers_mut()
+        .append("idempotency-key", "\"k\"".parse().unwrap());
+    let two = send(&mut service, two).await;
+    assert_eq!((two.status, two.problem().as_str()), (400, "key-repeated"));
+    let long = format!("\"{}\"", "k".repeat(256));
+    let long = send(&mut service, post(Some(&long), "{}")).await;
+    assert_eq!(
+        (long.status, long.problem().as_str()),
+        (400, "key-malformed")
+    );
+    assert!(
+        long.body.contains("256 bytes, at most 255"),
+        "{}",
+        long.body
+    );
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));
+    let too_large = send(&mut service, post(Some("\"big\""), &big)).await;
+    assert_eq!(
+        (too_large.status, too_large.problem().as_str()),
+        (413, "body-too-large")
+    );
+    let not_json = send(&mut service, post(Some("\"nj\""), "{\"a\":")).await;
+    assert_eq!(
+        (not_json.status, not_json.problem().as_str()),
+        (400, "body-malformed")
+    );
+    assert_eq!(h.executions(), 0);
+    for key in ["k", "big", "nj"] {
+        assert_eq!(h.record(key), None, "{key}");
+    }
+    assert_eq!(h.store.generation().unwrap().0, 0, "no claim was ever made");
+
+    // Without `require_key`, a request without a key passes through, unrecorded.
+    let mut optional = h.service(settings(), 201);
+    assert_eq!(send(&mut optional, post(None, "{}")).await.status, 201);
+    assert_eq!(h.store.generation().unwrap().0, 0);
+}
+
+#[tokio::test]
+async fn the_tenant_comes_from_the_configured_header() {
+    let h = Harness::new();
+    let mut service = h.service(Settings::default(), 201);
+    let anonymous = send(&mut service, post(Some("\"t\""), "{}")).await;
+    assert_eq!(
+        (anonymous.status, anonymous.problem().as_str()),
+        (400, "tenant-missing")
+    );
+    let mut request = post(Some("\"t\""), "{}");
+    request
+        .headers_mut()
+        .insert("x-tenant", "shop".parse().unwrap());
+    assert_eq!(send(&mut service, request).await.status, 201);
+    assert_eq!(h.record("t"), Some(State::Succeeded));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_panics_or_says_unknown_leaves_the_key_unknown() {
+    let h = Harness::new();
+    let runs = Arc::clone(&h.executions);
+    let handler = tower::service_fn(move |request: Request<RequestBody<Body>>| {
+        let runs = Arc::clone(&runs);
+        async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            if request.uri().path() == "/panic" {
+                panic!("the handler failed halfway");
+            }
+            let mut response = Response::new(Full::new(Bytes::from_static(b"timeout")));
+            *response.status_mut() = StatusCode::GATEWAY_TIMEOUT;
+            response.extensions_mut().insert(Settle::Unknown);
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let mut service = IdempotencyLayer::new(Arc::clone(&h.store), settings()).layer(handler);
+    let request = |path: &str| {
+        Request::post(path)
+            .header("idempotency-key", "\"p\"")
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    let panicked = send(&mut service, request("/panic")).await;
+    assert_eq!(
+        (panicked.status, panicked.problem().as_str()),
+        (500, "handler-panicked")
+    );
+    let id = RecordId::new("shop", "POST /panic", "p").unwrap();
+    assert_eq!(
+        h.store.get(&id).unwrap().map(|r| r.state()),
+        Some(State::Unknown)
+    );
+    let retry = send(&mut service, request("/panic")).await;
+    assert_eq!((retry.status, retry.problem().as_str()), (503, "unknown"));
+    assert_eq!(retry.header("retry-after"), Some("60"));
+
+    let timed_out = send(&mut service, request("/slow")).await;
+    assert_eq!(timed_out.status, 504);
+    let id = RecordId::new("shop", "POST /slow", "p").unwrap();
+    assert_eq!(
+        h.store.get(&id).unwrap().map(|r| r.state()),
+        Some(State::Unknown)
+    );
+    assert_eq!(h.executions(), 2, "an Unknown key never runs again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_under_one_key_run_once() {
+    let h = Harness::new();
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let (finish, finished) = tokio::sync::watch::channel(false);
+    let runs = Arc::clone(&h.executions);
+    let handler = {
+        let entered = Arc::clone(&entered);
+        tower::service_fn(move |_request: Request<RequestBody<Body>>| {
+            let (runs, entered, mut finished) =
+                (Arc::clone(&runs), Arc::clone(&entered), finished.clone());
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                entered.notify_one();
+                finished.wait_for(|done| *done).await.unwrap();
+                let mut response = Response::new(Full::new(Bytes::from_static(b"done")));
+                *response.status_mut() = StatusCode::CREATED;
+                Ok::<_, Infallible>(response)
+            }
+        })
+    };
+    let service = IdempotencyLayer::new(Arc::clone(&h.store), settings()).layer(handler);
+    let mut first = service.clone();
+    let first = tokio::spawn(async move { send(&mut first, post(Some(KEY), "{}")).await });
+    entered.notified().await;
+    // While the first runs, 63 more: each is told to come back later.
+    let others: Vec<_> = (0..63)
+        .map(|_| {
+            let mut service = service.clone();
+            tokio::spawn(async move { send(&mut service, post(Some(KEY), "{}")).await })
+        })
+        .collect();
+    for other in others {
+        let answered = other.await.unwrap();
+        assert_eq!(answered.status, 409, "{}", answered.body);
+        assert_eq!(answered.problem(), "in-progress");
+        let retry_after: u64 = answered.header("retry-after").unwrap().parse().unwrap();
+        assert!((1..=30).contains(&retry_after), "{retry_after}");
+    }
+    finish.send(true).unwrap();
+    assert_eq!(first.await.unwrap().status, 201);
+    let mut late = service.clone();
+    let replay = send(&mut late, post(Some(KEY), "{}")).await;
+    assert_eq!((replay.status, replay.body.as_str()), (201, "done"));
+    assert_eq!(h.executions(), 1);
+}
