@@ -181,7 +181,7 @@ pub(crate) fn sweep(
             cache.raise_horizon(now);
             // One more than the batch, to learn whether expired records remain.
             let mut keys = Vec::with_capacity(batch + 1);
-            for entry in tables.expiry().iter()? {
+            for entry in tables.expiry()?.iter()? {
                 let (key, _) = entry?;
                 let (expires_at, _) = tables::split_timed_key(key.value())?;
                 if expires_at > now || keys.len() > batch {
