@@ -372,7 +372,8 @@ only; it ends with the counts of intents, effects and duplicates.
 Example:
   idem demo")]
     Demo,
-    /// Measure throughput and latency on this machine, on a temporary file.
+    /// Measure throughput and latency on this machine, on a temporary file, then count
+    /// the bytes written, write calls and syncs per commit of each write path.
     #[command(after_help = "\
 Example:
   idem bench --ops 1000")]
