@@ -290,10 +290,35 @@ impl SqliteStore {
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
     }
 
+    /// Turns automatic checkpoints off (`wal_autocheckpoint = 0`), so that the WAL only
+    /// grows: its growth over some commits is what they wrote to it ([`wal_bytes`]).
+    ///
+    /// # Errors
+    ///
+    /// SQLite's.
+    pub fn without_checkpoints(&self) -> rusqlite::Result<()> {
+        self.conn.pragma_update(None, "wal_autocheckpoint", 0)
+    }
+
     /// The retention a settled row gets.
     #[must_use]
     pub fn retention_ms(&self) -> i64 {
         self.retention_ms
+    }
+}
+
+/// The size of the WAL of the database at `path` (its `-wal` file), 0 when there is none.
+///
+/// # Errors
+///
+/// Reading the file's size.
+pub fn wal_bytes(path: &Path) -> std::io::Result<u64> {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    match std::fs::metadata(wal) {
+        Ok(meta) => Ok(meta.len()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e),
     }
 }
 

@@ -503,6 +503,25 @@ fn file_figures(
         .open(&path)?;
     rows.extend(lookups(&exclusive, &ids, ", single process")?);
     drop(exclusive);
+    // The same gets with the replay cache off: each reads the file.
+    for (mode, id, name) in [
+        (
+            ConcurrencyMode::MultiWriter,
+            "get_uncached",
+            "get of a settled key, replay cache off",
+        ),
+        (
+            ConcurrencyMode::ExclusiveWriter,
+            "get_uncached_exclusive",
+            "get of a settled key, replay cache off, single process",
+        ),
+    ] {
+        let store = Store::builder()
+            .concurrency(mode)
+            .replay_cache(0)
+            .open(&path)?;
+        rows.push(Row::new(id, name, 1, &gets(&store, &ids)?));
+    }
 
     let mut store = Store::open(&path)?;
     progress("compact");
@@ -540,8 +559,8 @@ fn file_figures(
 }
 
 /// A begin that replays each id twice (the first from the file, which fills the replay
-/// cache, the second from memory), and a plain get (which the cache does not serve), on
-/// one caller. The store's replay cache must hold every id.
+/// cache, the second from memory), and a get of each (which the cache, filled, serves),
+/// on one caller. The store's replay cache must hold every id.
 fn lookups(store: &Store, ids: &[RecordId], mode: &str) -> Result<[Row; 3], BenchError> {
     let count = u32::try_from(ids.len())?;
     let distinct = ids.iter().collect::<HashSet<_>>().len();
@@ -560,16 +579,7 @@ fn lookups(store: &Store, ids: &[RecordId], mode: &str) -> Result<[Row; 3], Benc
     };
     let first = replay()?;
     let begin = replay()?;
-    let get = measure(1, count, |_, n| {
-        let id = &ids[n as usize];
-        match store.get(id)? {
-            Some(record) => {
-                black_box(record);
-                Ok(())
-            }
-            None => Err(format!("{id} is missing").into()),
-        }
-    })?;
+    let get = gets(store, ids)?;
     let single = !mode.is_empty();
     Ok([
         Row::new(
@@ -599,6 +609,20 @@ fn lookups(store: &Store, ids: &[RecordId], mode: &str) -> Result<[Row; 3], Benc
             &get,
         ),
     ])
+}
+
+/// A get of each id, on one caller.
+fn gets(store: &Store, ids: &[RecordId]) -> Result<Timing, BenchError> {
+    measure(1, u32::try_from(ids.len())?, |_, n| {
+        let id = &ids[n as usize];
+        match store.get(id)? {
+            Some(record) => {
+                black_box(record);
+                Ok(())
+            }
+            None => Err(format!("{id} is missing").into()),
+        }
+    })
 }
 
 /// The pure core's begin on an absent key: the decision without any storage. Timed in
@@ -668,6 +692,8 @@ mod tests {
             ("replay_begin_first_exclusive", 1),
             ("replay_begin_exclusive", 1),
             ("get_exclusive", 1),
+            ("get_uncached", 1),
+            ("get_uncached_exclusive", 1),
             ("core_begin", 1),
         ] {
             let row = report

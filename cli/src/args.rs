@@ -405,8 +405,8 @@ A POST or PATCH with an Idempotency-Key header (\"key\", an RFC 8941 String, or 
 token) is forwarded once; a retry gets the stored answer with Idempotent-Replayed: true,
 a retry while it runs 409 with Retry-After, the key with another request 422, a key
 whose outcome is unknown 503, a key whose outcome is past its retention 410 (only its
-tombstone is kept; the request does not run again). Other requests, and keyless ones without --require-key,
-pass through. Answers of the proxy itself are application/problem+json.
+tombstone is kept; the request does not run again). Other requests, and keyless ones
+without --require-key, pass through. Answers of the proxy itself are application/problem+json.
 
 The upstream's 2xx, 3xx and 4xx are kept (replayed); its 5xx releases the key. An
 upstream that cannot be reached releases it (502); one that fails or times out after
@@ -421,7 +421,8 @@ Example:
   idem proxy --upstream http://127.0.0.1:8080 --tenant shop --replay-status 200
   curl -X POST localhost:8480/orders -H 'Idempotency-Key: \"k-1\"' -d '{\"item\":\"tea\"}'")]
     Proxy(ProxyArgs),
-    /// Measure throughput and latency on this machine, on a temporary file.
+    /// Measure throughput and latency on this machine, on a temporary file, then count
+    /// the bytes written, write calls and syncs per commit of each write path.
     #[command(after_help = "\
 Example:
   idem bench --ops 1000")]

@@ -4,8 +4,10 @@
 //! Rows time real calls with the store's default durability (every commit waits for
 //! its fsync): one input per transaction, atomic execute, group commit at 1, 8 and 64
 //! callers, replay lookups, the pure core; then the file's bytes per record and the
-//! time to sweep it. Nothing is extrapolated.
+//! time to sweep it; then (not in `--json`) the bytes written, write calls and syncs per
+//! commit of each write path, counted ([`idem_bench::io`]). Nothing is extrapolated.
 
+use idem_bench::io::{self, IoPlan};
 use idem_bench::measure::table;
 use idem_bench::store::{self, FileFigures, Plan};
 use serde::Serialize;
@@ -60,5 +62,14 @@ pub(crate) fn run(session: &Session, ops: u32) -> Ending {
     ))?;
     printer.line(table(&report.rows).trim_end())?;
     printer.line(&report.file.to_string())?;
+    // Counts, unlike times, need few inputs: up to 500 after up to 2,000 of warm-up.
+    let plan = IoPlan {
+        warm_up: ops.saturating_mul(4).min(2_000),
+        inputs: ops.min(500),
+    };
+    let spinner = progress::bar(None, "counting disk calls", Unit::Items);
+    let counted = io::run(dir.path(), plan).map_err(|e| Failure::runtime(format!("bench: {e}")))?;
+    spinner.finish_and_clear();
+    printer.line(io::io_table(&counted).trim_end())?;
     Ok(Exit::Done.code())
 }

@@ -493,6 +493,8 @@ fn bench_prints_a_table_of_measurements() {
         "execute_grouped, group commit",
         "bytes per record",
         "sweep of",
+        "DISK CALLS (counted)",
+        "execute, one per transaction (single process)",
     ] {
         assert!(run.stdout.contains(text), "{text}: {}", run.stdout);
     }

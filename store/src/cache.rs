@@ -139,6 +139,20 @@ impl ReplayCache {
         None
     }
 
+    /// The settled record under `id_key` while it has not expired by the horizon, for a
+    /// read that has no time of its own ([`crate::Store::get`]); the horizon stays.
+    pub(crate) fn live(&self, id_key: &[u8]) -> Option<Arc<Record>> {
+        if !self.enabled() {
+            return None;
+        }
+        let inner = self.inner();
+        let (_, record) = inner.entries.get(id_key)?;
+        record
+            .expires_at()
+            .is_some_and(|at| at > inner.horizon)
+            .then(|| Arc::clone(record))
+    }
+
     /// Raises the horizon to `now`: called before a write that may displace settled
     /// records expired at `now` (a sweep).
     pub(crate) fn raise_horizon(&self, now: Timestamp) {
@@ -170,24 +184,30 @@ impl ReplayCache {
         if weight > REPLAY_CACHE_MAX_BODY + id_key.len() {
             return;
         }
+        {
+            let inner = self.inner();
+            if inner.epoch != epoch || expires_at <= inner.horizon {
+                return;
+            }
+            if let Some((_, cached)) = inner.entries.get(id_key) {
+                // Already kept (a settled record does not change while it is live).
+                if **cached == *record {
+                    return;
+                }
+            }
+        }
+        // Copied outside the lock, which other callers wait for; checked again under it.
+        let (key, slot_key, kept) = (id_key.to_vec(), id_key.to_vec(), Arc::new(record.clone()));
         let mut inner = self.inner();
         if inner.epoch != epoch || expires_at <= inner.horizon {
             return;
         }
-        if let Some((_, cached)) = inner.entries.get(id_key) {
-            // Already kept (a settled record does not change while it is live).
-            if **cached == *record {
-                return;
-            }
-        }
         inner.take(id_key);
         let seq = inner.next_seq;
         inner.next_seq += 1;
-        inner
-            .entries
-            .insert(id_key.to_vec(), (seq, Arc::new(record.clone())));
+        inner.entries.insert(key, (seq, kept));
         inner.bytes += weight;
-        inner.ring.push_back((seq, id_key.to_vec()));
+        inner.ring.push_back((seq, slot_key));
         while inner.entries.len() > self.capacity || inner.bytes > REPLAY_CACHE_BYTES {
             let Some((seq, key)) = inner.ring.pop_front() else {
                 break;
@@ -343,7 +363,9 @@ mod tests {
         assert!(cache.lookup(b"k", Timestamp(5)).is_none());
         // A sweep raises the horizon before it writes.
         cache.insert(b"j", &settled(2, 2_000), cache.epoch());
+        assert!(cache.live(b"j").is_some());
         cache.raise_horizon(Timestamp(2_000));
+        assert!(cache.live(b"j").is_none());
         assert!(cache.lookup(b"j", Timestamp(5)).is_none());
     }
 

@@ -115,10 +115,10 @@ pub(crate) fn alone<T, E>(
 /// is applied. No Pending record is ever written on this path: the claim and the
 /// settled record are one put.
 ///
-/// The store's tables (`tables`) stay open while the work runs. The work opens its own
-/// (any table but `idem.records`, `idem.expiry`, `idem.state.*`, `idem.meta` and `idem.tokens`; the
-/// outbox's [`crate::Outbox::enqueue_in`] opens the outbox's), and redb refuses only to
-/// open one table twice in a transaction.
+/// The store's tables (`tables`) are opened as this function needs them, before and
+/// after the work. The work opens its own, under names other than `idem.*` (the
+/// outbox's [`crate::Outbox::enqueue_in`] opens the outbox's): redb refuses to open one
+/// table twice in a transaction, and the store's own tables are the store's to write.
 ///
 /// # Errors
 ///

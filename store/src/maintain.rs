@@ -190,7 +190,7 @@ pub(crate) fn sweep(
             // otherwise move the time of every later write.
             let now = tables.effective(now)?;
             cache.raise_horizon(now);
-            let keys = tables::expired_keys(tables.expiry(), now, batch)?;
+            let keys = tables::expired_keys(tables.expiry()?, now, batch)?;
             let take = keys.len().min(batch);
             for key in &keys[..take] {
                 let (expires_at, id_key) = tables::split_timed_key(key)?;

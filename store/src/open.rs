@@ -31,7 +31,9 @@ use crate::cache::DEFAULT_REPLAY_CACHE;
 use crate::error::{Error, OpenError};
 use crate::handle::Handle;
 use crate::lock::begin_write;
-use crate::tables::{self, META, OLDEST_SCHEMA, RECORDS, SCHEMA_KEY, SCHEMA_VERSION, Tables};
+use crate::tables::{
+    self, Counters, META, OLDEST_SCHEMA, RECORDS, SCHEMA_KEY, SCHEMA_VERSION, Tables,
+};
 use crate::wait::{Attempt, Deadline, retry_until};
 
 /// A file opened and checked by a [`StoreBuilder`], with the settings the store keeps.
@@ -43,6 +45,8 @@ pub(crate) struct Opened {
     pub(crate) lock_timeout: Duration,
     pub(crate) replay_cache: usize,
     pub(crate) floored: bool,
+    // Opened for writing in ConcurrencyMode::ExclusiveWriter: no other process writes.
+    pub(crate) alone: bool,
 }
 
 /// The default bound on waiting for another process's lock: 5 s.
@@ -217,7 +221,7 @@ impl StoreBuilder {
         self.precheck(&location, concurrency, deadline)?;
         let db = self.open_for_writing(&location, concurrency, deadline)?;
         self.initialize(&db, &path, deadline)?;
-        Ok(self.opened(Handle::Writable(db), location))
+        Ok(self.opened(Handle::Writable(db), location, concurrency))
     }
 
     /// Opens a store on `backend` for [`StoreBuilder::open_on_backend`] (in `store.rs`).
@@ -241,14 +245,14 @@ impl StoreBuilder {
                 return Err(OpenError::NoStore { path: label.into() });
             }
             let db = self.read_only_store(&location, concurrency, deadline)?;
-            return Ok(self.opened(Handle::ReadOnly(db), location));
+            return Ok(self.opened(Handle::ReadOnly(db), location, concurrency));
         }
         if !empty {
             self.precheck(&location, concurrency, deadline)?;
         }
         let db = self.open_for_writing(&location, concurrency, deadline)?;
         self.initialize(&db, label, deadline)?;
-        Ok(self.opened(Handle::Writable(db), location))
+        Ok(self.opened(Handle::Writable(db), location, concurrency))
     }
 
     fn check_durability(&self, concurrency: ConcurrencyMode) -> Result<(), OpenError> {
@@ -262,8 +266,9 @@ impl StoreBuilder {
         Ok(())
     }
 
-    fn opened(self, handle: Handle, location: Location) -> Opened {
+    fn opened(self, handle: Handle, location: Location, concurrency: ConcurrencyMode) -> Opened {
         Opened {
+            alone: handle.writable().is_some() && concurrency == ConcurrencyMode::ExclusiveWriter,
             handle,
             location,
             config: self.config,
@@ -322,7 +327,7 @@ impl StoreBuilder {
         }
         let location = Location::file(&path);
         let db = self.read_only_store(&location, concurrency, deadline)?;
-        Ok(self.opened(Handle::ReadOnly(db), location))
+        Ok(self.opened(Handle::ReadOnly(db), location, concurrency))
     }
 
     /// A read-only open of a non-empty store whose schema this build reads, which it
@@ -477,8 +482,11 @@ impl StoreBuilder {
             txn.set_durability(self.durability)
                 .map_err(|e| to_open_error(e.into()))?;
         }
+        // Initializing raises neither the generation counter nor the clock floor: these
+        // counters stay empty, and the commit below has nothing of theirs to write.
+        let counters = Counters::default();
         let schema = {
-            let tables = Tables::open(&txn).map_err(to_open_error)?;
+            let mut tables = Tables::open(&txn, &counters).map_err(to_open_error)?;
             let schema = tables.schema().map_err(to_open_error)?;
             if schema.is_none() && !tables.is_empty().map_err(to_open_error)? {
                 return Err(OpenError::Corrupt {
@@ -498,7 +506,7 @@ impl StoreBuilder {
             // the version is recorded in the same transaction.
             None | Some(_) => {
                 {
-                    let mut tables = Tables::open(&txn).map_err(to_open_error)?;
+                    let mut tables = Tables::open(&txn, &counters).map_err(to_open_error)?;
                     tables.set_schema().map_err(to_open_error)?;
                 }
                 txn.commit().map_err(|e| storage(path, e.into()))

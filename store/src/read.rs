@@ -6,6 +6,7 @@ use std::ops::ControlFlow;
 use idem_core::{Record, RecordId, State};
 use redb::ReadableTable;
 
+use crate::cache::ReplayCache;
 use crate::error::Error;
 use crate::handle::{Caller, guard_read};
 use crate::tables::{self, RECORDS, STATES};
@@ -43,14 +44,46 @@ impl ListFilter {
     }
 }
 
-/// The record under `id`, if any, from the latest commit.
-pub(crate) fn get(writer: &Writer, id: &RecordId) -> Result<Option<Record>, Error> {
-    guard_read(|_| {
-        let db = writer.read();
-        let txn = db.begin_read()?;
-        let records = txn.open_table(RECORDS)?;
-        tables::read_record(&records, &id.to_key_bytes())
-    })
+/// The record under `id`, if any, from the latest commit: from the replay cache when it
+/// holds the record, else from a read snapshot ([`Writer::records`]; a settled record
+/// read there is kept in the cache).
+///
+/// # Why a cached record is the one the file holds
+///
+/// The cache holds only settled records, and serves one only while its `expires_at` is
+/// above the cache's horizon, the latest `now` any caller of this process passed to a
+/// lookup or a sweep (see `cache.rs`). A settled record changes only once it has
+/// expired: in this process, a begin or a sweep that could replace or delete it first
+/// raises the horizon to its `now`, at or past `expires_at`, so the entry is never
+/// served again; resolve, complete, heartbeat, release and mark_unknown never apply to
+/// a settled record; an import removes the entries of the keys it wrote, and a read
+/// from before the import is not inserted after it (the epoch). So in one process a
+/// record served here is the one the latest commit holds.
+///
+/// With several processes, another one may delete or claim again a record once it has
+/// expired by that process's clock, which may be ahead of every clock this process was
+/// given. Until this process's own callers reach `expires_at`, a `get` here may still
+/// answer the settled record: what it read a moment before the other process's commit,
+/// exactly as a begin here replays it (`cache.rs`). Nothing is served past its expiry
+/// by this process's clocks, so the cache never extends retention; a caller that needs
+/// the file's bytes at this instant with skewed clocks in other processes opens the
+/// store with `replay_cache(0)`.
+pub(crate) fn get(
+    writer: &Writer,
+    cache: &ReplayCache,
+    id: &RecordId,
+) -> Result<Option<Record>, Error> {
+    let id_key = id.to_key_bytes();
+    if let Some(cached) = cache.live(&id_key) {
+        return Ok(Some(Record::clone(&cached)));
+    }
+    let epoch = cache.epoch();
+    let record = guard_read(|_| tables::read_record(&*writer.records()?.records, &id_key))?;
+    if let Some(record) = &record {
+        // Kept only when settled and not expired by the horizon (the cache decides).
+        cache.insert(&id_key, record, epoch);
+    }
+    Ok(record)
 }
 
 /// Visits the records that match `filter`; see [`crate::Store::list`].

@@ -7,6 +7,9 @@
 //! Every other decision (a claim, a lease that expired) goes to the write path, where
 //! it is made again under the write lock.
 //!
+//! The snapshot is [`Writer::records`]: in ExclusiveWriter mode one kept until this
+//! process's next commit, otherwise a new one.
+//!
 //! Before the snapshot, the replay cache (`cache.rs`) is asked: a settled record it
 //! holds answers the same decision without any redb transaction; a settled record read
 //! here is kept in it.
@@ -16,7 +19,7 @@ use idem_core::{Config, Fingerprint, Record, Timestamp, Transition, Write};
 
 use crate::cache::ReplayCache;
 use crate::error::Error;
-use crate::tables::{self, RECORDS};
+use crate::tables;
 use crate::writer::Writer;
 
 /// The decision of a begin on `id_key` when it writes nothing, from the replay cache or
@@ -41,10 +44,8 @@ pub(crate) fn begin(
         }
     }
     let epoch = cache.epoch();
-    let db = writer.read();
-    let txn = db.begin_read()?;
-    let records = txn.open_table(RECORDS)?;
-    let Some(current) = tables::read_record(&records, id_key)? else {
+    let reading = writer.records()?;
+    let Some(current) = tables::read_record(&*reading.records, id_key)? else {
         // Absent: a claim, which writes.
         return Ok(None);
     };

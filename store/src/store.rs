@@ -143,6 +143,7 @@ impl Store {
                 opened.durability,
                 opened.lock_timeout,
                 opened.floored,
+                opened.alone,
             ),
             committer: Committer::default(),
             cache: ReplayCache::new(opened.replay_cache),
@@ -762,13 +763,15 @@ impl Store {
         })
     }
 
-    /// The record under `id`, if any.
+    /// The record under `id`, if any. A settled record the replay cache holds is
+    /// answered from memory, without a redb transaction (the source of `read.rs` says
+    /// why that is the file's answer); any other from a read snapshot.
     ///
     /// # Errors
     ///
     /// Storage or decode errors.
     pub fn get(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        read::get(&self.writer, id)
+        read::get(&self.writer, &self.cache, id)
     }
 
     /// Reads the file in one read transaction, for the application's own tables (a

@@ -9,21 +9,25 @@ use std::fmt;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use std::sync::{
+    Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError,
+};
 use std::time::Duration;
 
-use redb::{CommitError, Durability, WriteTransaction};
+use redb::{CommitError, Durability, ReadOnlyTable, WriteTransaction};
 
 use crate::backend::Location;
 use crate::error::Error;
 use crate::handle::Handle;
 use crate::lock::{Gate, Turn, begin_write, busy_error};
-use crate::tables::Tables;
+use crate::tables::{Counters, RECORDS, Tables};
 use crate::wait::{Attempt, Deadline, retry_until};
 
 /// The redb database of one store and everything that decides whether and how it may be
 /// written.
 pub(crate) struct Writer {
+    // Declared before `db`, so that it drops first: see `Writer::records`.
+    snapshot: Snapshot,
     // Check takes it exclusively (redb's integrity check needs `&mut Database`); every
     // other operation shares it.
     db: RwLock<Handle>,
@@ -55,10 +59,59 @@ impl fmt::Debug for Writer {
     }
 }
 
+/// The records table of a read snapshot, shared by readers.
+pub(crate) type Records = Arc<ReadOnlyTable<&'static [u8], &'static [u8]>>;
+
+/// In [`redb::ConcurrencyMode::ExclusiveWriter`] mode, the records table of a read
+/// snapshot taken since this process's last commit, kept for the next reads.
+///
+/// # Why a kept snapshot answers what a new one would
+///
+/// In that mode no other process writes the file (redb locks it), so the file changes
+/// only by this process's commits, and every commit goes through [`Writer::commit`],
+/// which drops the kept snapshot once redb has committed and before the committer is
+/// answered. A read that takes the kept snapshot therefore sees the latest commit, or,
+/// when a commit is finishing at that moment, the one just before it: what a read that
+/// began before that commit was acknowledged would see with a snapshot of its own.
+/// A snapshot pins the pages it reads; dropping it at every commit bounds that to the
+/// pages of one commit, as a reader's own short transaction does. Compact and check
+/// need no live read transaction: [`Writer::exclusive`] and [`Writer::handle_mut`] drop
+/// it first. After an I/O error nothing is kept, so reads meet redb's own refusal.
+///
+/// In the multi-process modes another process may commit at any moment; every read
+/// takes a new snapshot, which is what redb's `begin_read` is for.
+#[derive(Default)]
+struct Snapshot {
+    // Only in ExclusiveWriter mode.
+    enabled: bool,
+    kept: Mutex<Option<Records>>,
+}
+
+impl Snapshot {
+    fn kept(&self) -> MutexGuard<'_, Option<Records>> {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn drop_kept(&self) {
+        if self.enabled {
+            self.kept().take();
+        }
+    }
+}
+
+/// The records table of a snapshot, with the shared guard of the database.
+pub(crate) struct Reading<'w> {
+    // Declared first so it drops before the guard.
+    pub(crate) records: Records,
+    _db: RwLockReadGuard<'w, Handle>,
+}
+
 /// A write transaction with the guards that make it this process's only one.
 pub(crate) struct Writing<'w> {
     // Declared first so it drops before the guards.
     pub(crate) txn: WriteTransaction,
+    // The generation counter and clock floor of this transaction, written at the commit.
+    counters: Counters,
     _turn: Turn<'w>,
     _db: RwLockReadGuard<'w, Handle>,
 }
@@ -71,8 +124,13 @@ impl Writer {
         durability: Durability,
         lock_timeout: Duration,
         floored: bool,
+        alone: bool,
     ) -> Writer {
         Writer {
+            snapshot: Snapshot {
+                enabled: alone,
+                kept: Mutex::default(),
+            },
             floored,
             read_only: db.writable().is_none(),
             db: RwLock::new(db),
@@ -140,11 +198,40 @@ impl Writer {
         self.db.read().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The records table of the latest commit, for a read: the kept snapshot in
+    /// ExclusiveWriter mode (see [`Snapshot`]), else a new one.
+    ///
+    /// The database stays shared while the table is read, as for every read, so that
+    /// check never runs under a live read.
+    pub(crate) fn records(&self) -> Result<Reading<'_>, Error> {
+        let db = self.read();
+        let open = |db: &Handle| -> Result<Records, Error> {
+            let txn = db.begin_read()?;
+            Ok(Arc::new(txn.open_table(RECORDS)?))
+        };
+        if !self.snapshot.enabled || self.needs_reopen() {
+            let records = open(&db)?;
+            return Ok(Reading { records, _db: db });
+        }
+        let mut kept = self.snapshot.kept();
+        let records = match kept.as_ref() {
+            Some(records) => Arc::clone(records),
+            None => {
+                let records = open(&db)?;
+                *kept = Some(Arc::clone(&records));
+                records
+            }
+        };
+        drop(kept);
+        Ok(Reading { records, _db: db })
+    }
+
     /// The database to itself, for redb's integrity check, within the lock timeout.
     /// Tries rather than queueing on the lock, so that a thread holding a shared guard (a
     /// `list` visitor, an `execute` closure) that reads again is never stuck behind this
     /// waiting writer.
     pub(crate) fn exclusive(&self) -> Result<RwLockWriteGuard<'_, Handle>, Error> {
+        self.snapshot.drop_kept();
         retry_until(
             Deadline::after(self.lock_timeout),
             || match self.db.try_write() {
@@ -158,6 +245,7 @@ impl Writer {
 
     /// The database, when the caller has the store to itself (`&mut Store`).
     pub(crate) fn handle_mut(&mut self) -> &mut Handle {
+        self.snapshot.drop_kept();
         self.db.get_mut().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -177,21 +265,34 @@ impl Writer {
         }
         Ok(Writing {
             txn,
+            counters: Counters::default(),
             _turn: turn,
             _db: db,
         })
     }
 
-    /// The store's tables in `writing`'s transaction.
+    /// The store's tables in `writing`'s transaction, each opened on first use.
     pub(crate) fn tables<'t>(&self, writing: &'t Writing<'_>) -> Result<Tables<'t>, Error> {
-        Tables::open_floored(&writing.txn, self.floored)
+        Ok(Tables::open_floored(
+            &writing.txn,
+            &writing.counters,
+            self.floored,
+        ))
     }
 
-    /// Commits, or marks the store as needing a reopen when the commit failed in a way
-    /// redb says leaves the database unable to write.
+    /// Puts the generation counter and clock floor this transaction raised into meta
+    /// ([`Counters::write`]), then commits, or marks the store as needing a reopen when
+    /// the commit failed in a way redb says leaves the database unable to write. An
+    /// error before the commit drops the transaction, which rolls it back.
     pub(crate) fn commit(&self, writing: Writing<'_>) -> Result<(), Error> {
-        let Writing { txn, _turn, _db } = writing;
-        match txn.commit() {
+        writing.counters.write(&writing.txn)?;
+        let Writing {
+            txn, _turn, _db, ..
+        } = writing;
+        let committed = txn.commit();
+        // Whatever the commit did, the kept snapshot may no longer be the latest.
+        self.snapshot.drop_kept();
+        match committed {
             Ok(()) => {
                 self.commits.fetch_add(1, Ordering::Relaxed);
                 Ok(())
@@ -211,7 +312,9 @@ impl Writer {
         if changed {
             self.commit(writing)
         } else {
-            let Writing { txn, _turn, _db } = writing;
+            let Writing {
+                txn, _turn, _db, ..
+            } = writing;
             Ok(txn.abort()?)
         }
     }

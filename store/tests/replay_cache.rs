@@ -1,6 +1,7 @@
 //! The replay cache (`StoreBuilder::replay_cache`) never changes an answer: the same
-//! inputs give the same decisions, byte for byte, with the cache on and off, including
-//! conflicts, expiry, sweep, clocks that disagree, and another handle's write lock.
+//! inputs give the same decisions and the same `get`s, byte for byte, with the cache on
+//! and off, including conflicts, expiry, sweep, clocks that disagree, and another
+//! handle's write lock.
 
 mod common;
 
@@ -11,6 +12,7 @@ use std::time::Duration;
 use common::{T0, fp, id};
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Config, Outcome, Timestamp, Verdict};
+use idem_store::redb::ConcurrencyMode;
 use idem_store::{Executed, Store};
 
 const RETENTION: u64 = 60_000;
@@ -20,6 +22,10 @@ fn at(ms: u64) -> Timestamp {
 }
 
 fn open(path: &std::path::Path, entries: usize) -> Store {
+    open_in(path, entries, ConcurrencyMode::MultiWriter)
+}
+
+fn open_in(path: &std::path::Path, entries: usize, mode: ConcurrencyMode) -> Store {
     // No tombstones: the transcript shows the key claimed again at its expiry
     // (`tombstones.rs` shows a tombstone answered the same with and without a sweep).
     let config = Config {
@@ -31,6 +37,7 @@ fn open(path: &std::path::Path, entries: usize) -> Store {
     Store::builder()
         .config(config)
         .replay_cache(entries)
+        .concurrency(mode)
         .open(path)
         .unwrap()
 }
@@ -54,8 +61,12 @@ fn claimed(decision: &Decision) -> idem_core::Generation {
 
 /// One script of inputs; every answer, in order.
 fn transcript(entries: usize) -> Vec<String> {
+    transcript_in(entries, ConcurrencyMode::MultiWriter)
+}
+
+fn transcript_in(entries: usize, mode: ConcurrencyMode) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("idem.redb"), entries);
+    let store = open_in(&dir.path().join("idem.redb"), entries, mode);
     let mut out = Vec::new();
     let mut log = |what: &str, answer: String| out.push(format!("{what}: {answer}"));
     let (k1, k2, k3) = (id("t", "o", "k1"), id("t", "o", "k2"), id("t", "o", "k3"));
@@ -88,6 +99,9 @@ fn transcript(entries: usize) -> Vec<String> {
         Executed::NotRun(Decision::Conflict { .. })
     ));
     log("execute_grouped k1 b", format!("{grouped:?}"));
+    for _ in 0..2 {
+        log("get k1", format!("{:?}", store.get(&k1)));
+    }
 
     // Two-phase: complete settles k2; resolve settles k3.
     let g2 = claimed(&store.begin(&k2, fp("c"), at(10)).unwrap());
@@ -122,6 +136,9 @@ fn transcript(entries: usize) -> Vec<String> {
         "begin k3 d",
         format!("{:?}", store.begin(&k3, fp("d"), at(14))),
     );
+    for key in [&k1, &k2, &k3, &k3] {
+        log("get", format!("{:?}", store.get(key)));
+    }
 
     // At its expiry k1 is claimed again: the cache does not extend retention. A caller
     // whose clock is behind then sees the new claim, not the old outcome.
@@ -131,10 +148,15 @@ fn transcript(entries: usize) -> Vec<String> {
     let behind = store.begin(&k1, fp("a"), at(RETENTION - 1)).unwrap();
     assert!(matches!(behind, Decision::InProgress { .. }), "{behind:?}");
     log("begin k1 behind", format!("{behind:?}"));
+    log(
+        "get k1 after the new claim",
+        format!("{:?}", store.get(&k1)),
+    );
 
     // A sweep deletes k2: a caller whose clock is behind claims it, as the file says.
     let swept = store.sweep(at(RETENTION + 12), 10, false).unwrap();
     log("sweep", format!("{swept:?}"));
+    log("get k2 after sweep", format!("{:?}", store.get(&k2)));
     let after_sweep = store.begin(&k2, fp("c"), at(20)).unwrap();
     claimed(&after_sweep);
     log("begin k2 after sweep", format!("{after_sweep:?}"));
@@ -148,6 +170,19 @@ fn answers_are_the_same_with_and_without_the_cache() {
     let tiny = transcript(1);
     assert_eq!(cached, uncached);
     assert_eq!(tiny, uncached);
+}
+
+/// In the single-process mode reads reuse one snapshot until this process's next commit
+/// (`writer.rs`): every answer that reads after a write must still see that write.
+#[test]
+fn answers_are_the_same_with_the_snapshot_kept_between_commits() {
+    let multi = transcript(0);
+    for entries in [0, 4096] {
+        assert_eq!(
+            transcript_in(entries, ConcurrencyMode::ExclusiveWriter),
+            multi
+        );
+    }
 }
 
 #[test]
