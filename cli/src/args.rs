@@ -150,6 +150,7 @@ Example:
 
 Examples:
   idem resolve shop-7 charge order-991 --succeeded --code 201 --outcome receipt.json
+  idem resolve shop-7 charge order-991 --failed --retention 7d
   idem resolve shop-7 charge order-991 --not-executed"
     )]
     Resolve {
@@ -170,6 +171,10 @@ Examples:
         /// The outcome body, from a file or - for stdin [default: empty].
         #[arg(long, value_name = "FILE|-")]
         outcome: Option<PathBuf>,
+        /// How long the resolved outcome is replayed before the key may be swept
+        /// [default: 24h].
+        #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+        retention: Option<u64>,
     },
     /// Settle unknown keys with a checker program that can tell what happened.
     #[command(after_help = "\
@@ -191,7 +196,7 @@ shown: one resolved and claimed again meanwhile is left alone. Ends with a summa
 
 Examples:
   idem reconcile --with ./ask-provider.sh
-  idem reconcile --limit 100 --with ./ask-provider.sh -- --by-key")]
+  idem reconcile --limit 100 --retention 7d --with ./ask-provider.sh -- --by-key")]
     Reconcile {
         /// The checker program.
         #[arg(long = "with", value_name = "PROGRAM", required = true)]
@@ -199,6 +204,10 @@ Examples:
         /// Reconcile at most this many unknown records [default: all].
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
+        /// How long a settled outcome is replayed before the key may be swept
+        /// [default: 24h].
+        #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+        retention: Option<u64>,
         /// Arguments for the checker, after `--`.
         #[arg(last = true, value_name = "ARGS")]
         args: Vec<OsString>,

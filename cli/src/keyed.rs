@@ -157,6 +157,7 @@ pub(crate) fn resolve(
     id: &IdArgs,
     how: Reconciled,
     outcome: (Option<i32>, Option<&std::path::Path>),
+    retention_ms: Option<u64>,
 ) -> Ending {
     let id = input::record_id(id)?;
     let resolution = match how {
@@ -166,7 +167,7 @@ pub(crate) fn resolve(
         Reconciled::Failed => Resolution::Failed(input::outcome(outcome.0, outcome.1, true)?),
         Reconciled::NotExecuted => Resolution::NotExecuted,
     };
-    let store = session.open_for_key(Config::default(), &id, Access::Write)?;
+    let store = session.open_for_key(config(None, retention_ms), &id, Access::Write)?;
     let settled = store
         .resolve(&id, resolution, session.now())
         .map_err(|e| key_failure(&id, e))?;

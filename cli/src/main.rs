@@ -115,6 +115,7 @@ fn run(cli: &Cli) -> Ending {
             not_executed: _,
             code,
             outcome,
+            retention,
         } => {
             let how = if *succeeded {
                 Reconciled::Succeeded
@@ -123,7 +124,7 @@ fn run(cli: &Cli) -> Ending {
             } else {
                 Reconciled::NotExecuted
             };
-            keyed::resolve(&session, id, how, (*code, outcome.as_deref()))
+            keyed::resolve(&session, id, how, (*code, outcome.as_deref()), *retention)
         }
         Command::Exec {
             id,
@@ -193,7 +194,12 @@ fn run(cli: &Cli) -> Ending {
         }) => token::consume(&session, id, request, *lease, program),
         Command::Token(TokenCommand::Get { id }) => token::get(&session, id),
         Command::Token(TokenCommand::Sweep { limit }) => token::sweep(&session, *limit),
-        Command::Reconcile { with, limit, args } => reconcile::run(&session, with, args, *limit),
+        Command::Reconcile {
+            with,
+            limit,
+            retention,
+            args,
+        } => reconcile::run(&session, with, args, *limit, *retention),
         Command::Sweep {
             limit,
             dry_run,

@@ -6,7 +6,7 @@ use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 
-use idem_core::{Config, Outcome, Record, RecordId};
+use idem_core::{Outcome, Record, RecordId};
 use idem_store::{Check, ReconcileError, ReconcileReport};
 use serde::Serialize;
 
@@ -51,14 +51,15 @@ struct Summary {
     report: ReconcileReport,
 }
 
-/// `idem reconcile --with PROGRAM [--limit N] [-- ARGS...]`
+/// `idem reconcile --with PROGRAM [--limit N] [--retention DUR] [-- ARGS...]`
 pub(crate) fn run(
     session: &Session,
     program: &OsString,
     args: &[OsString],
     limit: Option<usize>,
+    retention_ms: Option<u64>,
 ) -> Ending {
-    let config = Config::default();
+    let config = crate::keyed::config(None, retention_ms);
     let store = session.open(config.clone(), Access::Write)?;
     let now = session.now();
     let abandoned = store.recover_abandoned(now).map_err(store_failure)?;

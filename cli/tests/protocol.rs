@@ -133,6 +133,34 @@ fn an_expired_lease_turns_unknown_until_resolved() {
 }
 
 #[test]
+fn resolve_keeps_the_outcome_for_its_retention() {
+    let idem = Idem::new();
+    for (key, retention, kept_ms) in [("a", None, 86_400_000), ("b", Some("7d"), 7 * 86_400_000)] {
+        let generation = common::claim(&idem, T0, key).to_string();
+        idem.at(
+            T0 + 1,
+            &["mark-unknown", "t", "o", key, "--generation", &generation],
+        )
+        .code(0);
+        let mut args = vec!["resolve", "t", "o", key, "--succeeded"];
+        args.extend(retention.iter().flat_map(|r| ["--retention", *r]));
+        idem.at(T0 + 10, &args).code(0);
+        let record = idem.run(&["--json", "get", "t", "o", key]).json();
+        assert_eq!(record["expires_at"], T0 + 10 + kept_ms, "{key}: {record}");
+    }
+    // A duration that does not parse: usage error, the record as it was.
+    idem.at(
+        T0 + 20,
+        &["resolve", "t", "o", "a", "--failed", "--retention", "1x"],
+    )
+    .code(2);
+    assert_eq!(
+        idem.run(&["--json", "get", "t", "o", "a"]).json()["state"],
+        "succeeded"
+    );
+}
+
+#[test]
 fn heartbeat_renews_the_lease() {
     let idem = Idem::new();
     idem.at(T0, &["begin", "t", "o", "k", "--lease", "10s"])

@@ -81,6 +81,25 @@ fn each_answer_settles_its_record_and_the_summary_counts_them() {
 }
 
 #[test]
+fn settled_outcomes_are_kept_for_the_retention_given() {
+    let idem = Idem::new();
+    unknown(&idem, &["a", "b"]);
+    let checker = script(&idem, "check.sh", CHECKER);
+    idem.at(
+        T0 + 10_000,
+        &["reconcile", "--retention", "2h", "--with", &checker],
+    )
+    .code(0);
+    for key in ["a", "b"] {
+        assert_eq!(
+            record(&idem, key)["expires_at"],
+            T0 + 10_000 + 7_200_000,
+            "{key}"
+        );
+    }
+}
+
+#[test]
 fn an_answer_that_is_no_answer_stops_the_run_and_leaves_its_record() {
     let idem = Idem::new();
     unknown(&idem, &["a", "m", "z"]);
