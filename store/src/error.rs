@@ -161,6 +161,15 @@ pub enum Error {
         /// How long this call waited.
         waited: Duration,
     },
+    /// A write was asked for from inside the work of [`crate::Store::execute`] or
+    /// [`crate::Store::execute_grouped`], on the thread that holds the store's write
+    /// transaction for that work: it could only wait for itself. Nothing was written
+    /// by this call; write through the transaction the work is given (such as
+    /// [`crate::Store::transition_in`]) instead.
+    #[error(
+        "a store write was called from inside the work of execute, which holds the write transaction; write through the transaction the work is given"
+    )]
+    Reentrant,
     /// A commit failed. Its changes may or may not be durable; the store refuses further
     /// writes until it is reopened (redb's rule after a failed commit).
     #[error("commit failed, the outcome of this call is unknown; reopen the store")]

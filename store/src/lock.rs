@@ -3,6 +3,7 @@
 //! [`Error::Busy`] once the call's [`Deadline`] has passed, counted from when it started.
 
 use std::sync::{Condvar, Mutex, PoisonError};
+use std::thread::{self, ThreadId};
 
 use redb::{Database, TransactionError, WriteTransaction};
 
@@ -10,10 +11,12 @@ use crate::error::Error;
 use crate::wait::{Attempt, Deadline, retry_until};
 
 /// Lets one thread of this process at a time into a write transaction; the others wait,
-/// each until its own deadline.
+/// each until its own deadline. The thread inside is known, so that it asking again
+/// (a write from inside the work of an execute) is refused at once with
+/// [`Error::Reentrant`] rather than waiting for itself.
 #[derive(Debug, Default)]
 pub(crate) struct Gate {
-    busy: Mutex<bool>,
+    holder: Mutex<Option<ThreadId>>,
     freed: Condvar,
 }
 
@@ -23,10 +26,15 @@ pub(crate) struct Gate {
 pub(crate) struct Turn<'g>(&'g Gate);
 
 impl Gate {
-    /// Waits for this thread's turn, or returns [`Error::Busy`] at the deadline.
+    /// Waits for this thread's turn, or returns [`Error::Busy`] at the deadline, or
+    /// [`Error::Reentrant`] at once when this thread already has the turn.
     pub(crate) fn enter(&self, deadline: Deadline) -> Result<Turn<'_>, Error> {
-        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
-        while *busy {
+        let me = thread::current().id();
+        let mut busy = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
+        while let Some(holder) = *busy {
+            if holder == me {
+                return Err(Error::Reentrant);
+            }
             let remaining = deadline.remaining();
             if remaining.is_zero() {
                 return Err(busy_error(deadline.waited()));
@@ -37,14 +45,19 @@ impl Gate {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        *busy = true;
+        *busy = Some(me);
         Ok(Turn(self))
+    }
+
+    /// Whether the calling thread has the turn (it is inside a write transaction).
+    pub(crate) fn held_here(&self) -> bool {
+        *self.holder.lock().unwrap_or_else(PoisonError::into_inner) == Some(thread::current().id())
     }
 }
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        *self.0.busy.lock().unwrap_or_else(PoisonError::into_inner) = false;
+        *self.0.holder.lock().unwrap_or_else(PoisonError::into_inner) = None;
         self.0.freed.notify_one();
     }
 }
@@ -78,10 +91,20 @@ mod tests {
     fn a_turn_waits_for_the_previous_one_until_its_deadline() {
         let gate = Gate::default();
         let first = gate.enter(Deadline::after(Duration::ZERO)).unwrap();
-        let err = gate
-            .enter(Deadline::after(Duration::from_millis(50)))
-            .unwrap_err();
-        assert!(matches!(err, Error::Busy { waited } if waited >= Duration::from_millis(50)));
+        // The thread with the turn asking again is refused at once, whatever its deadline.
+        let again = gate.enter(Deadline::after(Duration::from_secs(600)));
+        assert!(matches!(again, Err(Error::Reentrant)), "{again:?}");
+        assert!(gate.held_here());
+        std::thread::scope(|scope| {
+            let other = scope.spawn(|| {
+                assert!(!gate.held_here());
+                gate.enter(Deadline::after(Duration::from_millis(50)))
+                    .map(drop)
+                    .unwrap_err()
+            });
+            let err = other.join().unwrap();
+            assert!(matches!(err, Error::Busy { waited } if waited >= Duration::from_millis(50)));
+        });
         std::thread::scope(|scope| {
             let (started, waiting) = mpsc::channel();
             let gate = &gate;

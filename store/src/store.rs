@@ -469,8 +469,9 @@ impl Store {
     /// error (or panics), everything rolls back and the key stays claimable.
     ///
     /// `work` runs while this process holds the store's write lock: keep it short, do no
-    /// network I/O in it, and do not call the store's other writes from it (they wait
-    /// for the lock this call holds, and fail after the lock timeout). For effects
+    /// network I/O in it, and write only through its transaction: the store's other
+    /// writes called from it are refused at once with [`Error::Reentrant`] (they would
+    /// wait for the lock this call holds). For effects
     /// outside the file, use the two-phase path ([`Store::begin`]).
     ///
     /// Each call commits on its own (one fsync); when many threads execute at once,
@@ -519,8 +520,10 @@ impl Store {
     ///   other callers of the batch commit. A panic is resumed on the caller's thread.
     ///
     /// A key that is settled, in progress, in conflict or unknown is answered from a
-    /// read snapshot without entering a batch. Do not call the store from `work`: it
-    /// runs while the batch holds the write lock (that deadlocks).
+    /// read snapshot without entering a batch. `work` runs while the batch holds the
+    /// write lock on the leader's thread: a store write called from it (another
+    /// execute, a begin, ...) is refused with [`Error::Reentrant`] instead of waiting
+    /// for itself.
     ///
     /// # Errors
     ///

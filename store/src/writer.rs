@@ -249,6 +249,12 @@ impl Writer {
         self.db.get_mut().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether the calling thread is inside this store's write transaction (running
+    /// the work of an execute): a write it asks for would wait for itself.
+    pub(crate) fn writing_here(&self) -> bool {
+        self.gate.held_here()
+    }
+
     /// Begins this process's write transaction for `operation`, waiting for this
     /// process's other writers and then for other processes, until the lock timeout.
     pub(crate) fn writing(&self, operation: &'static str) -> Result<Writing<'_>, Error> {

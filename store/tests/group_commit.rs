@@ -674,3 +674,67 @@ fn verify(
     assert_eq!(total, records.len() as u64, "{context}: running total");
     assert_eq!(store.stats(NOW).unwrap().pending, 0, "{context}");
 }
+
+/// What a store write called from inside the work of an execute answers: the work holds
+/// the write transaction on this thread, so the inner write is refused at once.
+fn inner_writes(store: &Store) -> Vec<String> {
+    let inner = id("t", "inner", "k");
+    let mut refused = Vec::new();
+    let begin = store.begin(&inner, fp("inner"), NOW);
+    refused.push(format!("begin: {begin:?}"));
+    let alone = store.execute(&inner, fp("inner"), NOW, |_| {
+        Ok::<_, ()>((Verdict::Succeeded, Outcome::new(200, "inner"), ()))
+    });
+    refused.push(format!("execute: {:?}", alone.map(drop)));
+    let grouped = store.execute_grouped(&inner, fp("inner"), NOW, |_| {
+        Ok::<_, ()>((Verdict::Succeeded, Outcome::new(200, "inner"), ()))
+    });
+    refused.push(format!("execute_grouped: {:?}", grouped.map(drop)));
+    refused
+}
+
+#[test]
+fn a_store_write_from_inside_the_work_is_refused_not_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    // A lock timeout no test waits for: an inner write that waited for the lock would
+    // not come back as refused.
+    let store = Arc::new(
+        Store::builder()
+            .lock_timeout(Duration::from_secs(600))
+            .open(dir.path().join("group.redb"))
+            .unwrap(),
+    );
+    let expected = [
+        "begin: Err(Reentrant)",
+        "execute: Err(Store(Reentrant))",
+        "execute_grouped: Err(Store(Reentrant))",
+    ];
+    let inner = Arc::clone(&store);
+    let alone = store
+        .execute(&id("t", "outer", "alone"), fp("a"), NOW, |txn| {
+            let refused = inner_writes(&inner);
+            credit(txn, "alone", false).map(|(v, o, _)| (v, o, refused))
+        })
+        .unwrap();
+    let inner = Arc::clone(&store);
+    let grouped = store
+        .execute_grouped(&id("t", "outer", "grouped"), fp("g"), NOW, move |txn| {
+            let refused = inner_writes(&inner);
+            credit(txn, "grouped", false).map(|(v, o, _)| (v, o, refused))
+        })
+        .unwrap();
+    for executed in [alone, grouped] {
+        match executed {
+            Executed::Ran { value, .. } => assert_eq!(value, expected),
+            other => panic!("the outer work runs: {other:?}"),
+        }
+    }
+    // The inner key was never written; the outer works committed.
+    assert_eq!(store.get(&id("t", "inner", "k")).unwrap(), None);
+    let (credited, total) = accounts(&store);
+    assert_eq!(
+        credited,
+        BTreeMap::from([("alone".into(), 1), ("grouped".into(), 1)])
+    );
+    assert_eq!(total, 2);
+}

@@ -169,6 +169,10 @@ impl Committer {
         now: Timestamp,
         step: impl Step<R>,
     ) -> Result<R, Error> {
+        // The leader of a batch runs works on its thread: it cannot also wait for one.
+        if writer.writing_here() {
+            return Err(Error::Reentrant);
+        }
         self.submit(writer, config, |reply| {
             Box::new(Input {
                 id_key: id.to_key_bytes(),
@@ -195,6 +199,9 @@ impl Committer {
         E: Send + 'static,
         W: FnMut(&WriteTransaction) -> Result<(Verdict, Outcome, T), E> + Send + 'static,
     {
+        if writer.writing_here() {
+            return Err(ExecuteError::Store(Error::Reentrant));
+        }
         self.submit(writer, config, |reply| {
             Box::new(Execution {
                 id_key,
