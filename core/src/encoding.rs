@@ -2,8 +2,10 @@
 //!
 //! postcard's wire format is documented and frozen, needs no std, and gives identical
 //! bytes on every target, so a file written by a terminal today decodes on any build
-//! later. Every persisted value starts with [`FORMAT_VERSION`]; a value written by a
-//! newer format is refused with [`DecodeError::NewerFormat`], never misread.
+//! later. Every persisted value starts with a version byte, [`FORMAT_VERSION`] unless its
+//! own format moved on (an intent and a ledger snapshot are at version 2, which added the
+//! resolution of an expired intent; their decoders still read version 1); a value written
+//! by a newer format is refused with [`DecodeError::NewerFormat`], never misread.
 //!
 //! Record ids are keys of ordered tables, so they have their own encoding,
 //! [`RecordId::to_key_bytes`]: tenant, operation and key, each behind its length byte.
@@ -65,11 +67,7 @@ impl core::error::Error for DecodeError {}
 /// Encodes `value` behind the current version byte.
 #[must_use]
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64);
-    out.push(FORMAT_VERSION);
-    // postcard only fails on a writer error or on types it cannot represent (maps
-    // of unknown length); a Vec never refuses and our types are plain data.
-    postcard::to_extend(value, out).expect("postcard encodes plain data into a Vec")
+    encode_as(FORMAT_VERSION, value)
 }
 
 /// Decodes bytes made by [`encode`]; `what` names the value in errors.
@@ -78,22 +76,44 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 ///
 /// [`DecodeError`] for empty, newer-format or malformed bytes.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &'static str) -> Result<T, DecodeError> {
+    let (_, body) = split_version(bytes, FORMAT_VERSION)?;
+    decode_body(body, what)
+}
+
+/// Encodes `value` behind `version`: for a value whose format moved past
+/// [`FORMAT_VERSION`] on its own (an intent, a ledger snapshot).
+pub(crate) fn encode_as<T: Serialize>(version: u8, value: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.push(version);
+    // postcard only fails on a writer error or on types it cannot represent (maps
+    // of unknown length); a Vec never refuses and our types are plain data.
+    postcard::to_extend(value, out).expect("postcard encodes plain data into a Vec")
+}
+
+/// The version byte of `bytes` (1 to `newest`) and the bytes after it.
+pub(crate) fn split_version(bytes: &[u8], newest: u8) -> Result<(u8, &[u8]), DecodeError> {
     let (&version, rest) = bytes.split_first().ok_or(DecodeError::Empty)?;
     match version {
         0 => Err(DecodeError::BadVersion),
-        FORMAT_VERSION => {
-            let (value, tail) =
-                postcard::take_from_bytes(rest).map_err(|_| DecodeError::Malformed { what })?;
-            if tail.is_empty() {
-                Ok(value)
-            } else {
-                Err(DecodeError::Malformed { what })
-            }
-        }
-        found => Err(DecodeError::NewerFormat {
+        found if found > newest => Err(DecodeError::NewerFormat {
             found,
-            supported: FORMAT_VERSION,
+            supported: newest,
         }),
+        version => Ok((version, rest)),
+    }
+}
+
+/// Decodes the postcard bytes after the version byte, all of them.
+pub(crate) fn decode_body<T: DeserializeOwned>(
+    body: &[u8],
+    what: &'static str,
+) -> Result<T, DecodeError> {
+    let (value, tail) =
+        postcard::take_from_bytes(body).map_err(|_| DecodeError::Malformed { what })?;
+    if tail.is_empty() {
+        Ok(value)
+    } else {
+        Err(DecodeError::Malformed { what })
     }
 }
 
