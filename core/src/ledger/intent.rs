@@ -532,9 +532,15 @@ impl Intent {
         Ok(intent)
     }
 
-    /// The rules of decoded values: operation and key, and a resolution only on an
-    /// expired intent, with a reason that keeps its rule.
-    pub(crate) fn check(&self) -> Result<(), LedgerError> {
+    /// The rules of a decoded or imported intent: operation and key, and a resolution
+    /// only on an expired intent, with a reason that keeps its rule.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::Operation`] for a broken operation or key,
+    /// [`LedgerError::NotExpired`] for a resolution on another state,
+    /// [`LedgerError::Reason`] for a reason that breaks its rule.
+    pub fn check(&self) -> Result<(), LedgerError> {
         check_operation(&self.operation).map_err(LedgerError::Operation)?;
         id::check_key(&self.key).map_err(LedgerError::Operation)?;
         if let Some(resolution) = &self.resolution {
