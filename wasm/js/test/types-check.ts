@@ -54,8 +54,8 @@ export async function check(): Promise<string> {
   });
   const done = await sender.settled((await sender.submit("order", "{}")).key);
   const leading: boolean = sender.leading;
-  const as: ResolvedAs = "not_executed";
-  const resolved: IntentView = await sender.resolve(done.key, as, "checked with the receiver").catch(() => done);
+  const resolvedAs: ResolvedAs = "not_executed";
+  const resolved: IntentView = await sender.resolve(done.key, resolvedAs, "checked with the receiver").catch(() => done);
   const reason: string | undefined = resolved.resolution?.reason;
   const forgotten: IntentView | undefined = done.state === "expired" && !done.resolution ? undefined : await sender.forget(done.key);
   sender.stop();
