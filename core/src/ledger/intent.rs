@@ -138,7 +138,9 @@ pub struct IntentResolution {
 pub const MAX_REASON_LEN: usize = 1024;
 
 /// One business action the user asked for, with the key every send of it carries.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Serde: the fields in order (postcard's layout; the persisted form is [`Intent::encode`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Intent {
     /// The idempotency key: a UUIDv7 made once, at [`Intent::new`].
     pub key: String,
@@ -171,6 +173,7 @@ pub struct Intent {
 }
 
 /// An intent as format version 1 stored it, before resolutions: read, never written.
+/// Version 2 is these fields, then the resolution.
 #[derive(Deserialize)]
 pub(super) struct IntentV1 {
     key: String,
@@ -202,6 +205,20 @@ impl From<IntentV1> for Intent {
             outcome: old.outcome,
             resolution: None,
         }
+    }
+}
+
+impl<'de> Deserialize<'de> for Intent {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Intent, D::Error> {
+        // A struct is its fields in order, so version 2 reads as version 1's fields and
+        // then the resolution, with one field-by-field reader for both versions (the
+        // npm package's wasm pays for each).
+        let (fields, resolution) =
+            <(IntentV1, Option<IntentResolution>)>::deserialize(deserializer)?;
+        Ok(Intent {
+            resolution,
+            ..Intent::from(fields)
+        })
     }
 }
 
