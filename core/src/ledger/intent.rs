@@ -139,8 +139,10 @@ pub const MAX_REASON_LEN: usize = 1024;
 
 /// One business action the user asked for, with the key every send of it carries.
 ///
-/// Serde: the fields in order (postcard's layout; the persisted form is [`Intent::encode`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// Its serde form is that of format version 1, without `resolution`; the persisted forms
+/// ([`Intent::encode`], [`super::Ledger::snapshot`]) carry the resolution after it, so
+/// that one reader serves both versions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Intent {
     /// The idempotency key: a UUIDv7 made once, at [`Intent::new`].
     pub key: String,
@@ -168,58 +170,9 @@ pub struct Intent {
     /// intent; `None` otherwise.
     pub outcome: Option<Outcome>,
     /// What an expired intent was resolved as; `None` for every other state and for an
-    /// expired intent nobody resolved yet.
+    /// expired intent nobody resolved yet. Not in the serde form (see above).
+    #[serde(skip)]
     pub resolution: Option<IntentResolution>,
-}
-
-/// An intent as format version 1 stored it, before resolutions: read, never written.
-/// Version 2 is these fields, then the resolution.
-#[derive(Deserialize)]
-pub(super) struct IntentV1 {
-    key: String,
-    operation: String,
-    payload: Vec<u8>,
-    fingerprint: Fingerprint,
-    state: IntentState,
-    attempts: u32,
-    created_at: Timestamp,
-    next_attempt_at: Timestamp,
-    deadline: Timestamp,
-    last_status: Option<u16>,
-    outcome: Option<Outcome>,
-}
-
-impl From<IntentV1> for Intent {
-    fn from(old: IntentV1) -> Intent {
-        Intent {
-            key: old.key,
-            operation: old.operation,
-            payload: old.payload,
-            fingerprint: old.fingerprint,
-            state: old.state,
-            attempts: old.attempts,
-            created_at: old.created_at,
-            next_attempt_at: old.next_attempt_at,
-            deadline: old.deadline,
-            last_status: old.last_status,
-            outcome: old.outcome,
-            resolution: None,
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Intent {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Intent, D::Error> {
-        // A struct is its fields in order, so version 2 reads as version 1's fields and
-        // then the resolution, with one field-by-field reader for both versions (the
-        // npm package's wasm pays for each).
-        let (fields, resolution) =
-            <(IntentV1, Option<IntentResolution>)>::deserialize(deserializer)?;
-        Ok(Intent {
-            resolution,
-            ..Intent::from(fields)
-        })
-    }
 }
 
 /// The format version [`Intent::encode`] writes: 2 added `resolution`.
@@ -521,10 +474,11 @@ impl Intent {
         self.state == IntentState::Expired && self.resolution.is_none()
     }
 
-    /// The persisted bytes of this intent: a version byte (2), then postcard.
+    /// The persisted bytes of this intent: a version byte (2), then postcard of the
+    /// intent's serde form and its resolution.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        encoding::encode_as(INTENT_VERSION, self)
+        encoding::encode_as(INTENT_VERSION, &(self, &self.resolution))
     }
 
     /// Decodes bytes made by [`Intent::encode`] and checks the operation and key rules,
@@ -539,10 +493,19 @@ impl Intent {
     /// [`DecodeError`] for empty, newer-format, malformed or invalid bytes.
     pub fn decode(bytes: &[u8]) -> Result<Intent, DecodeError> {
         const WHAT: &str = "intent";
-        let intent: Intent = match encoding::split_version(bytes, INTENT_VERSION)? {
-            (1, body) => encoding::decode_body::<IntentV1>(body, WHAT)?.into(),
-            (_, body) => encoding::decode_body(body, WHAT)?,
+        let (version, body) = encoding::split_version(bytes, INTENT_VERSION)?;
+        let padded;
+        let body = if version == 1 {
+            // Version 1 is version 2 without its last field; postcard writes an absent
+            // resolution as the byte 0.
+            padded = [body, &[0]].concat();
+            &padded[..]
+        } else {
+            body
         };
+        let (mut intent, resolution): (Intent, Option<IntentResolution>) =
+            encoding::decode_body(body, WHAT)?;
+        intent.resolution = resolution;
         if intent.check().is_err() {
             return Err(DecodeError::Invalid { what: WHAT });
         }
@@ -609,7 +572,7 @@ pub(crate) fn check_operation(operation: &str) -> Result<(), IdError> {
 /// The rule of a resolution's reason: 1–[`MAX_REASON_LEN`] bytes of UTF-8, not only
 /// white space, no control characters.
 fn check_reason(reason: &str) -> Result<(), LedgerError> {
-    let problem = if reason.trim().is_empty() {
+    let problem = if reason.chars().all(char::is_whitespace) {
         "empty, say why (who confirmed it, where)"
     } else if reason.len() > MAX_REASON_LEN {
         "too long, at most 1024 bytes"

@@ -76,7 +76,7 @@ pub use key::{KEY_LEN, uuid_v7};
 use crate::encoding::{self, DecodeError};
 use crate::{Fingerprint, IdError, Timestamp};
 use config::StoredConfig;
-use intent::{INTENT_VERSION, IntentV1};
+use intent::INTENT_VERSION;
 
 /// An input the ledger refuses; nothing changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,21 +185,23 @@ pub struct Polled {
     pub expired: Vec<String>,
 }
 
-/// The persisted form of a [`Ledger`], written by [`Ledger::snapshot`].
+/// The persisted form of a [`Ledger`], written by [`Ledger::snapshot`]. Version 2 added
+/// `resolutions` (intents' serde form leaves them out), by key.
 #[derive(Serialize)]
 struct SnapshotRef<'a> {
     config: StoredConfig,
     rng: BackoffRng,
     intents: Vec<&'a Intent>,
+    resolutions: Vec<(&'a str, &'a IntentResolution)>,
 }
 
-/// What [`Ledger::restore`] reads; the same fields as [`SnapshotRef`]. Version 1 held
-/// intents of version 1 ([`IntentV1`]).
+/// What [`Ledger::restore`] reads; the same fields as [`SnapshotRef`].
 #[derive(Deserialize)]
-struct Snapshot<I = Intent> {
+struct Snapshot {
     config: StoredConfig,
     rng: BackoffRng,
-    intents: Vec<I>,
+    intents: Vec<Intent>,
+    resolutions: Vec<(String, IntentResolution)>,
 }
 
 impl Ledger {
@@ -412,6 +414,11 @@ impl Ledger {
                 config: StoredConfig::from(&self.config),
                 rng: self.rng,
                 intents: self.intents.iter().collect(),
+                resolutions: self
+                    .intents
+                    .iter()
+                    .filter_map(|i| Some((i.key.as_str(), i.resolution.as_ref()?)))
+                    .collect(),
             },
         )
     }
@@ -428,6 +435,7 @@ impl Ledger {
                 config: StoredConfig::from(&self.config),
                 rng: self.rng,
                 intents: Vec::new(),
+                resolutions: Vec::new(),
             },
         )
     }
@@ -467,22 +475,31 @@ impl Ledger {
     ///
     /// [`DecodeError`] for empty, newer-format or malformed bytes, and
     /// [`DecodeError::Invalid`] when the settings cannot work, an operation or key breaks
-    /// its rule, or the intents are not in strictly ascending key order (as `snapshot`
-    /// writes them; two intents sharing a key are out of order).
+    /// its rule, the intents are not in strictly ascending key order (as `snapshot`
+    /// writes them; two intents sharing a key are out of order), or a resolution names
+    /// no expired intent, or one twice. Version 1 (before resolutions) is read too.
     pub fn restore(bytes: &[u8]) -> Result<Ledger, DecodeError> {
         const WHAT: &str = "ledger snapshot";
         let invalid = DecodeError::Invalid { what: WHAT };
-        let mut snapshot: Snapshot = match encoding::split_version(bytes, INTENT_VERSION)? {
-            (1, body) => {
-                let old: Snapshot<IntentV1> = encoding::decode_body(body, WHAT)?;
-                Snapshot {
-                    config: old.config,
-                    rng: old.rng,
-                    intents: old.intents.into_iter().map(Intent::from).collect(),
-                }
-            }
-            (_, body) => encoding::decode_body(body, WHAT)?,
+        let (version, body) = encoding::split_version(bytes, INTENT_VERSION)?;
+        let padded;
+        let body = if version == 1 {
+            // Version 1 is version 2 without its last field; postcard writes an empty
+            // list of resolutions as the byte 0.
+            padded = [body, &[0]].concat();
+            &padded[..]
+        } else {
+            body
         };
+        let mut snapshot: Snapshot = encoding::decode_body(body, WHAT)?;
+        for (key, resolution) in snapshot.resolutions {
+            match position(&snapshot.intents, &key) {
+                Ok(at) if snapshot.intents[at].resolution.is_none() => {
+                    snapshot.intents[at].resolution = Some(resolution);
+                }
+                _ => return Err(invalid),
+            }
+        }
         let config = LedgerConfig::from(snapshot.config);
         config.validate().map_err(|_| invalid.clone())?;
         let mut previous: Option<&str> = None;

@@ -199,17 +199,17 @@ fn unhex(text: &str) -> Vec<u8> {
 
 /// Version 2; config (100000, 10000, 100, 1600, seed 7, then the ignored switch byte 0);
 /// jitter state; two intents: `pay` completed with 200 "ok", `refund` in flight (attempt
-/// 2, last status 503), each ending with its resolution, none (00).
+/// 2, last status 503); then the resolutions by key, none (00).
 const GOLDEN_SNAPSHOT: &str = concat!(
     "02a08d06904e64c00c07009cf8a9fa97b7de9b9e01022430303030303030302d303365382d373130",
     "312d383130312d30313031303130313031303103706179027031cbc7bae751ed7b3e1538634d7361",
-    "e85a2e583a00c1677b954598773c2741167a0201e807e807f8c60501c801019003026f6b00243030",
-    "3030303030302d303365382d373230322d383230322d30323032303230323032303206726566756e",
-    "64027032cbc7bae751ed7b3e1538634d7361e85a2e583a00c1677b954598773c2741167a0102e807",
-    "8f08f8c60501f7030000",
+    "e85a2e583a00c1677b954598773c2741167a0201e807e807f8c60501c801019003026f6b24303030",
+    "30303030302d303365382d373230322d383230322d30323032303230323032303206726566756e64",
+    "027032cbc7bae751ed7b3e1538634d7361e85a2e583a00c1677b954598773c2741167a0102e8078f",
+    "08f8c60501f7030000",
 );
 
-/// The same ledger in format version 1, which had no resolution in its intents.
+/// The same ledger in format version 1, which had no resolutions.
 const GOLDEN_SNAPSHOT_V1: &str = concat!(
     "01a08d06904e64c00c07009cf8a9fa97b7de9b9e01022430303030303030302d303365382d373130",
     "312d383130312d30313031303130313031303103706179027031cbc7bae751ed7b3e1538634d7361",
@@ -340,6 +340,74 @@ fn resolved_intent_golden_bytes() {
     assert_eq!(&Intent::decode(&intent.encode()).unwrap(), intent);
 }
 
+#[test]
+fn a_snapshot_carries_resolutions_and_refuses_one_that_names_no_expired_intent() {
+    let mut ledger = Ledger::new(config()).unwrap();
+    let key = ledger
+        .begin("pay", b"p1".to_vec(), fingerprint(), CREATED, [1; 16])
+        .unwrap()
+        .key
+        .clone();
+    let other = ledger
+        .begin("pay", b"p2".to_vec(), fingerprint(), CREATED, [2; 16])
+        .unwrap()
+        .key
+        .clone();
+    assert!(ledger.due(DEADLINE).is_empty());
+    ledger
+        .resolve(&key, ResolvedAs::Failed, "declined", DEADLINE)
+        .unwrap();
+    let bytes = ledger.snapshot();
+    assert_eq!(Ledger::restore(&bytes).unwrap(), ledger);
+    let resolution = ledger.get(&key).unwrap().resolution.clone().unwrap();
+    let forged = |resolutions: Vec<(&str, &IntentResolution)>| {
+        encoding::encode_as(
+            INTENT_VERSION,
+            &SnapshotRef {
+                config: ledger.config().into(),
+                rng: BackoffRng::new(0),
+                intents: ledger.iter().collect(),
+                resolutions,
+            },
+        )
+    };
+    const WHAT: DecodeError = DecodeError::Invalid {
+        what: "ledger snapshot",
+    };
+    assert_eq!(
+        Ledger::restore(&forged(vec![("nope", &resolution)])),
+        Err(WHAT)
+    );
+    assert_eq!(
+        Ledger::restore(&forged(vec![(&key, &resolution), (&key, &resolution)])),
+        Err(WHAT),
+        "one intent resolved twice"
+    );
+    assert!(Ledger::restore(&forged(vec![(&other, &resolution)])).is_ok());
+    let mut ledger = ledger;
+    let done = ledger
+        .begin("pay", b"p3".to_vec(), fingerprint(), DEADLINE, [3; 16])
+        .unwrap()
+        .key
+        .clone();
+    assert_eq!(ledger.due(DEADLINE).len(), 1);
+    ledger.on_reply(&done, reply(200), DEADLINE).unwrap();
+    let bytes = encoding::encode_as(
+        INTENT_VERSION,
+        &SnapshotRef {
+            config: ledger.config().into(),
+            rng: BackoffRng::new(0),
+            intents: ledger.iter().collect(),
+            resolutions: vec![(&done, &resolution)],
+        },
+    );
+    assert_eq!(
+        Ledger::restore(&bytes),
+        Err(WHAT),
+        "a resolution of a completed intent"
+    );
+}
+
 /// Version 2; key, `pay`, payload, fingerprint, state 5 (expired), attempts 0, created
 /// 1000, next attempt 1000, deadline 91000, no status, no outcome; resolution 01, variant
 /// 2 (not executed), reason (20 bytes), resolved at 91000.
@@ -354,10 +422,11 @@ fn state_snapshot_and_intent_records_restore_as_the_whole_snapshot() {
     let ledger = small_ledger();
     let state = ledger.state_snapshot();
     let whole = Ledger::restore(&ledger.snapshot()).unwrap();
-    // The state is a snapshot that holds no intent: version, settings, jitter, no intents.
+    // The state is a snapshot that holds no intent: version, settings, jitter, no intents,
+    // no resolutions.
     assert_eq!(
         hex(&state),
-        alloc::format!("{}00", &GOLDEN_SNAPSHOT[..GOLDEN_STATE_LEN * 2])
+        alloc::format!("{}0000", &GOLDEN_SNAPSHOT[..GOLDEN_STATE_LEN * 2])
     );
     assert!(Ledger::restore(&state).unwrap().is_empty());
 
@@ -429,6 +498,7 @@ fn restore_refuses_damaged_snapshots() {
             config: ledger.config().into(),
             rng: BackoffRng::new(0),
             intents: vec![intent, intent],
+            resolutions: vec![],
         },
     );
     assert_eq!(
@@ -443,6 +513,7 @@ fn restore_refuses_damaged_snapshots() {
             config: ledger.config().into(),
             rng: BackoffRng::new(0),
             intents,
+            resolutions: vec![],
         },
     );
     assert_eq!(
@@ -460,6 +531,7 @@ fn restore_refuses_damaged_snapshots() {
             config: (&bad_config).into(),
             rng: BackoffRng::new(0),
             intents: vec![],
+            resolutions: vec![],
         },
     );
     assert_eq!(
