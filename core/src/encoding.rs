@@ -103,6 +103,16 @@ pub(crate) fn split_version(bytes: &[u8], newest: u8) -> Result<(u8, &[u8]), Dec
     }
 }
 
+/// `body` with a 0 byte after it: the bytes of a value written before its last field
+/// existed, read as the newer value with that field absent (postcard writes a `None` and
+/// an empty list as the byte 0).
+pub(crate) fn with_absent_last_field(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 1);
+    out.extend_from_slice(body);
+    out.push(0);
+    out
+}
+
 /// Decodes the postcard bytes after the version byte, all of them.
 pub(crate) fn decode_body<T: DeserializeOwned>(
     body: &[u8],

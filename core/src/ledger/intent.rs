@@ -496,9 +496,8 @@ impl Intent {
         let (version, body) = encoding::split_version(bytes, INTENT_VERSION)?;
         let padded;
         let body = if version == 1 {
-            // Version 1 is version 2 without its last field; postcard writes an absent
-            // resolution as the byte 0.
-            padded = [body, &[0]].concat();
+            // Version 1 is version 2 without its last field, the resolution.
+            padded = encoding::with_absent_last_field(body);
             &padded[..]
         } else {
             body

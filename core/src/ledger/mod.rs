@@ -484,9 +484,8 @@ impl Ledger {
         let (version, body) = encoding::split_version(bytes, INTENT_VERSION)?;
         let padded;
         let body = if version == 1 {
-            // Version 1 is version 2 without its last field; postcard writes an empty
-            // list of resolutions as the byte 0.
-            padded = [body, &[0]].concat();
+            // Version 1 is version 2 without its last field, the resolutions.
+            padded = encoding::with_absent_last_field(body);
             &padded[..]
         } else {
             body
