@@ -384,7 +384,6 @@ fn a_snapshot_carries_resolutions_and_refuses_one_that_names_no_expired_intent()
         "one intent resolved twice"
     );
     assert!(Ledger::restore(&forged(vec![(&other, &resolution)])).is_ok());
-    let mut ledger = ledger;
     let done = ledger
         .begin("pay", b"p3".to_vec(), fingerprint(), DEADLINE, [3; 16])
         .unwrap()
