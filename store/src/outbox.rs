@@ -16,6 +16,10 @@
 //!
 //! A queued intent's `next_attempt_at` is never past its deadline while the deadline
 //! guard is on, so the due index alone finds every intent that must be sent or expired.
+//!
+//! An expired intent (no definitive answer before its deadline) stays in the file until
+//! someone who asked the receiver records what happened with [`Outbox::resolve`]
+//! (`idem intents resolve`); [`Outbox::forget`] refuses it before that.
 
 use std::convert::Infallible;
 
