@@ -4,7 +4,8 @@
 //! bytes on every target, so a file written by a terminal today decodes on any build
 //! later. Every persisted value starts with its format version: [`FORMAT_VERSION`] for a
 //! value whose layout never changed, its own newer version for one that did
-//! ([`RECORD_VERSION`]); a value written by a newer format is refused with
+//! ([`RECORD_VERSION`]; an intent and a ledger snapshot are at version 2, which added the
+//! resolution of an expired intent); a value written by a newer format is refused with
 //! [`DecodeError::NewerFormat`], never misread, and every older version is still read.
 //!
 //! Record ids are keys of ordered tables, so they have their own encoding,
@@ -123,6 +124,16 @@ pub fn decode_body<T: DeserializeOwned>(body: &[u8], what: &'static str) -> Resu
         Ok((value, [])) => Ok(value),
         _ => Err(DecodeError::Malformed { what }),
     }
+}
+
+/// `body` with a 0 byte after it: the bytes of a value written before its last field
+/// existed, read as the newer value with that field absent (postcard writes a `None` and
+/// an empty list as the byte 0).
+pub(crate) fn with_absent_last_field(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 1);
+    out.extend_from_slice(body);
+    out.push(0);
+    out
 }
 
 impl Record {
