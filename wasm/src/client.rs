@@ -1,9 +1,9 @@
 //! `IdemClient`: the sender ledger of idem-core, for JavaScript.
 
+use crate::sys::{Array, JsString, Object, Uint8Array};
 use idem_core::ledger::{self, Intent, Ledger, LedgerConfig, LedgerError, Reply, ResolvedAs};
 use idem_core::quote::Quoted;
 use idem_core::{Fingerprint, Timestamp};
-use js_sys::{Array, JsString, Uint8Array};
 use wasm_bindgen::prelude::*;
 
 use crate::js::{self, Builder, Fields};
@@ -162,7 +162,7 @@ impl IdemClient {
                         .set("operation", a.operation)
                         .set("payload", js::uint8_array(&a.payload))
                         .set("attempt", a.attempt)
-                        .build::<js_sys::Object>(),
+                        .build::<Object>(),
                 )
             })
             .collect();
@@ -464,7 +464,7 @@ fn view(intent: &Intent) -> IntentView {
                     .set("resolvedAs", r.resolved_as.name())
                     .set("reason", r.reason.as_str())
                     .set("resolvedAt", ms(r.resolved_at))
-                    .build::<js_sys::Object>()
+                    .build::<Object>()
             }),
         )
         .build()

@@ -36,6 +36,7 @@ mod fingerprint;
 mod js;
 mod machine;
 mod receiver;
+pub mod sys;
 pub mod types;
 
 pub use client::IdemClient;

@@ -2,8 +2,8 @@
 //! can check a move locally before it sends it. The same rules as the store's
 //! `transition`: `idem_core::machine`.
 
+use crate::sys::Array;
 use idem_core::machine::{self, Entity, EntityDecision, MachineSpec};
-use js_sys::Array;
 use wasm_bindgen::prelude::*;
 
 use crate::js::{self, Builder, Fields};
@@ -37,7 +37,7 @@ impl Machine {
                 "expected an array of [from, to] pairs",
             ));
         }
-        for (i, pair) in Array::from(&listed).iter().enumerate() {
+        for (i, pair) in listed.unchecked_ref::<Array>().iter().enumerate() {
             let at = format!("{}[{i}]", fields.path("moves"));
             let pair = strings(&at, Some(pair))?;
             let [from, to] = <[String; 2]>::try_from(pair)

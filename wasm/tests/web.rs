@@ -3,6 +3,7 @@
 //! each through the same exported functions JavaScript calls.
 #![cfg(target_arch = "wasm32")]
 
+use idem_wasm::sys::{JsString, Uint8Array};
 use idem_wasm::types::{
     BytesInput, FieldsInput, GenerationInput, OutcomeInput, Paths, RecordIdInput, Reply,
     ResolvedAsInput,
@@ -11,7 +12,7 @@ use idem_wasm::{
     IdemClient, Machine, MemoryReceiver, canonical_json, fingerprint_bytes, fingerprint_fields,
     fingerprint_json,
 };
-use js_sys::{Array, JSON, JsString, Reflect, Uint8Array};
+use js_sys::{Array, JSON, Reflect};
 use serde_json::Value;
 use wasm_bindgen::{JsCast, JsError, JsValue};
 use wasm_bindgen_test::wasm_bindgen_test;
@@ -773,7 +774,7 @@ fn receiver_errors_name_the_field() {
 
 /// A JS string from UTF-16 code units, well-formed or not.
 fn units(code_units: &[u16]) -> JsString {
-    JsString::from_char_code(code_units)
+    js_sys::JsString::from_char_code(code_units).unchecked_into()
 }
 
 /// `text` with `\u{FFFF}` standing for the code unit `unit`: a way to write strings that
@@ -914,7 +915,9 @@ fn strings_that_are_not_well_formed_utf16_are_refused() {
 fn json_text_over_the_size_limit_is_refused_before_it_is_copied() {
     let limit = idem_core::fingerprint::MAX_JSON_BYTES;
     // More code units than the limit: refused on its length, before it reaches the module.
-    let long = s("1").repeat(i32::try_from(limit + 1).unwrap());
+    let long: JsString = js_sys::JsString::from("1")
+        .repeat(i32::try_from(limit + 1).unwrap())
+        .unchecked_into();
     let err = fingerprint_json(&long, None).unwrap_err();
     assert_eq!(
         message(err),
