@@ -81,8 +81,11 @@ pub fn encode_as<T: Serialize>(version: u8, value: &T) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     out.push(version);
     // postcard only fails on a writer error or on types it cannot represent (maps
-    // of unknown length); a Vec never refuses and our types are plain data.
-    postcard::to_extend(value, out).expect("postcard encodes plain data into a Vec")
+    // of unknown length); a Vec never refuses and our types are plain data. (Not
+    // `expect`: it would keep postcard's error names in the wasm for a panic that
+    // cannot happen.)
+    postcard::to_extend(value, out)
+        .unwrap_or_else(|_| unreachable!("postcard encodes plain data into a Vec"))
 }
 
 /// Decodes bytes made by [`encode`]; `what` names the value in errors.
