@@ -80,8 +80,9 @@ extern "C" {
     #[wasm_bindgen(static_method_of = Uint8Array, js_name = from)]
     fn copy_of_bytes(bytes: &[u8]) -> Uint8Array;
 
-    /// The bytes of `array`, copied into the module.
-    #[wasm_bindgen(static_method_of = Uint8Array, js_name = from)]
+    /// The bytes of `array`, copied into the module once: `Object(array)` is `array`
+    /// itself, and the glue copies what an import returns as `Vec<u8>`.
+    #[wasm_bindgen(js_name = Object)]
     fn copy_into_module(array: &Uint8Array) -> Vec<u8>;
 
     /// `Reflect.get(target, key)`; throws when `target` is not an object.
@@ -142,6 +143,6 @@ impl From<&[u8]> for Uint8Array {
 impl Uint8Array {
     /// A copy of the bytes.
     pub fn to_vec(&self) -> Vec<u8> {
-        Uint8Array::copy_into_module(self)
+        copy_into_module(self)
     }
 }
