@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
-use idem_core::{IntentState, State, Timestamp};
+use idem_core::{IntentState, ResolvedAs, State, Timestamp};
 
 use crate::time::{parse_duration, parse_instant};
 
@@ -24,7 +24,7 @@ Time: --now replaces the clock; a command that writes refuses a --now more than 
 ahead of the system clock. The store never lets time go back: a write uses the latest time
 a write used (the clock floor, shown by stats) when its clock is behind it.
 
-get, list, intents, token get, stats, export and sweep --dry-run only read: they change no
+get, list, intents list|get, token get, stats, export and sweep --dry-run only read: they change no
 byte of the file, work on a read-only file or mount, and never wait for a process writing it.
 
 Examples:
@@ -332,7 +332,8 @@ Example:
     /// One-time tokens: issue one, consume it (run a program at most once), show, sweep.
     #[command(subcommand)]
     Token(TokenCommand),
-    /// The outbox's intents (what this terminal sends): list them, or show one.
+    /// The outbox's intents (what this terminal sends): list them, show one, resolve an
+    /// expired one.
     #[command(subcommand)]
     Intents(IntentsCommand),
     /// Counts by state, expired leases, the oldest pending and unknown, file size.
@@ -520,7 +521,8 @@ pub(crate) enum IntentsCommand {
     #[command(after_help = "\
 States: queued, in_flight, completed, failed, conflict, expired. An expired intent got no
 definitive answer before its deadline and is never sent again: check with the receiver
-what happened to it.
+what happened to it, then record it with `idem intents resolve`. Until resolved it is
+never forgotten.
 
 Examples:
   idem intents list --state expired
@@ -543,6 +545,31 @@ Example:
         /// The intent's idempotency key.
         #[arg(value_name = "KEY", allow_hyphen_values = true)]
         key: String,
+    },
+    /// Record what happened to an expired intent, as the receiver's records show.
+    #[command(after_help = "\
+An expired intent got no definitive answer before its deadline: the receiver may or may
+not have executed it. Ask the receiver (its records, a statement), then record the answer
+here, with a reason saying how you know (1-1024 bytes, one line). The intent stays
+expired and carries the resolution; only then may the application forget it. After
+not-executed, the user may start the action again: a new intent, with a new key.
+
+Exit status: 0 resolved · 2 bad --as or reason · 6 the intent is not expired, or is
+resolved already · 7 no intent has the key.
+
+Example:
+  idem intents resolve 0190b7c2-5e1a-7c3e-9a41-8d2f0c6b7e11 --as not-executed \\
+    --reason \"not on the acquirer's statement of 2025-03-02\"")]
+    Resolve {
+        /// The intent's idempotency key.
+        #[arg(value_name = "KEY", allow_hyphen_values = true)]
+        key: String,
+        /// What happened: completed, failed or not-executed.
+        #[arg(long = "as", value_name = "RESOLUTION", value_parser = parse_resolved_as)]
+        resolved_as: ResolvedAs,
+        /// How you know (who confirmed it, where): 1-1024 bytes, one line.
+        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+        reason: String,
     },
 }
 
@@ -644,6 +671,11 @@ fn parse_tombstones(text: &str) -> Result<u64, String> {
     } else {
         parse_duration(text).map_err(|e| format!("{e}; or 0 to keep no tombstone"))
     }
+}
+
+fn parse_resolved_as(text: &str) -> Result<ResolvedAs, String> {
+    ResolvedAs::from_name(&text.replace('-', "_"))
+        .ok_or_else(|| "expected one of completed, failed, not-executed".to_string())
 }
 
 fn parse_intent_state(text: &str) -> Result<IntentState, String> {

@@ -1,7 +1,8 @@
-//! `idem intents list|get`: the outbox's intents, read-only.
+//! `idem intents list|get|resolve`: the outbox's intents, read, and the resolution of an
+//! expired one.
 
-use idem_core::{Intent, IntentState, LedgerConfig};
-use idem_store::{IntentFilter, IntentView, Store};
+use idem_core::{Intent, IntentState, LedgerConfig, LedgerError, ResolvedAs};
+use idem_store::{IntentFilter, IntentView, OutboxError, Store};
 
 use crate::exit::{Ending, Exit, Failure};
 use crate::output::{Printer, table};
@@ -52,13 +53,46 @@ pub(crate) fn get(session: &Session, key: &str) -> Ending {
             format!("intent {key}: no intent under this key"),
         ));
     };
+    print_intent(session, &intent)?;
+    Ok(Exit::Done.code())
+}
+
+/// `idem intents resolve KEY --as RESOLUTION --reason TEXT`
+pub(crate) fn resolve(
+    session: &Session,
+    key: &str,
+    resolved_as: ResolvedAs,
+    reason: &str,
+) -> Ending {
+    let store = session.open(idem_core::Config::default(), Access::Write)?;
+    let resolved = outbox_of(&store)?
+        .resolve(key, resolved_as, reason, session.now())
+        .map_err(|e| match e {
+            OutboxError::Ledger(e @ LedgerError::UnknownKey { .. }) => Failure::new(
+                Exit::NotFound,
+                format!("intent {key}: no intent under this key ({e})"),
+            ),
+            OutboxError::Ledger(e @ LedgerError::NotExpired { .. }) => {
+                Failure::new(Exit::Stale, e.to_string())
+            }
+            OutboxError::Ledger(e @ LedgerError::Reason { .. }) => Failure::usage(format!("--{e}")),
+            OutboxError::Ledger(e) => Failure::usage(e.to_string()),
+            OutboxError::Store(e) => store_failure(e),
+            other => Failure::runtime(other.to_string()),
+        })?;
+    print_intent(session, &resolved)?;
+    Ok(Exit::Done.code())
+}
+
+/// One intent: its JSON view, or a table of its fields.
+fn print_intent(session: &Session, intent: &Intent) -> Result<(), Failure> {
     let printer = session.printer();
-    printer.either(&IntentView::new(&intent), || {
-        let view = IntentView::new(&intent);
+    printer.either(&IntentView::new(intent), || {
+        let view = IntentView::new(intent);
         let mut rows = vec![
             ("key", view.key.clone()),
             ("operation", view.operation.clone()),
-            ("state", detail(&printer, &intent)),
+            ("state", detail(&printer, intent)),
             ("attempts", view.attempts.to_string()),
             ("fingerprint", view.fingerprint.clone()),
             ("created", format_instant(intent.created_at)),
@@ -72,12 +106,17 @@ pub(crate) fn get(session: &Session, key: &str) -> Ending {
             rows.push(("code", outcome.code.to_string()));
             rows.push(("outcome", format!("{} bytes", outcome.body.len())));
         }
+        if let Some(resolution) = &intent.resolution {
+            rows.push(("resolved as", resolution.resolved_as.name().to_string()));
+            rows.push(("reason", resolution.reason.clone()));
+            rows.push(("resolved", format_instant(resolution.resolved_at)));
+        }
         rows.iter()
             .map(|(name, value)| format!("{name:<12} {value}"))
             .collect::<Vec<_>>()
             .join("\n")
     })?;
-    Ok(Exit::Done.code())
+    Ok(())
 }
 
 /// The outbox, for reading: its retry settings play no part in a read.
@@ -97,9 +136,13 @@ fn detail(printer: &Printer, intent: &Intent) -> String {
         ),
         IntentState::Queued => "queued, due now".into(),
         IntentState::InFlight => "in flight, waiting for a reply".into(),
-        IntentState::Expired => {
-            "expired: no definitive answer before the deadline; ask the receiver".into()
-        }
+        IntentState::Expired => match &intent.resolution {
+            Some(resolution) => format!(
+                "expired, resolved as {}: {}",
+                resolution.resolved_as, resolution.reason
+            ),
+            None => "expired: no definitive answer before the deadline; ask the receiver, then `idem intents resolve`".into(),
+        },
         state => match &intent.outcome {
             Some(outcome) => format!("{state}, code {}", outcome.code),
             None => state.name().to_string(),

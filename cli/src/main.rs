@@ -180,6 +180,11 @@ fn run(cli: &Cli) -> Ending {
             intents::list(&session, *state, *limit)
         }
         Command::Intents(IntentsCommand::Get { key }) => intents::get(&session, key),
+        Command::Intents(IntentsCommand::Resolve {
+            key,
+            resolved_as,
+            reason,
+        }) => intents::resolve(&session, key, *resolved_as, reason),
         Command::Token(TokenCommand::Issue {
             tenant,
             operation,

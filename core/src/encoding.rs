@@ -4,7 +4,8 @@
 //! bytes on every target, so a file written by a terminal today decodes on any build
 //! later. Every persisted value starts with its format version: [`FORMAT_VERSION`] for a
 //! value whose layout never changed, its own newer version for one that did
-//! ([`RECORD_VERSION`]); a value written by a newer format is refused with
+//! ([`RECORD_VERSION`]; an intent and a ledger snapshot are at version 2, which added the
+//! resolution of an expired intent); a value written by a newer format is refused with
 //! [`DecodeError::NewerFormat`], never misread, and every older version is still read.
 //!
 //! Record ids are keys of ordered tables, so they have their own encoding,
@@ -80,8 +81,11 @@ pub fn encode_as<T: Serialize>(version: u8, value: &T) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     out.push(version);
     // postcard only fails on a writer error or on types it cannot represent (maps
-    // of unknown length); a Vec never refuses and our types are plain data.
-    postcard::to_extend(value, out).expect("postcard encodes plain data into a Vec")
+    // of unknown length); a Vec never refuses and our types are plain data. (Not
+    // `expect`: it would keep postcard's error names in the wasm for a panic that
+    // cannot happen.)
+    postcard::to_extend(value, out)
+        .unwrap_or_else(|_| unreachable!("postcard encodes plain data into a Vec"))
 }
 
 /// Decodes bytes made by [`encode`]; `what` names the value in errors.
@@ -123,6 +127,16 @@ pub fn decode_body<T: DeserializeOwned>(body: &[u8], what: &'static str) -> Resu
         Ok((value, [])) => Ok(value),
         _ => Err(DecodeError::Malformed { what }),
     }
+}
+
+/// `body` with a 0 byte after it: the bytes of a value written before its last field
+/// existed, read as the newer value with that field absent (postcard writes a `None` and
+/// an empty list as the byte 0).
+pub(crate) fn with_absent_last_field(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 1);
+    out.extend_from_slice(body);
+    out.push(0);
+    out
 }
 
 impl Record {

@@ -69,8 +69,8 @@ pub use encoding::DecodeError;
 pub use fingerprint::{Fingerprint, FingerprintError};
 pub use id::{Field, IdError, RecordId};
 pub use ledger::{
-    Attempt, Effect, Intent, IntentState, Ledger, LedgerConfig, LedgerConfigError, LedgerError,
-    Reply,
+    Attempt, Effect, Intent, IntentResolution, IntentState, Ledger, LedgerConfig,
+    LedgerConfigError, LedgerError, Reply, ResolvedAs,
 };
 pub use machine::{Entity, EntityDecision, Machine, MachineError, MachineSpec};
 pub use protocol::{Decision, Refusal, Resolution, Swept, Transition, Write};

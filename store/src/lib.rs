@@ -220,7 +220,8 @@
 //! (a replay, an in-progress answer) use the caller's `now` as given: a clock behind the
 //! floor only keeps an outcome or a lease a little longer. The outbox's intents take
 //! the caller's time as given: a sender's deadline counted from a raised time could be
-//! later than the true one. A file with a newer
+//! later than the true one; only the time of an expired intent's resolution is never
+//! behind the floor ([`Outbox::resolve`]). A file with a newer
 //! schema, a damaged file, a read-only file, a directory and a file locked past the
 //! timeout are refused with an [`OpenError`] naming the cause, and left untouched.
 //!

@@ -16,6 +16,10 @@
 //!
 //! A queued intent's `next_attempt_at` is never past its deadline while the deadline
 //! guard is on, so the due index alone finds every intent that must be sent or expired.
+//!
+//! An expired intent (no definitive answer before its deadline) stays in the file until
+//! someone who asked the receiver records what happened with [`Outbox::resolve`]
+//! (`idem intents resolve`); [`Outbox::forget`] refuses it before that.
 
 use std::convert::Infallible;
 
@@ -23,13 +27,13 @@ use idem_core::encoding;
 use idem_core::ledger::{BackoffRng, Poll};
 use idem_core::{
     Attempt, Effect, Fingerprint, Intent, IntentState, LedgerConfig, LedgerConfigError,
-    LedgerError, Reply, Timestamp,
+    LedgerError, Reply, ResolvedAs, Timestamp,
 };
 use redb::{ReadableTable, WriteTransaction};
 
 use crate::error::Error;
 use crate::handle::guard_read;
-use crate::tables::{META, open_read};
+use crate::tables::{CLOCK_FLOOR_KEY, META, open_read};
 use crate::writer::Writer;
 
 mod tables;
@@ -51,7 +55,9 @@ use tables::{
 #[non_exhaustive]
 pub enum OutboxError {
     /// The ledger refused the input: an invalid operation, a key made twice, a key no
-    /// intent has, or forgetting an intent that is not finished. Nothing was written.
+    /// intent has, forgetting an intent that is not settled (queued, in flight, expired
+    /// and not resolved), resolving one that is not expired, a bad reason. Nothing was
+    /// written.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
     /// The store failed; see [`Error`].
@@ -341,31 +347,67 @@ impl<'s> Outbox<'s> {
         Ok(requeued)
     }
 
-    /// Removes a finished intent (after the application took its outcome) and returns
+    /// Removes a settled intent (after the application took its outcome) and returns
     /// it. Queued and in-flight intents cannot be forgotten: their key may have reached
-    /// the receiver.
+    /// the receiver. An expired intent must be resolved first ([`Outbox::resolve`]): its
+    /// effect may or may not have happened.
     ///
     /// # Errors
     ///
-    /// [`LedgerError::UnknownKey`], [`LedgerError::NotTerminal`]; storage errors.
+    /// [`LedgerError::UnknownKey`], [`LedgerError::NotTerminal`],
+    /// [`LedgerError::Unresolved`]; storage errors.
     pub fn forget(&self, key: &str) -> Result<Intent, OutboxError> {
         let writing = self.writer.writing("forget")?;
-        let found = {
+        let found = (|| -> Result<Intent, OutboxError> {
             let mut tables = IntentTables::open(&writing.txn)?;
-            match tables.get(key)? {
-                None => Err(LedgerError::UnknownKey { key: key.into() }),
-                Some(intent) if !intent.state.is_terminal() => Err(LedgerError::NotTerminal {
-                    key: key.into(),
-                    state: intent.state,
-                }),
-                Some(intent) => {
-                    tables.remove(&intent)?;
-                    Ok(intent)
-                }
-            }
-        };
+            let intent = tables
+                .get(key)?
+                .ok_or_else(|| LedgerError::UnknownKey { key: key.into() })?;
+            intent.check_forget()?;
+            tables.remove(&intent)?;
+            Ok(intent)
+        })();
         self.writer.finish(writing, found.is_ok())?;
-        Ok(found?)
+        found
+    }
+
+    /// Records what happened to the expired intent `key`, as an operator or a checker
+    /// found out (asking the receiver, reading a statement), with their reason, and
+    /// commits; see [`Intent::resolve`]. Only then may it be forgotten. `resolved_at` is
+    /// `now`, or the store's clock floor when the clock is behind it (the floor is read,
+    /// not raised). Returns the resolved intent.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::UnknownKey`], [`LedgerError::NotExpired`] (not expired, or resolved
+    /// already), [`LedgerError::Reason`]; storage errors. Nothing changed.
+    pub fn resolve(
+        &self,
+        key: &str,
+        resolved_as: ResolvedAs,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<Intent, OutboxError> {
+        let writing = self.writer.writing("resolve")?;
+        let resolved = (|| -> Result<Intent, OutboxError> {
+            let mut tables = IntentTables::open(&writing.txn)?;
+            let old = tables
+                .get(key)?
+                .ok_or_else(|| LedgerError::UnknownKey { key: key.into() })?;
+            let now = if self.writer.is_floored() {
+                let meta = writing.txn.open_table(META).map_err(Error::from)?;
+                let floor = crate::tables::read_meta(&meta, CLOCK_FLOOR_KEY)?.unwrap_or(0);
+                now.max(Timestamp(floor))
+            } else {
+                now
+            };
+            let mut new = old.clone();
+            new.resolve(resolved_as, reason, now)?;
+            tables.put(Some(&old), &new)?;
+            Ok(new)
+        })();
+        self.writer.finish(writing, resolved.is_ok())?;
+        resolved
     }
 
     /// When [`Outbox::due`] next has something to do: the earliest `next_attempt_at` of

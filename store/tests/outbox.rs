@@ -8,7 +8,7 @@ use common::{Rng, T0};
 use idem_core::ledger::Effect;
 use idem_core::{
     Fingerprint, IntentState, Ledger, LedgerConfig, LedgerError, Outcome, RecordId, Reply,
-    Timestamp, Verdict,
+    ResolvedAs, Timestamp, Verdict,
 };
 use idem_store::redb::{TableDefinition, WriteTransaction};
 use idem_store::{EnqueueError, ExecuteError, Executed, IntentFilter, OutboxError, Store};
@@ -244,8 +244,107 @@ fn intents_past_their_deadline_expire_instead_of_being_sent() {
         })
         .unwrap();
     assert_eq!(expired, vec![stored.clone()]);
-    assert_eq!(outbox.forget(&intent.key).unwrap(), stored);
+    // Its fate is unknown: it is not forgotten before someone resolves it.
+    let refused = outbox.forget(&intent.key);
+    assert!(
+        matches!(refused, Err(OutboxError::Ledger(LedgerError::Unresolved { ref key })) if *key == intent.key),
+        "{refused:?}"
+    );
+    assert_eq!(outbox.intent(&intent.key).unwrap(), Some(stored.clone()));
+    let resolved = outbox
+        .resolve(
+            &intent.key,
+            ResolvedAs::NotExecuted,
+            "not on the acquirer's statement",
+            late,
+        )
+        .unwrap();
+    assert_eq!(outbox.intent(&intent.key).unwrap(), Some(resolved.clone()));
+    assert_eq!(resolved.state, IntentState::Expired);
+    assert_eq!(outbox.forget(&intent.key).unwrap(), resolved);
     assert_eq!(outbox.intent(&intent.key).unwrap(), None);
+}
+
+#[test]
+fn resolve_refuses_what_is_not_an_unresolved_expired_intent_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("t.redb")).unwrap();
+    let outbox = store.outbox(config()).unwrap();
+    let fp = Fingerprint::of_bytes(b"");
+    let expired = outbox
+        .enqueue("op", vec![], fp, Timestamp(T0), random(2))
+        .unwrap();
+    let late = expired.deadline;
+    assert!(outbox.due(late, 10).unwrap().is_empty());
+    let live = outbox.enqueue("op", vec![], fp, late, random(3)).unwrap();
+    let before = outbox.intents(&IntentFilter::default()).unwrap();
+    let states: Vec<IntentState> = before.iter().map(|i| i.state).collect();
+    assert_eq!(states, [IntentState::Expired, IntentState::Queued]);
+    let refusals = [
+        (
+            live.key.as_str(),
+            "x",
+            "intent is queued, only an expired intent is resolved",
+        ),
+        ("no-such-key", "x", "no intent with this key"),
+        (expired.key.as_str(), "", "reason: 0 bytes, empty"),
+        (expired.key.as_str(), "a\tb", "control character"),
+    ];
+    for (key, reason, words) in refusals {
+        let err = outbox
+            .resolve(key, ResolvedAs::Failed, reason, late)
+            .unwrap_err();
+        assert!(err.to_string().contains(words), "{err} lacks {words}");
+    }
+    assert_eq!(outbox.intents(&IntentFilter::default()).unwrap(), before);
+    outbox
+        .resolve(&expired.key, ResolvedAs::Failed, "card declined", late)
+        .unwrap();
+    let again = outbox.resolve(&expired.key, ResolvedAs::Completed, "on second look", late);
+    assert!(
+        matches!(
+            again,
+            Err(OutboxError::Ledger(LedgerError::NotExpired {
+                resolved: Some(ResolvedAs::Failed),
+                ..
+            }))
+        ),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn a_resolution_is_never_dated_behind_the_clock_floor() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("t.redb")).unwrap();
+    let outbox = store.outbox(config()).unwrap();
+    let intent = outbox
+        .enqueue(
+            "op",
+            vec![],
+            Fingerprint::of_bytes(b""),
+            Timestamp(T0),
+            random(1),
+        )
+        .unwrap();
+    assert!(outbox.due(intent.deadline, 10).unwrap().is_empty());
+    // A record written later raises the floor; then the clock jumps back.
+    let floor = Timestamp(intent.deadline.0 + 60_000);
+    let id = RecordId::new("t", "o", "k").unwrap();
+    store
+        .begin(&id, Fingerprint::of_bytes(b"k"), floor)
+        .unwrap();
+    assert_eq!(store.clock_floor().unwrap(), floor);
+    let resolved = outbox
+        .resolve(
+            &intent.key,
+            ResolvedAs::Completed,
+            "receipt 17",
+            Timestamp(T0),
+        )
+        .unwrap();
+    assert_eq!(resolved.resolution.unwrap().resolved_at, floor);
+    assert_eq!(store.clock_floor().unwrap(), floor, "read, not raised");
 }
 
 #[test]
@@ -513,10 +612,10 @@ fn every_state(store: &Store) {
             .unwrap()
             .key
     };
-    let keys: Vec<String> = (1..=6).map(enqueue).collect();
-    // Five go in flight; one stays queued.
-    let sent = outbox.due(at(3), 5).unwrap();
-    assert_eq!(sent.len(), 5);
+    let keys: Vec<String> = (1..=7).map(enqueue).collect();
+    // Six go in flight; one stays queued.
+    let sent = outbox.due(at(3), 6).unwrap();
+    assert_eq!(sent.len(), 6);
     let answer = |i: usize, status: u16| {
         outbox
             .record_reply(&keys[i], reply(status, "body"), at(4))
@@ -529,6 +628,18 @@ fn every_state(store: &Store) {
     let deadline = outbox.intent(&keys[4]).unwrap().unwrap().deadline;
     outbox
         .record_transport_error(&keys[4], Timestamp(deadline.0 + 1))
+        .unwrap();
+    // keys[5] expires the same way and is resolved.
+    outbox
+        .record_transport_error(&keys[5], Timestamp(deadline.0 + 1))
+        .unwrap();
+    outbox
+        .resolve(
+            &keys[5],
+            ResolvedAs::NotExecuted,
+            "not in the receiver's records",
+            Timestamp(deadline.0 + 2),
+        )
         .unwrap();
 }
 
@@ -548,15 +659,20 @@ fn export_and_import_carry_the_outbox_in_every_state() {
             stats.intents.conflict,
             stats.intents.expired
         ),
-        (1, 1, 1, 1, 1, 1)
+        (1, 1, 1, 1, 1, 2)
     );
     let mut exported = Vec::new();
     let sent = source.export(&mut exported).unwrap();
-    assert_eq!((sent.records, sent.intents), (4, 6));
+    assert_eq!((sent.records, sent.intents), (4, 7));
+    let text = String::from_utf8_lossy(&exported);
+    assert!(
+        text.contains(r#""resolved_as":"not_executed","resolution_reason":"not in the receiver's records","resolved_at":"#),
+        "{text}"
+    );
     let header = String::from_utf8_lossy(&exported);
     assert!(
         header.starts_with(&format!(
-            r#"{{"idem_export":3,"generation":4,"clock_floor":{},"records":4,"intents":6,"entities":0,"unique":0,"tokens":0}}"#,
+            r#"{{"idem_export":3,"generation":4,"clock_floor":{},"records":4,"intents":7,"entities":0,"unique":0,"tokens":0}}"#,
             T0 + 1
         )),
         "{header}"
@@ -587,7 +703,7 @@ fn export_and_import_carry_the_outbox_in_every_state() {
     assert_eq!(target.clock_floor().unwrap(), Timestamp(T0 + 1));
     let check = target.check().unwrap();
     assert!(check.is_ok(), "{:?}", check.problems);
-    assert_eq!((check.records, check.intents), (4, 6));
+    assert_eq!((check.records, check.intents), (4, 7));
     // Importing the same again changes nothing; a different intent under a key is named.
     assert_eq!(target.import(exported.as_slice()).unwrap(), sent);
     let text = String::from_utf8(exported).unwrap();
@@ -622,6 +738,24 @@ fn a_version_1_export_still_imports_and_bad_intent_lines_are_named() {
         (intent(r#","colour":1"#), "unknown field `colour`"),
         (intent("").replace("queued", "lost"), "state: \"lost\""),
         (intent("").replace("\"sale\"", "\"\""), "operation: empty"),
+        (
+            intent(r#","resolved_as":"failed""#),
+            "resolved_as: resolved_as, resolution_reason and resolved_at go together",
+        ),
+        (
+            intent(r#","resolved_as":"failed","resolution_reason":"r","resolved_at":9"#),
+            "intent is queued, only an expired intent is resolved",
+        ),
+        (
+            intent(r#","resolved_as":"failed","resolution_reason":" ","resolved_at":9"#)
+                .replace("queued", "expired"),
+            "resolution_reason: reason: 1 bytes, empty",
+        ),
+        (
+            intent(r#","resolved_as":"lost","resolution_reason":"r","resolved_at":9"#)
+                .replace("queued", "expired"),
+            "resolved_as: \"lost\"",
+        ),
     ] {
         let err = store.import(line.as_bytes()).unwrap_err();
         assert!(err.to_string().contains("import line 1"), "{err}");

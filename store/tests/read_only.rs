@@ -167,6 +167,12 @@ fn every_write_is_refused_with_its_name_and_the_file_keeps_its_bytes() {
         outbox.record_transport_error(&key, NOW).map(drop),
     );
     outboxed("forget", outbox.forget(&key).map(drop));
+    outboxed(
+        "resolve",
+        outbox
+            .resolve(&key, idem_core::ResolvedAs::Failed, "declined", NOW)
+            .map(drop),
+    );
 
     // Nothing was written, and reads still work.
     assert!(store.get(&fresh).unwrap().is_none());

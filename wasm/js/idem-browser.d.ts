@@ -1,5 +1,5 @@
 // Types of idem-wasm/browser: storage, tabs and a fetch sender around IdemClient.
-import type { Attempt, BeginResult, IdemClient, IdemClientOptions, IntentView } from "idem-wasm";
+import type { Attempt, BeginResult, IdemClient, IdemClientOptions, IntentView, ResolvedAs } from "idem-wasm";
 
 /** One transaction of a storage: every part is optional. */
 export interface StorageWrite {
@@ -97,8 +97,16 @@ export class IdemSender {
   list(): IntentView[];
   /** Resolves once the intent is completed, failed, conflict or expired. */
   settled(key: string): Promise<IntentView>;
-  /** Removes a finished intent. */
+  /**
+   * Removes a settled intent: completed, failed, conflict, or expired and resolved. An
+   * expired intent nobody resolved is refused (throws): its effect may or may not have happened.
+   */
   forget(key: string): Promise<IntentView>;
+  /**
+   * Records what happened to an expired intent, as someone who asked the receiver found, with
+   * their reason (1-1024 bytes, one line); resolves with the intent once durable. Any tab may.
+   */
+  resolve(key: string, resolvedAs: ResolvedAs, reason: string): Promise<IntentView>;
   /** Joins the senders of this storage: sends while leading. */
   start(): void;
   /** Stops sending and leaves the lead to another tab or the service worker. */

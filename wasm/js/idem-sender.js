@@ -88,6 +88,7 @@ export function senderKit({ init, IdemClient }) {
     #adds = [];
     #dirty = new Set();
     #removed = new Set();
+    #resolved = new Map();
     #writing = Promise.resolve();
     #batch = null;
     #waiters = new Map();
@@ -226,10 +227,26 @@ export function senderKit({ init, IdemClient }) {
       });
     }
 
-    /** Removes a finished intent once the application took its outcome. */
+    /**
+     * Removes a settled intent once the application took its outcome: completed, failed,
+     * conflict, or expired and resolved (`resolve`). An unresolved expired intent is
+     * refused: its effect may or may not have happened.
+     */
     async forget(key) {
       const intent = this.client.forget(key);
       await this.#write({ remove: key });
+      return intent;
+    }
+
+    /**
+     * Records what happened to an expired intent, as someone who asked the receiver found
+     * ("completed", "failed" or "not_executed"), with their reason. Any tab may: an expired
+     * intent is not the leader's to change. Resolves with the intent once the record is
+     * durable.
+     */
+    async resolve(key, resolvedAs, reason) {
+      const intent = this.client.resolve(key, resolvedAs, reason, this.#now());
+      await this.#write({ resolve: [key, this.client.intent(key)] });
       return intent;
     }
 
@@ -390,11 +407,15 @@ export function senderKit({ init, IdemClient }) {
       if (!this.#leading) {
         for (const [key, record] of message.changed ?? []) if (this.client.put(record)) changed.push(key);
       }
+      // A resolution, from any tab: the leader takes it in too (it never changes an
+      // expired intent itself).
+      for (const [key, record] of message.resolved ?? []) if (this.client.put(record)) changed.push(key);
       for (const key of message.deleted ?? []) {
         try {
           this.client.forget(key);
         } catch {
-          // Not finished in this copy: a change it has not heard of yet; nothing to drop.
+          // Not settled in this copy (a reply or a resolution it has not heard of yet):
+          // it keeps the intent until it next reads the records.
         }
       }
       this.#notify(changed);
@@ -404,11 +425,13 @@ export function senderKit({ init, IdemClient }) {
     /**
      * Writes what changed, in one transaction with whatever else waits: `change.add`, a
      * new intent `[key, record]`; `change.remove`, a key whose record goes. The changes of
-     * the client (while leading) join. Resolves once durable.
+     * the client (while leading) join. `change.resolve`, `[key, record]` of an expired
+     * intent just resolved, is written by any tab. Resolves once durable.
      */
     #write(change) {
       if (change.add) this.#adds.push(change.add);
       if (change.remove) this.#removed.add(change.remove);
+      if (change.resolve) this.#resolved.set(...change.resolve);
       if (this.#leading) for (const key of this.client.takeChanges()) this.#dirty.add(key);
       else this.client.takeChanges(); // not ours to write: the leader's copy changes
       this.#batch ??= this.#writing
@@ -427,6 +450,10 @@ export function senderKit({ init, IdemClient }) {
       this.#adds = [];
       const removed = [...this.#removed];
       this.#removed.clear();
+      // Every resolution is announced, so that other copies can forget the intent too;
+      // one forgotten in the same write has no record left to rewrite.
+      const resolved = [...this.#resolved];
+      this.#resolved.clear();
       const put = [];
       const deleted = [...removed];
       let state;
@@ -440,6 +467,9 @@ export function senderKit({ init, IdemClient }) {
         const now = this.client.ledgerState();
         if (!equalBytes(now, this.#lastState)) state = now;
       }
+      for (const [key, record] of resolved) {
+        if (!removed.includes(key) && !put.some(([k]) => k === key)) put.push([key, record]);
+      }
       if (adds.length + put.length + deleted.length === 0 && state === undefined) return;
       try {
         await this.#storage.write({ add: adds, put, delete: deleted, state });
@@ -447,12 +477,13 @@ export function senderKit({ init, IdemClient }) {
         // Written again with the next change.
         if (this.#leading) for (const [key] of put) this.#dirty.add(key);
         for (const key of removed) this.#removed.add(key);
+        for (const [key, record] of resolved) if (!this.#resolved.has(key)) this.#resolved.set(key, record);
         throw error;
       }
       if (state !== undefined) this.#lastState = state;
       if (this.#heard) this.#heard.push({ added: adds });
       else for (const [, record] of adds) this.client.put(record);
-      this.#channel?.postMessage({ added: adds, changed: put, deleted });
+      this.#channel?.postMessage({ added: adds, changed: put, deleted, resolved });
       this.#notify([...adds.map(([key]) => key), ...put.map(([key]) => key)]);
     }
 

@@ -1,14 +1,15 @@
 //! `IdemClient`: the sender ledger of idem-core, for JavaScript.
 
-use idem_core::ledger::{self, Intent, Ledger, LedgerConfig, LedgerError, Reply};
+use crate::sys::{Array, JsString, Object, Uint8Array};
+use idem_core::ledger::{self, Intent, Ledger, LedgerConfig, LedgerError, Reply, ResolvedAs};
+use idem_core::quote::Quoted;
 use idem_core::{Fingerprint, Timestamp};
-use js_sys::{Array, JsString, Uint8Array};
 use wasm_bindgen::prelude::*;
 
 use crate::js::{self, Builder, Fields};
 use crate::types::{
     Attempts, BeginResult, BytesInput, ClientOptions, Effect, IntentRecords, IntentView,
-    IntentViews, Keys, MaybeIntentView, PreparedIntent,
+    IntentViews, Keys, MaybeIntentView, PreparedIntent, ResolvedAsInput,
 };
 
 const OPTIONS: &[&str] = &[
@@ -24,7 +25,7 @@ const REPLY: &[&str] = &["status", "body", "retryAt"];
 /// reloads, reused by every retry, never sent after the server could have forgotten it.
 ///
 /// Persist [`IdemClient::snapshot`] after every call that changes it (`begin`, `due`,
-/// `onResponse`, `onTransportError`, `forget`); after a reload, [`IdemClient::restore`]
+/// `onResponse`, `onTransportError`, `resolve`, `forget`); after a reload, [`IdemClient::restore`]
 /// gives it back with in-flight intents queued again under the same key.
 ///
 /// Or persist one record per intent: after each change, write `intent(key)` for every
@@ -161,7 +162,7 @@ impl IdemClient {
                         .set("operation", a.operation)
                         .set("payload", js::uint8_array(&a.payload))
                         .set("attempt", a.attempt)
-                        .build::<js_sys::Object>(),
+                        .build::<Object>(),
                 )
             })
             .collect();
@@ -255,20 +256,57 @@ impl IdemClient {
         self.ledger.next_wakeup().map(|t| t.as_millis() as f64)
     }
 
-    /// Removes a finished intent (completed, failed, conflict or expired) once the
-    /// application took its outcome, and returns it.
+    /// Removes a settled intent (completed, failed, conflict, or expired and resolved)
+    /// once the application took its outcome, and returns it. An expired intent is
+    /// resolved first (`resolve`): its effect may or may not have happened.
     ///
     /// # Errors
     ///
-    /// No intent with `key`, or the intent is still queued or in flight.
+    /// No intent with `key`, the intent is still queued or in flight, or it expired and
+    /// nobody resolved it.
     pub fn forget(&mut self, key: &JsString) -> Result<IntentView, JsError> {
         let intent = self.ledger.forget(&js::string("key", key)?)?;
         self.changes.push(intent.key.clone());
         Ok(view(&intent))
     }
 
+    /// Records what happened to an expired intent, as someone who asked the receiver
+    /// found (`"completed"`, `"failed"` or `"not_executed"`), with their reason (1–1024
+    /// bytes, one line). It stays `expired`, now with its `resolution`, and may then be
+    /// forgotten. Returns the intent.
+    ///
+    /// # Errors
+    ///
+    /// A malformed argument, no intent with `key`, an intent that is not expired or is
+    /// resolved already, or a reason that breaks its rule.
+    pub fn resolve(
+        &mut self,
+        key: &JsString,
+        #[wasm_bindgen(js_name = resolvedAs)] resolved_as: ResolvedAsInput,
+        reason: &JsString,
+        #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
+    ) -> Result<IntentView, JsError> {
+        let key = js::string("key", key)?;
+        let name = js::string("resolvedAs", &resolved_as)?;
+        let resolved_as = ResolvedAs::from_name(&name).ok_or_else(|| {
+            js::invalid(
+                "resolvedAs",
+                &format!(
+                    "{}, expected \"completed\", \"failed\" or \"not_executed\"",
+                    Quoted(&name)
+                ),
+            )
+        })?;
+        let reason = js::string("reason", reason)?;
+        let now = js::timestamp("nowMs", now_ms)?;
+        let intent = self.ledger.resolve(&key, resolved_as, &reason, now)?;
+        let resolved = view(intent);
+        self.changes.push(key);
+        Ok(resolved)
+    }
+
     /// The keys of the intents changed since the last call by `begin`, `due` (sent or
-    /// expired), `onResponse`, `onTransportError` and `forget`, oldest change first (a key
+    /// expired), `onResponse`, `onTransportError`, `resolve` and `forget`, oldest change first (a key
     /// may repeat): what a storage with one record per intent writes next. Each call
     /// starts a new list.
     #[wasm_bindgen(js_name = takeChanges)]
@@ -418,6 +456,16 @@ fn view(intent: &Intent) -> IntentView {
         .maybe(
             "body",
             intent.outcome.as_ref().map(|o| js::uint8_array(&o.body)),
+        )
+        .maybe(
+            "resolution",
+            intent.resolution.as_ref().map(|r| {
+                Builder::new()
+                    .set("resolvedAs", r.resolved_as.name())
+                    .set("reason", r.reason.as_str())
+                    .set("resolvedAt", ms(r.resolved_at))
+                    .build::<Object>()
+            }),
         )
         .build()
 }

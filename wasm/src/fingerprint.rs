@@ -1,8 +1,8 @@
 //! The fingerprint functions: the same SHA-256 bytes as `idem_core::Fingerprint`, as hex.
 
+use crate::sys::{Array, JsString, Object};
 use idem_core::Fingerprint;
 use idem_core::fingerprint::MAX_JSON_BYTES;
-use js_sys::{Array, JsString, Object};
 use wasm_bindgen::prelude::*;
 
 use crate::js;
@@ -43,10 +43,10 @@ pub fn fingerprint_fields(fields: FieldsInput) -> Result<String, JsError> {
     let mut owned: Vec<(String, Vec<u8>)> = Vec::with_capacity(pairs.length() as usize);
     for (i, pair) in pairs.iter().enumerate() {
         let at = format!("fields[{i}]");
-        if !Array::is_array(&pair) || Array::from(&pair).length() != 2 {
+        if !Array::is_array(&pair) || pair.unchecked_ref::<Array>().length() != 2 {
             return Err(js::invalid(&at, "expected a [name, value] pair"));
         }
-        let pair = Array::from(&pair);
+        let pair: Array = pair.unchecked_into();
         let name = js::string(&format!("{at}[0]"), &pair.get(0))?;
         let value = js::bytes(&format!("{at}[1]"), &pair.get(1))?;
         owned.push((name, value));

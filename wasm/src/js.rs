@@ -1,9 +1,9 @@
 //! Conversions between JS values and the core's plain data, each check naming its field.
 
+use crate::sys::{self, Array, ArrayBuffer, JsString, Object, Uint8Array};
 use core::fmt;
 use idem_core::Timestamp;
 use idem_core::quote::Quoted;
-use js_sys::{Array, JsString, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 
 /// Largest integer a JS number holds exactly: 2^53 − 1.
@@ -58,10 +58,7 @@ fn describe(value: &JsValue) -> String {
 
 /// `n` as JS writes it. Rust's own float formatting would add ~20 KB to the module.
 fn show(n: f64) -> String {
-    js_sys::Number::from(n)
-        .to_string_with_radix(10)
-        .map(String::from)
-        .unwrap_or_default()
+    sys::number_to_string(n)
 }
 
 /// `nowMs` and other times: a finite, non-negative number of ms since the epoch, at most
@@ -111,7 +108,7 @@ pub(crate) fn bytes(field: &str, value: &JsValue) -> Result<Vec<u8>, JsError> {
         Ok(text(field, value)?.into_bytes())
     } else if let Some(array) = value.dyn_ref::<Uint8Array>() {
         Ok(array.to_vec())
-    } else if value.is_instance_of::<js_sys::ArrayBuffer>() {
+    } else if value.is_instance_of::<ArrayBuffer>() {
         Ok(Uint8Array::new(value).to_vec())
     } else {
         Err(invalid(
@@ -132,7 +129,7 @@ pub(crate) fn strings(
         return Err(invalid(field, expected));
     }
     let mut out = Vec::new();
-    for (i, item) in Array::from(value).iter().enumerate() {
+    for (i, item) in value.unchecked_ref::<Array>().iter().enumerate() {
         out.push(string(&format!("{field}[{i}]"), &item)?);
     }
     Ok(out)
@@ -213,7 +210,7 @@ pub(crate) fn random_bytes<const N: usize>(field: &str) -> Result<[u8; N], JsErr
         )
     })?;
     let mut out = [0u8; N];
-    buf.copy_to(&mut out);
+    out.copy_from_slice(&buf.to_vec());
     Ok(out)
 }
 
@@ -274,7 +271,7 @@ impl<'a> Fields<'a> {
     /// The member `name`, `None` when absent, `undefined` or `null`.
     pub(crate) fn get(&self, name: &str) -> Option<JsValue> {
         let object = self.object.as_ref()?;
-        Reflect::get(object, &JsValue::from_str(name))
+        sys::reflect_get(object, &JsValue::from_str(name))
             .ok()
             .filter(|v| !v.is_undefined() && !v.is_null())
     }
@@ -324,7 +321,7 @@ impl Builder {
     pub(crate) fn set(self, name: &str, value: impl Into<JsValue>) -> Builder {
         // Defining a member of a fresh plain object cannot fail: it has no setters and is
         // not frozen.
-        let _ = Reflect::set(&self.0, &JsValue::from_str(name), &value.into());
+        let _ = sys::reflect_set(&self.0, &JsValue::from_str(name), &value.into());
         self
     }
 

@@ -1,12 +1,12 @@
 //! `MemoryReceiver`: the receiver protocol of idem-core on an in-memory map, for service
 //! workers and tests.
 
+use crate::sys::{Array, JsString};
 use idem_core::memory::MemoryReceiver as Core;
 use idem_core::protocol::{Decision as CoreDecision, Resolution};
 use idem_core::quote::Quoted;
 use idem_core::{Config, Fingerprint, Generation, LeaseExpiry, Outcome, Record, RecordId, Status};
 use idem_core::{Timestamp, Verdict};
-use js_sys::{Array, JsString};
 use wasm_bindgen::prelude::*;
 
 use crate::js::{self, Builder, Fields};

@@ -25,6 +25,17 @@ export interface IdemClientOptions {
 /** Where an intent is in its life. */
 export type IntentState = "queued" | "in_flight" | "completed" | "failed" | "conflict" | "expired";
 
+/** What happened to an expired intent, as someone who asked the receiver found. */
+export type ResolvedAs = "completed" | "failed" | "not_executed";
+
+/** The resolution of an expired intent, recorded by `IdemClient.resolve`. */
+export interface IntentResolution {
+  resolvedAs: ResolvedAs;
+  /** How they know (who confirmed it, where). */
+  reason: string;
+  resolvedAt: number;
+}
+
 /** What `IdemClient.begin` made: the intent's key and its payload's fingerprint (hex). */
 export interface BeginResult {
   key: string;
@@ -84,6 +95,11 @@ export interface IntentView {
   status?: number;
   /** The definitive reply's body (completed, failed, conflict). */
   body?: Uint8Array;
+  /**
+   * An expired intent's resolution; absent until someone resolves it. An expired intent
+   * without one cannot be forgotten: its effect may or may not have happened.
+   */
+  resolution?: IntentResolution;
 }
 
 /** Settings of a `MemoryReceiver`; every member is optional. */
@@ -203,6 +219,9 @@ extern "C" {
     /// `Resolution`.
     #[wasm_bindgen(typescript_type = "Resolution")]
     pub type ResolutionInput;
+    /// `ResolvedAs`.
+    #[wasm_bindgen(typescript_type = "ResolvedAs")]
+    pub type ResolvedAsInput;
     /// `number | bigint`.
     #[wasm_bindgen(typescript_type = "number | bigint")]
     pub type GenerationInput;

@@ -3,14 +3,16 @@
 //! each through the same exported functions JavaScript calls.
 #![cfg(target_arch = "wasm32")]
 
+use idem_wasm::sys::{JsString, Uint8Array};
 use idem_wasm::types::{
     BytesInput, FieldsInput, GenerationInput, OutcomeInput, Paths, RecordIdInput, Reply,
+    ResolvedAsInput,
 };
 use idem_wasm::{
     IdemClient, MemoryReceiver, canonical_json, fingerprint_bytes, fingerprint_fields,
     fingerprint_json,
 };
-use js_sys::{Array, JSON, JsString, Reflect, Uint8Array};
+use js_sys::{Array, JSON, Reflect};
 use serde_json::Value;
 use wasm_bindgen::{JsCast, JsError, JsValue};
 use wasm_bindgen_test::wasm_bindgen_test;
@@ -315,6 +317,90 @@ fn client_survives_a_reload_with_the_same_key() {
     assert_eq!(message(err), "ledger snapshot: bytes do not decode");
 }
 
+fn resolved_as(name: &str) -> ResolvedAsInput {
+    JsValue::from_str(name).unchecked_into()
+}
+
+#[wasm_bindgen_test]
+fn an_expired_intent_is_forgotten_only_once_resolved() {
+    let mut client = client();
+    let key = text(
+        &client
+            .begin(&s("order"), bytes(b"pay"), 1_000.0, None)
+            .unwrap(),
+        "key",
+    );
+    let _ = client.due(1_000.0).unwrap();
+    // No answer before the deadline (retention 100 s − margin 10 s).
+    let effect = client.on_transport_error(&s(&key), 91_000.0).unwrap();
+    assert_eq!(text(&effect, "state"), "expired");
+    let _ = changes(&mut client);
+
+    let err = client.forget(&s(&key)).err().unwrap();
+    assert_eq!(
+        message(err),
+        format!(
+            "key {key}: intent expired without a definitive answer, its effect may or may not have happened; resolve it first (as completed, failed or not executed, with a reason)"
+        )
+    );
+    assert_eq!(client.size(), 1);
+    let err = client
+        .resolve(&s(&key), resolved_as("lost"), &s("x"), 92_000.0)
+        .err()
+        .unwrap();
+    assert_eq!(
+        message(err),
+        "resolvedAs: \"lost\", expected \"completed\", \"failed\" or \"not_executed\""
+    );
+    let err = client
+        .resolve(&s(&key), resolved_as("failed"), &s(""), 92_000.0)
+        .err()
+        .unwrap();
+    assert_eq!(
+        message(err),
+        "reason: 0 bytes, empty, say why (who confirmed it, where)"
+    );
+    assert!(changes(&mut client).is_empty(), "a refusal changed nothing");
+    assert!(get(&client.get(&s(&key)).unwrap(), "resolution").is_undefined());
+
+    let resolved = client
+        .resolve(
+            &s(&key),
+            resolved_as("not_executed"),
+            &s("not on the statement"),
+            92_000.0,
+        )
+        .unwrap();
+    assert_eq!(text(&resolved, "state"), "expired");
+    let resolution = get(&resolved, "resolution");
+    assert_eq!(text(&resolution, "resolvedAs"), "not_executed");
+    assert_eq!(text(&resolution, "reason"), "not on the statement");
+    assert_eq!(num(&resolution, "resolvedAt"), 92_000.0);
+    assert_eq!(changes(&mut client), std::slice::from_ref(&key));
+    // The resolution survives a reload, in both forms of storage.
+    let reloaded = IdemClient::restore(&client.snapshot()).unwrap();
+    let view = reloaded.get(&s(&key)).unwrap();
+    assert_eq!(
+        text(&get(&view, "resolution"), "reason"),
+        "not on the statement"
+    );
+    let record = client.intent(&key).unwrap();
+    let mut other = IdemClient::restore_parts(&client.ledger_state(), js("[]")).unwrap();
+    assert!(other.put(&record).unwrap());
+
+    let err = client
+        .resolve(&s(&key), resolved_as("completed"), &s("again"), 93_000.0)
+        .err()
+        .unwrap();
+    assert!(message(err).contains("resolved already (as not_executed)"));
+    let forgotten = client.forget(&s(&key)).unwrap();
+    assert_eq!(
+        text(&get(&forgotten, "resolution"), "resolvedAs"),
+        "not_executed"
+    );
+    assert_eq!(client.size(), 0);
+}
+
 /// The keys `takeChanges` reports, in order.
 fn changes(client: &mut IdemClient) -> Vec<String> {
     let keys: Array = client.take_changes().unchecked_into();
@@ -515,7 +601,7 @@ fn client_errors_are_js_errors_with_the_rust_message() {
     assert_eq!(
         message(err),
         format!(
-            "key {key}: intent is queued, only completed, failed, conflict or expired intents may be forgotten"
+            "key {key}: intent is queued, only completed, failed, conflict or resolved expired intents may be forgotten"
         )
     );
     let err = client
@@ -688,7 +774,7 @@ fn receiver_errors_name_the_field() {
 
 /// A JS string from UTF-16 code units, well-formed or not.
 fn units(code_units: &[u16]) -> JsString {
-    JsString::from_char_code(code_units)
+    js_sys::JsString::from_char_code(code_units).unchecked_into()
 }
 
 /// `text` with `\u{FFFF}` standing for the code unit `unit`: a way to write strings that
@@ -829,7 +915,9 @@ fn strings_that_are_not_well_formed_utf16_are_refused() {
 fn json_text_over_the_size_limit_is_refused_before_it_is_copied() {
     let limit = idem_core::fingerprint::MAX_JSON_BYTES;
     // More code units than the limit: refused on its length, before it reaches the module.
-    let long = s("1").repeat(i32::try_from(limit + 1).unwrap());
+    let long: JsString = js_sys::JsString::from("1")
+        .repeat(i32::try_from(limit + 1).unwrap())
+        .unchecked_into();
     let err = fingerprint_json(&long, None).unwrap_err();
     assert_eq!(
         message(err),

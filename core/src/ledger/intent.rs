@@ -29,7 +29,8 @@ pub enum IntentState {
     Failed,
     /// The receiver saw this key with another payload (422): a bug, surfaced. Terminal.
     Conflict,
-    /// No definitive answer before the deadline: never sent again; reconcile. Terminal.
+    /// No definitive answer before the deadline: never sent again. Terminal, but not
+    /// settled until [`Intent::resolve`] records what happened (its `resolution`).
     Expired,
 }
 
@@ -63,7 +64,8 @@ impl IntentState {
         IntentState::ALL.into_iter().find(|s| s.name() == name)
     }
 
-    /// True for the states nothing changes any more: completed, failed, conflict, expired.
+    /// True for the states no reply changes any more: completed, failed, conflict,
+    /// expired. An expired intent still awaits its resolution: see [`Intent::is_settled`].
     #[must_use]
     pub const fn is_terminal(self) -> bool {
         !matches!(self, IntentState::Queued | IntentState::InFlight)
@@ -76,7 +78,70 @@ impl fmt::Display for IntentState {
     }
 }
 
+/// What an operator or a checker found about an expired intent: did its effect happen?
+///
+/// The variant order is part of the persisted format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ResolvedAs {
+    /// The receiver executed it (found in its records, on a statement).
+    Completed,
+    /// The receiver refused it for good.
+    Failed,
+    /// The receiver never executed it: the user may start it again, as a new intent.
+    NotExecuted,
+}
+
+impl ResolvedAs {
+    /// Every resolution, in a fixed order.
+    pub const ALL: [ResolvedAs; 3] = [
+        ResolvedAs::Completed,
+        ResolvedAs::Failed,
+        ResolvedAs::NotExecuted,
+    ];
+
+    /// Lower-case name: `completed`, `failed`, `not_executed`.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            ResolvedAs::Completed => "completed",
+            ResolvedAs::Failed => "failed",
+            ResolvedAs::NotExecuted => "not_executed",
+        }
+    }
+
+    /// Parses a name as given by [`ResolvedAs::name`].
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<ResolvedAs> {
+        ResolvedAs::ALL.into_iter().find(|r| r.name() == name)
+    }
+}
+
+impl fmt::Display for ResolvedAs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The resolution of an expired intent, recorded by [`Intent::resolve`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntentResolution {
+    /// What happened to the effect.
+    pub resolved_as: ResolvedAs,
+    /// Why the operator or checker says so (1–[`MAX_REASON_LEN`] bytes, not blank, no
+    /// control characters).
+    pub reason: String,
+    /// When it was resolved.
+    pub resolved_at: Timestamp,
+}
+
+/// The longest resolution reason, in bytes of UTF-8.
+pub const MAX_REASON_LEN: usize = 1024;
+
 /// One business action the user asked for, with the key every send of it carries.
+///
+/// Its serde form is that of format version 1, without `resolution`; the persisted forms
+/// ([`Intent::encode`], [`super::Ledger::snapshot`]) carry the resolution after it, so
+/// that one reader serves both versions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Intent {
     /// The idempotency key: a UUIDv7 made once, at [`Intent::new`].
@@ -104,7 +169,14 @@ pub struct Intent {
     /// The definitive reply (status code and body) of a completed, failed or conflict
     /// intent; `None` otherwise.
     pub outcome: Option<Outcome>,
+    /// What an expired intent was resolved as; `None` for every other state and for an
+    /// expired intent nobody resolved yet. Not in the serde form (see above).
+    #[serde(skip)]
+    pub resolution: Option<IntentResolution>,
 }
+
+/// The format version [`Intent::encode`] writes: 2 added `resolution`.
+pub(super) const INTENT_VERSION: u8 = 2;
 
 /// One send to perform: put `key` in the `Idempotency-Key` header and send `payload`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,6 +261,7 @@ impl Intent {
             deadline: config.deadline(now),
             last_status: None,
             outcome: None,
+            resolution: None,
         })
     }
 
@@ -292,10 +365,78 @@ impl Intent {
         })
     }
 
-    /// The persisted bytes of this intent: a version byte, then postcard.
+    /// Records what happened to an expired intent, as an operator or a checker found
+    /// out (asking the receiver, reading a statement), with the reason they give. Only
+    /// then is it settled: [`super::Ledger::forget`] and retention may remove it.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::Reason`] for a reason that breaks its rule,
+    /// [`LedgerError::NotExpired`] when the intent is not expired, or already resolved.
+    /// The intent is unchanged.
+    pub fn resolve(
+        &mut self,
+        resolved_as: ResolvedAs,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<(), LedgerError> {
+        if self.state != IntentState::Expired || self.resolution.is_some() {
+            return Err(LedgerError::NotExpired {
+                key: self.key.clone(),
+                state: self.state,
+                resolved: self.resolution.as_ref().map(|r| r.resolved_as),
+            });
+        }
+        check_reason(reason)?;
+        self.resolution = Some(IntentResolution {
+            resolved_as,
+            reason: reason.into(),
+            resolved_at: now,
+        });
+        Ok(())
+    }
+
+    /// True when nothing is left to learn about this intent: completed, failed,
+    /// conflict, or expired and resolved. Only a settled intent may be forgotten.
+    #[must_use]
+    pub fn is_settled(&self) -> bool {
+        self.state.is_terminal() && !self.needs_resolution()
+    }
+
+    /// Whether this intent may be forgotten (removed by the application or by a
+    /// retention): only a settled one may ([`Intent::is_settled`]).
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::NotTerminal`] for a queued or in-flight intent,
+    /// [`LedgerError::Unresolved`] for an expired one nobody resolved.
+    pub fn check_forget(&self) -> Result<(), LedgerError> {
+        if !self.state.is_terminal() {
+            return Err(LedgerError::NotTerminal {
+                key: self.key.clone(),
+                state: self.state,
+            });
+        }
+        if self.needs_resolution() {
+            return Err(LedgerError::Unresolved {
+                key: self.key.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// True for an expired intent nobody resolved yet: its effect may or may not have
+    /// happened.
+    #[must_use]
+    pub fn needs_resolution(&self) -> bool {
+        self.state == IntentState::Expired && self.resolution.is_none()
+    }
+
+    /// The persisted bytes of this intent: a version byte (2), then postcard of the
+    /// intent's serde form and its resolution.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        encoding::encode(self)
+        encoding::encode_as(INTENT_VERSION, &(self, &self.resolution))
     }
 
     /// Decodes bytes made by [`Intent::encode`] and checks the operation and key rules,
@@ -303,19 +444,53 @@ impl Intent {
     ///
     /// # Errors
     ///
+    /// Version 1 (before resolutions) is read as an intent without one.
+    ///
+    /// # Errors
+    ///
     /// [`DecodeError`] for empty, newer-format, malformed or invalid bytes.
     pub fn decode(bytes: &[u8]) -> Result<Intent, DecodeError> {
-        let intent: Intent = encoding::decode(bytes, "intent")?;
-        intent
-            .check()
-            .map_err(|_| DecodeError::Invalid { what: "intent" })?;
+        const WHAT: &str = "intent";
+        let (version, body) = encoding::split_version(bytes, INTENT_VERSION)?;
+        let padded;
+        let body = if version == 1 {
+            // Version 1 is version 2 without its last field, the resolution.
+            padded = encoding::with_absent_last_field(body);
+            &padded[..]
+        } else {
+            body
+        };
+        let (mut intent, resolution): (Intent, Option<IntentResolution>) =
+            encoding::decode_body(body, WHAT)?;
+        intent.resolution = resolution;
+        if intent.check().is_err() {
+            return Err(DecodeError::Invalid { what: WHAT });
+        }
         Ok(intent)
     }
 
-    /// The operation and key rules, for decoded values.
-    pub(crate) fn check(&self) -> Result<(), IdError> {
-        check_operation(&self.operation)?;
-        id::check_key(&self.key)
+    /// The rules of a decoded or imported intent: operation and key, and a resolution
+    /// only on an expired intent, with a reason that keeps its rule.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::Operation`] for a broken operation or key,
+    /// [`LedgerError::NotExpired`] for a resolution on another state,
+    /// [`LedgerError::Reason`] for a reason that breaks its rule.
+    pub fn check(&self) -> Result<(), LedgerError> {
+        check_operation(&self.operation).map_err(LedgerError::Operation)?;
+        id::check_key(&self.key).map_err(LedgerError::Operation)?;
+        if let Some(resolution) = &self.resolution {
+            if self.state != IntentState::Expired {
+                return Err(LedgerError::NotExpired {
+                    key: self.key.clone(),
+                    state: self.state,
+                    resolved: None,
+                });
+            }
+            check_reason(&resolution.reason)?;
+        }
+        Ok(())
     }
 
     fn requeue(
@@ -329,9 +504,11 @@ impl Intent {
             self.state = IntentState::Expired;
             return Effect::Finished(IntentState::Expired);
         }
+        // A time the receiver asks for that is already here (its clock ahead of ours, a
+        // lease that ran out in transit) would send again at once, and again: back off.
         let at = match retry_at {
-            Some(at) => at.max(now),
-            None => now.plus_millis(rng.delay(self.attempts, config)),
+            Some(at) if at > now => at,
+            _ => now.plus_millis(rng.delay(self.attempts, config)),
         };
         let at = if config.guarded() {
             at.min(self.deadline)
@@ -347,4 +524,22 @@ impl Intent {
 /// The operation rule of [`RecordId`]: 1–255 bytes of UTF-8 without control characters.
 pub(crate) fn check_operation(operation: &str) -> Result<(), IdError> {
     id::check_text(Field::Operation, operation)
+}
+
+/// The rule of a resolution's reason: 1–[`MAX_REASON_LEN`] bytes of UTF-8, not only
+/// white space, no control characters.
+fn check_reason(reason: &str) -> Result<(), LedgerError> {
+    let problem = if reason.chars().all(char::is_whitespace) {
+        "empty, say why (who confirmed it, where)"
+    } else if reason.len() > MAX_REASON_LEN {
+        "too long, at most 1024 bytes"
+    } else if reason.chars().any(char::is_control) {
+        "contains a control character (a line break, a tab), keep it to one line"
+    } else {
+        return Ok(());
+    };
+    Err(LedgerError::Reason {
+        len: reason.len(),
+        problem,
+    })
 }

@@ -25,8 +25,19 @@
 //! | Queued (sent before) | definitive reply (late) | as from InFlight |
 //! | Queued | any other reply; transport error | ignored |
 //! | InFlight | [`Ledger::restart`], [`Ledger::restore`] | Queued, same key, due at once |
-//! | terminal | anything | ignored; only [`Ledger::forget`] removes it |
+//! | Expired, unresolved | [`Ledger::resolve`] (completed, failed or not executed, a reason) | Expired with its `resolution` |
+//! | Expired, unresolved | [`Ledger::forget`] | refused ([`LedgerError::Unresolved`]): resolve it first |
+//! | Completed, Failed, Conflict; Expired resolved | [`Ledger::forget`] | removed |
+//! | terminal | anything else | ignored |
 //! | absent, Queued or InFlight | [`Ledger::put`] (a copy persisted elsewhere) | the copy |
+//!
+//! **Expired.** An expired intent had no definitive answer before its deadline: the
+//! receiver may or may not have executed it, and only someone who asks the receiver (an
+//! operator, a checker reading its records) can tell. It stays Expired and carries the
+//! answer as its `resolution` ([`IntentResolution`]: completed, failed or not executed,
+//! a reason, when), so the state still says how the intent ended and the resolution says
+//! what was learned after. Until resolved it cannot be forgotten; a sender that shows or
+//! cleans up intents asks [`Intent::needs_resolution`].
 //!
 //! **Deadline.** `deadline = created_at + server_retention − safety_margin`. An intent is
 //! sent only while `now < deadline`: after it the receiver may have forgotten the key and
@@ -57,12 +68,16 @@ use serde::{Deserialize, Serialize};
 
 pub use backoff::{BackoffRng, backoff_cap};
 pub use config::{LedgerConfig, LedgerConfigError};
-pub use intent::{Attempt, Effect, Intent, IntentState, Poll, Reply, ReplyClass};
+pub use intent::{
+    Attempt, Effect, Intent, IntentResolution, IntentState, MAX_REASON_LEN, Poll, Reply,
+    ReplyClass, ResolvedAs,
+};
 pub use key::{KEY_LEN, uuid_v7};
 
 use crate::encoding::{self, DecodeError};
 use crate::{Fingerprint, IdError, Timestamp};
 use config::StoredConfig;
+use intent::INTENT_VERSION;
 
 /// An input the ledger refuses; nothing changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +102,29 @@ pub enum LedgerError {
         /// The intent's state.
         state: IntentState,
     },
+    /// An expired intent nobody resolved cannot be forgotten: its effect may or may not
+    /// have happened, and dropping it would lose that question.
+    Unresolved {
+        /// The key given.
+        key: String,
+    },
+    /// Only an expired intent not yet resolved can be resolved.
+    NotExpired {
+        /// The key given.
+        key: String,
+        /// The intent's state.
+        state: IntentState,
+        /// What it was resolved as already, for an expired one.
+        resolved: Option<ResolvedAs>,
+    },
+    /// The reason of a resolution breaks its rule (1–[`MAX_REASON_LEN`] bytes, not
+    /// blank, one line).
+    Reason {
+        /// Its length in bytes.
+        len: usize,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
 }
 
 impl fmt::Display for LedgerError {
@@ -100,8 +138,25 @@ impl fmt::Display for LedgerError {
             ),
             LedgerError::NotTerminal { key, state } => write!(
                 f,
-                "key {key}: intent is {state}, only completed, failed, conflict or expired intents may be forgotten"
+                "key {key}: intent is {state}, only completed, failed, conflict or resolved expired intents may be forgotten"
             ),
+            LedgerError::Unresolved { key } => write!(
+                f,
+                "key {key}: intent expired without a definitive answer, its effect may or may not have happened; resolve it first (as completed, failed or not executed, with a reason)"
+            ),
+            LedgerError::NotExpired {
+                key,
+                resolved: Some(resolved),
+                ..
+            } => write!(
+                f,
+                "key {key}: intent is resolved already (as {resolved}), a resolution is final"
+            ),
+            LedgerError::NotExpired { key, state, .. } => write!(
+                f,
+                "key {key}: intent is {state}, only an expired intent is resolved (the others get their answer from the receiver)"
+            ),
+            LedgerError::Reason { len, problem } => write!(f, "reason: {len} bytes, {problem}"),
         }
     }
 }
@@ -131,12 +186,14 @@ pub struct Polled {
     pub expired: Vec<String>,
 }
 
-/// The persisted form of a [`Ledger`], written by [`Ledger::snapshot`].
+/// The persisted form of a [`Ledger`], written by [`Ledger::snapshot`]. Version 2 added
+/// `resolutions` (intents' serde form leaves them out), by key.
 #[derive(Serialize)]
 struct SnapshotRef<'a> {
     config: StoredConfig,
     rng: BackoffRng,
     intents: Vec<&'a Intent>,
+    resolutions: Vec<(&'a str, &'a IntentResolution)>,
 }
 
 /// What [`Ledger::restore`] reads; the same fields as [`SnapshotRef`].
@@ -145,6 +202,7 @@ struct Snapshot {
     config: StoredConfig,
     rng: BackoffRng,
     intents: Vec<Intent>,
+    resolutions: Vec<(String, IntentResolution)>,
 }
 
 impl Ledger {
@@ -289,36 +347,55 @@ impl Ledger {
         self.intents.is_empty()
     }
 
-    /// Removes a terminal intent (after the application took its outcome) and returns it.
+    /// Removes a settled intent (after the application took its outcome) and returns it.
     /// Queued and in-flight intents cannot be forgotten: their key may have reached the
-    /// receiver, and the same action started again would get a new key and run twice.
+    /// receiver, and the same action started again would get a new key and run twice. An
+    /// expired intent must be resolved first ([`Ledger::resolve`]): its effect may or
+    /// may not have happened.
     ///
     /// # Errors
     ///
-    /// [`LedgerError::UnknownKey`] or [`LedgerError::NotTerminal`].
+    /// [`LedgerError::UnknownKey`], [`LedgerError::NotTerminal`] or
+    /// [`LedgerError::Unresolved`].
     pub fn forget(&mut self, key: &str) -> Result<Intent, LedgerError> {
         let at = position(&self.intents, key)
             .map_err(|_| LedgerError::UnknownKey { key: key.into() })?;
-        let state = self.intents[at].state;
-        if !state.is_terminal() {
-            return Err(LedgerError::NotTerminal {
-                key: key.into(),
-                state,
-            });
-        }
+        self.intents[at].check_forget()?;
         Ok(self.intents.remove(at))
+    }
+
+    /// Records what happened to the expired intent `key`; see [`Intent::resolve`].
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::UnknownKey`], [`LedgerError::NotExpired`] or
+    /// [`LedgerError::Reason`]; nothing changed.
+    pub fn resolve(
+        &mut self,
+        key: &str,
+        resolved_as: ResolvedAs,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<&Intent, LedgerError> {
+        let intent = find(&mut self.intents, key)?;
+        intent.resolve(resolved_as, reason, now)?;
+        Ok(intent)
     }
 
     /// Takes in an intent changed or begun by another copy of this ledger (another
     /// browser tab, a service worker) and already persisted there: inserts it, or
     /// replaces the intent with its key, unless that one is terminal (a terminal intent
-    /// never changes, so a late copy of an earlier state cannot bring it back). Returns
-    /// whether the ledger changed.
+    /// never changes, so a late copy of an earlier state cannot bring it back), the one
+    /// exception being the resolution of an expired intent. Returns whether the ledger
+    /// changed.
     pub fn put(&mut self, intent: Intent) -> bool {
         match position(&self.intents, &intent.key) {
             Ok(at) => {
                 let held = &mut self.intents[at];
-                if held.state.is_terminal() || *held == intent {
+                let resolves = held.needs_resolution()
+                    && intent.state == IntentState::Expired
+                    && intent.resolution.is_some();
+                if (held.state.is_terminal() && !resolves) || *held == intent {
                     return false;
                 }
                 *held = intent;
@@ -332,11 +409,19 @@ impl Ledger {
     /// and intents by key. Persist after every change; [`Ledger::restore`] reads it.
     #[must_use]
     pub fn snapshot(&self) -> Vec<u8> {
-        encoding::encode(&SnapshotRef {
-            config: StoredConfig::from(&self.config),
-            rng: self.rng,
-            intents: self.intents.iter().collect(),
-        })
+        encoding::encode_as(
+            INTENT_VERSION,
+            &SnapshotRef {
+                config: StoredConfig::from(&self.config),
+                rng: self.rng,
+                intents: self.intents.iter().collect(),
+                resolutions: self
+                    .intents
+                    .iter()
+                    .filter_map(|i| Some((i.key.as_str(), i.resolution.as_ref()?)))
+                    .collect(),
+            },
+        )
     }
 
     /// The settings and the backoff state without the intents: a snapshot that holds no
@@ -345,11 +430,15 @@ impl Ledger {
     /// reply or a transport error that backs off draws from the jitter state.
     #[must_use]
     pub fn state_snapshot(&self) -> Vec<u8> {
-        encoding::encode(&SnapshotRef {
-            config: StoredConfig::from(&self.config),
-            rng: self.rng,
-            intents: Vec::new(),
-        })
+        encoding::encode_as(
+            INTENT_VERSION,
+            &SnapshotRef {
+                config: StoredConfig::from(&self.config),
+                rng: self.rng,
+                intents: Vec::new(),
+                resolutions: Vec::new(),
+            },
+        )
     }
 
     /// The ledger kept as [`Ledger::state_snapshot`] and one record per intent, with
@@ -387,12 +476,30 @@ impl Ledger {
     ///
     /// [`DecodeError`] for empty, newer-format or malformed bytes, and
     /// [`DecodeError::Invalid`] when the settings cannot work, an operation or key breaks
-    /// its rule, or the intents are not in strictly ascending key order (as `snapshot`
-    /// writes them; two intents sharing a key are out of order).
+    /// its rule, the intents are not in strictly ascending key order (as `snapshot`
+    /// writes them; two intents sharing a key are out of order), or a resolution names
+    /// no expired intent, or one twice. Version 1 (before resolutions) is read too.
     pub fn restore(bytes: &[u8]) -> Result<Ledger, DecodeError> {
         const WHAT: &str = "ledger snapshot";
         let invalid = DecodeError::Invalid { what: WHAT };
-        let mut snapshot: Snapshot = encoding::decode(bytes, WHAT)?;
+        let (version, body) = encoding::split_version(bytes, INTENT_VERSION)?;
+        let padded;
+        let body = if version == 1 {
+            // Version 1 is version 2 without its last field, the resolutions.
+            padded = encoding::with_absent_last_field(body);
+            &padded[..]
+        } else {
+            body
+        };
+        let mut snapshot: Snapshot = encoding::decode_body(body, WHAT)?;
+        for (key, resolution) in snapshot.resolutions {
+            match position(&snapshot.intents, &key) {
+                Ok(at) if snapshot.intents[at].resolution.is_none() => {
+                    snapshot.intents[at].resolution = Some(resolution);
+                }
+                _ => return Err(invalid),
+            }
+        }
         let config = LedgerConfig::from(snapshot.config);
         config.validate().map_err(|_| invalid.clone())?;
         let mut previous: Option<&str> = None;

@@ -239,18 +239,188 @@ fn in_progress_honours_the_lease_end_capped_by_the_deadline() {
         ledger.on_reply(&key, late, lease_end).unwrap(),
         Effect::Requeued { at: DEADLINE }
     );
-    // A lease end in the past means now.
-    let mut other = self::ledger();
-    let key = in_flight(&mut other);
-    let past = Reply {
-        status: 503,
+}
+
+#[test]
+fn a_lease_end_already_past_backs_off_instead_of_sending_at_once() {
+    // The receiver's clock floor ahead of ours, or a lease that ran out in transit: a
+    // 409 (or a Retry-After) naming a time at or before now. Honouring it would resend
+    // at once, be told 409 again, and loop; the normal backoff applies instead.
+    for retry_at in [Timestamp(0), CREATED] {
+        for status in [409, 503] {
+            let mut with_past = ledger();
+            let key = in_flight(&mut with_past);
+            let mut without = ledger();
+            in_flight(&mut without);
+            let past = Reply {
+                status,
+                body: vec![],
+                retry_at: Some(retry_at),
+            };
+            let effect = with_past.on_reply(&key, past, CREATED).unwrap();
+            let backoff = without.on_reply(&key, reply(status), CREATED).unwrap();
+            assert_eq!(effect, backoff, "status {status}, retry at {retry_at}");
+            let Effect::Requeued { at } = effect else {
+                panic!("{effect:?}");
+            };
+            assert!(at > CREATED, "status {status}: due again at once");
+            assert!(with_past.due(CREATED).is_empty(), "no resend at once");
+        }
+    }
+    // A lease end one ms ahead is still honoured.
+    let mut ledger = ledger();
+    let key = in_flight(&mut ledger);
+    let soon = Reply {
+        status: 409,
         body: vec![],
-        retry_at: Some(Timestamp(0)),
+        retry_at: Some(CREATED.plus_millis(1)),
     };
     assert_eq!(
-        other.on_reply(&key, past, CREATED).unwrap(),
-        Effect::Requeued { at: CREATED }
+        ledger.on_reply(&key, soon, CREATED).unwrap(),
+        Effect::Requeued {
+            at: CREATED.plus_millis(1)
+        }
     );
+}
+
+/// An intent that expired with no reply: sent once, then a transport error at the
+/// deadline.
+fn expired(ledger: &mut Ledger) -> String {
+    let key = in_flight(ledger);
+    assert_eq!(
+        ledger.on_transport_error(&key, DEADLINE).unwrap(),
+        Effect::Finished(IntentState::Expired)
+    );
+    key
+}
+
+#[test]
+fn an_expired_intent_is_forgotten_only_once_resolved() {
+    let mut ledger = ledger();
+    let key = expired(&mut ledger);
+    let err = ledger.forget(&key).unwrap_err();
+    assert_eq!(err, LedgerError::Unresolved { key: key.clone() });
+    assert_eq!(
+        err.to_string(),
+        alloc::format!(
+            "key {key}: intent expired without a definitive answer, its effect may or may not have happened; resolve it first (as completed, failed or not executed, with a reason)"
+        )
+    );
+    assert!(ledger.get(&key).unwrap().needs_resolution());
+
+    // A reason is required, one line, bounded; nothing changes on a refusal.
+    let before = ledger.clone();
+    for (reason, message) in [
+        (
+            "",
+            "reason: 0 bytes, empty, say why (who confirmed it, where)",
+        ),
+        (
+            "  ",
+            "reason: 2 bytes, empty, say why (who confirmed it, where)",
+        ),
+        (
+            "a\nb",
+            "reason: 3 bytes, contains a control character (a line break, a tab), keep it to one line",
+        ),
+    ] {
+        let err = ledger
+            .resolve(&key, ResolvedAs::Completed, reason, DEADLINE)
+            .unwrap_err();
+        assert_eq!(err.to_string(), message);
+    }
+    let long = "x".repeat(MAX_REASON_LEN + 1);
+    let err = ledger
+        .resolve(&key, ResolvedAs::Completed, &long, DEADLINE)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "reason: 1025 bytes, too long, at most 1024 bytes"
+    );
+    assert_eq!(ledger, before);
+    assert!(
+        ledger
+            .resolve(&key, ResolvedAs::Completed, &long[1..], DEADLINE)
+            .is_ok(),
+        "1024 bytes is the limit"
+    );
+    let resolved = ledger.get(&key).unwrap();
+    assert_eq!(resolved.state, IntentState::Expired, "it stays expired");
+    assert_eq!(
+        resolved
+            .resolution
+            .as_ref()
+            .map(|r| (r.resolved_as, r.resolved_at)),
+        Some((ResolvedAs::Completed, DEADLINE))
+    );
+    assert!(resolved.is_settled());
+
+    // A resolution is final, and only an expired intent takes one.
+    let err = ledger
+        .resolve(&key, ResolvedAs::NotExecuted, "second look", DEADLINE)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        alloc::format!(
+            "key {key}: intent is resolved already (as completed), a resolution is final"
+        )
+    );
+    let live = begin(&mut ledger, 9);
+    let err = ledger
+        .resolve(&live, ResolvedAs::Failed, "why", DEADLINE)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        alloc::format!(
+            "key {live}: intent is queued, only an expired intent is resolved (the others get their answer from the receiver)"
+        )
+    );
+    assert!(matches!(
+        ledger.resolve("nope", ResolvedAs::Failed, "why", DEADLINE),
+        Err(LedgerError::UnknownKey { .. })
+    ));
+
+    let forgotten = ledger.forget(&key).unwrap();
+    assert_eq!(
+        forgotten.resolution.unwrap().resolved_as,
+        ResolvedAs::Completed
+    );
+    assert!(ledger.get(&key).is_none());
+}
+
+#[test]
+fn put_takes_the_resolution_of_an_expired_intent_and_nothing_else() {
+    let mut ledger = ledger();
+    let key = expired(&mut ledger);
+    let mut other = ledger.clone();
+    let resolved = other
+        .resolve(
+            &key,
+            ResolvedAs::NotExecuted,
+            "not on the statement",
+            DEADLINE,
+        )
+        .unwrap()
+        .clone();
+    // A late copy without the resolution does not undo it.
+    let unresolved = ledger.get(&key).unwrap().clone();
+    assert!(ledger.put(resolved.clone()));
+    assert_eq!(ledger.get(&key), Some(&resolved));
+    assert!(!ledger.put(unresolved));
+    assert_eq!(ledger.get(&key), Some(&resolved));
+    // Nor does another resolution replace the first.
+    let mut twice = resolved.clone();
+    twice.resolution.as_mut().unwrap().resolved_as = ResolvedAs::Completed;
+    assert!(!ledger.put(twice));
+    assert_eq!(ledger.get(&key), Some(&resolved));
+    // A completed intent takes no resolution either.
+    let done = begin(&mut ledger, 2);
+    assert_eq!(ledger.due(CREATED).len(), 1);
+    ledger.on_reply(&done, reply(200), CREATED).unwrap();
+    let mut forged = ledger.get(&done).unwrap().clone();
+    forged.resolution = resolved.resolution.clone();
+    assert!(!ledger.put(forged));
+    assert_eq!(ledger.get(&done).unwrap().resolution, None);
 }
 
 #[test]
@@ -523,7 +693,7 @@ fn forget_takes_only_terminal_intents() {
     assert_eq!(
         err.to_string(),
         alloc::format!(
-            "key {key}: intent is in_flight, only completed, failed, conflict or expired intents may be forgotten"
+            "key {key}: intent is in_flight, only completed, failed, conflict or resolved expired intents may be forgotten"
         )
     );
     ledger.on_reply(&key, reply(404), CREATED).unwrap();

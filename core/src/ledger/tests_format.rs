@@ -178,12 +178,39 @@ fn snapshot_golden_bytes() {
         Ledger::restore(&bytes).unwrap().snapshot().len(),
         bytes.len()
     );
+    // Version 1, written before resolutions, still restores: to the same ledger.
+    let old = unhex(GOLDEN_SNAPSHOT_V1);
+    assert_eq!(
+        Ledger::restore(&old).unwrap(),
+        Ledger::restore(&bytes).unwrap()
+    );
+    assert_eq!(
+        Ledger::restore(&old).unwrap().snapshot(),
+        Ledger::restore(&bytes).unwrap().snapshot()
+    );
 }
 
-/// Version 1; config (100000, 10000, 100, 1600, seed 7, then the ignored switch byte 0);
+fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// Version 2; config (100000, 10000, 100, 1600, seed 7, then the ignored switch byte 0);
 /// jitter state; two intents: `pay` completed with 200 "ok", `refund` in flight (attempt
-/// 2, last status 503).
+/// 2, last status 503); then the resolutions by key, none (00).
 const GOLDEN_SNAPSHOT: &str = concat!(
+    "02a08d06904e64c00c07009cf8a9fa97b7de9b9e01022430303030303030302d303365382d373130",
+    "312d383130312d30313031303130313031303103706179027031cbc7bae751ed7b3e1538634d7361",
+    "e85a2e583a00c1677b954598773c2741167a0201e807e807f8c60501c801019003026f6b24303030",
+    "30303030302d303365382d373230322d383230322d30323032303230323032303206726566756e64",
+    "027032cbc7bae751ed7b3e1538634d7361e85a2e583a00c1677b954598773c2741167a0102e8078f",
+    "08f8c60501f7030000",
+);
+
+/// The same ledger in format version 1, which had no resolutions.
+const GOLDEN_SNAPSHOT_V1: &str = concat!(
     "01a08d06904e64c00c07009cf8a9fa97b7de9b9e01022430303030303030302d303365382d373130",
     "312d383130312d30313031303130313031303103706179027031cbc7bae751ed7b3e1538634d7361",
     "e85a2e583a00c1677b954598773c2741167a0201e807e807f8c60501c801019003026f6b24303030",
@@ -220,6 +247,8 @@ fn intent_golden_bytes_and_checked_decode() {
     let intent = ledger.iter().next().unwrap();
     assert_eq!(hex(&intent.encode()), GOLDEN_INTENT);
     assert_eq!(&Intent::decode(&intent.encode()).unwrap(), intent);
+    // Version 1, before resolutions, decodes to the same intent.
+    assert_eq!(&Intent::decode(&unhex(GOLDEN_INTENT_V1)).unwrap(), intent);
 
     let bad = Intent {
         operation: "p\u{0}".into(),
@@ -237,15 +266,154 @@ fn intent_golden_bytes_and_checked_decode() {
         Intent::decode(&bad.encode()),
         Err(DecodeError::Invalid { what: "intent" })
     );
+    // A resolution on an intent that is not expired, or with a blank reason, is damage.
+    let resolution = IntentResolution {
+        resolved_as: ResolvedAs::Failed,
+        reason: "x".into(),
+        resolved_at: DEADLINE,
+    };
+    let bad = Intent {
+        resolution: Some(resolution.clone()),
+        ..intent.clone()
+    };
+    assert_eq!(
+        Intent::decode(&bad.encode()),
+        Err(DecodeError::Invalid { what: "intent" })
+    );
+    let bad = Intent {
+        state: IntentState::Expired,
+        resolution: Some(IntentResolution {
+            reason: " ".into(),
+            ..resolution
+        }),
+        ..intent.clone()
+    };
+    assert_eq!(
+        Intent::decode(&bad.encode()),
+        Err(DecodeError::Invalid { what: "intent" })
+    );
+    let mut newer = intent.encode();
+    newer[0] = 3;
+    assert_eq!(
+        Intent::decode(&newer),
+        Err(DecodeError::NewerFormat {
+            found: 3,
+            supported: 2
+        })
+    );
 }
 
-/// Version 1; key, operation, payload, fingerprint (32 bytes), state 2 (completed),
+/// Version 2; key, operation, payload, fingerprint (32 bytes), state 2 (completed),
 /// attempts 1, created 1000, next attempt 1000, deadline 91000, last status 200, outcome
-/// (200, "ok").
+/// (200, "ok"), no resolution (00).
 const GOLDEN_INTENT: &str = concat!(
+    "022430303030303030302d303365382d373130312d383130312d3031303130313031303130310370",
+    "6179027031cbc7bae751ed7b3e1538634d7361e85a2e583a00c1677b954598773c2741167a0201e8",
+    "07e807f8c60501c801019003026f6b00",
+);
+
+/// The same intent in format version 1: no resolution field.
+const GOLDEN_INTENT_V1: &str = concat!(
     "012430303030303030302d303365382d373130312d383130312d3031303130313031303130310370",
     "6179027031cbc7bae751ed7b3e1538634d7361e85a2e583a00c1677b954598773c2741167a0201e8",
     "07e807f8c60501c801019003026f6b",
+);
+
+#[test]
+fn resolved_intent_golden_bytes() {
+    let mut ledger = Ledger::new(config()).unwrap();
+    let key = ledger
+        .begin("pay", b"p1".to_vec(), fingerprint(), CREATED, [1; 16])
+        .unwrap()
+        .key
+        .clone();
+    assert!(ledger.due(DEADLINE).is_empty(), "expires at its deadline");
+    let intent = ledger
+        .resolve(
+            &key,
+            ResolvedAs::NotExecuted,
+            "not on the statement",
+            DEADLINE,
+        )
+        .unwrap();
+    assert_eq!(hex(&intent.encode()), GOLDEN_RESOLVED_INTENT);
+    assert_eq!(&Intent::decode(&intent.encode()).unwrap(), intent);
+}
+
+#[test]
+fn a_snapshot_carries_resolutions_and_refuses_one_that_names_no_expired_intent() {
+    let mut ledger = Ledger::new(config()).unwrap();
+    let key = ledger
+        .begin("pay", b"p1".to_vec(), fingerprint(), CREATED, [1; 16])
+        .unwrap()
+        .key
+        .clone();
+    let other = ledger
+        .begin("pay", b"p2".to_vec(), fingerprint(), CREATED, [2; 16])
+        .unwrap()
+        .key
+        .clone();
+    assert!(ledger.due(DEADLINE).is_empty());
+    ledger
+        .resolve(&key, ResolvedAs::Failed, "declined", DEADLINE)
+        .unwrap();
+    let bytes = ledger.snapshot();
+    assert_eq!(Ledger::restore(&bytes).unwrap(), ledger);
+    let resolution = ledger.get(&key).unwrap().resolution.clone().unwrap();
+    let forged = |resolutions: Vec<(&str, &IntentResolution)>| {
+        encoding::encode_as(
+            INTENT_VERSION,
+            &SnapshotRef {
+                config: ledger.config().into(),
+                rng: BackoffRng::new(0),
+                intents: ledger.iter().collect(),
+                resolutions,
+            },
+        )
+    };
+    const WHAT: DecodeError = DecodeError::Invalid {
+        what: "ledger snapshot",
+    };
+    assert_eq!(
+        Ledger::restore(&forged(vec![("nope", &resolution)])),
+        Err(WHAT)
+    );
+    assert_eq!(
+        Ledger::restore(&forged(vec![(&key, &resolution), (&key, &resolution)])),
+        Err(WHAT),
+        "one intent resolved twice"
+    );
+    assert!(Ledger::restore(&forged(vec![(&other, &resolution)])).is_ok());
+    let done = ledger
+        .begin("pay", b"p3".to_vec(), fingerprint(), DEADLINE, [3; 16])
+        .unwrap()
+        .key
+        .clone();
+    assert_eq!(ledger.due(DEADLINE).len(), 1);
+    ledger.on_reply(&done, reply(200), DEADLINE).unwrap();
+    let bytes = encoding::encode_as(
+        INTENT_VERSION,
+        &SnapshotRef {
+            config: ledger.config().into(),
+            rng: BackoffRng::new(0),
+            intents: ledger.iter().collect(),
+            resolutions: vec![(&done, &resolution)],
+        },
+    );
+    assert_eq!(
+        Ledger::restore(&bytes),
+        Err(WHAT),
+        "a resolution of a completed intent"
+    );
+}
+
+/// Version 2; key, `pay`, payload, fingerprint, state 5 (expired), attempts 0, created
+/// 1000, next attempt 1000, deadline 91000, no status, no outcome; resolution 01, variant
+/// 2 (not executed), reason (20 bytes), resolved at 91000.
+const GOLDEN_RESOLVED_INTENT: &str = concat!(
+    "022430303030303030302d303365382d373130312d383130312d3031303130313031303130310370",
+    "6179027031cbc7bae751ed7b3e1538634d7361e85a2e583a00c1677b954598773c2741167a0500e8",
+    "07e807f8c60500000102146e6f74206f6e207468652073746174656d656e74f8c605",
 );
 
 #[test]
@@ -253,10 +421,11 @@ fn state_snapshot_and_intent_records_restore_as_the_whole_snapshot() {
     let ledger = small_ledger();
     let state = ledger.state_snapshot();
     let whole = Ledger::restore(&ledger.snapshot()).unwrap();
-    // The state is a snapshot that holds no intent: version, settings, jitter, no intents.
+    // The state is a snapshot that holds no intent: version, settings, jitter, no intents,
+    // no resolutions.
     assert_eq!(
         hex(&state),
-        alloc::format!("{}00", &GOLDEN_SNAPSHOT[..GOLDEN_STATE_LEN * 2])
+        alloc::format!("{}0000", &GOLDEN_SNAPSHOT[..GOLDEN_STATE_LEN * 2])
     );
     assert!(Ledger::restore(&state).unwrap().is_empty());
 
@@ -322,22 +491,30 @@ fn restore_refuses_damaged_snapshots() {
 
     let ledger = small_ledger();
     let intent = ledger.iter().next().unwrap();
-    let twice = encoding::encode(&SnapshotRef {
-        config: ledger.config().into(),
-        rng: BackoffRng::new(0),
-        intents: vec![intent, intent],
-    });
+    let twice = encoding::encode_as(
+        INTENT_VERSION,
+        &SnapshotRef {
+            config: ledger.config().into(),
+            rng: BackoffRng::new(0),
+            intents: vec![intent, intent],
+            resolutions: vec![],
+        },
+    );
     assert_eq!(
         Ledger::restore(&twice),
         Err(DecodeError::Invalid { what: WHAT })
     );
     let mut intents: Vec<&Intent> = ledger.iter().collect();
     intents.reverse();
-    let reversed = encoding::encode(&SnapshotRef {
-        config: ledger.config().into(),
-        rng: BackoffRng::new(0),
-        intents,
-    });
+    let reversed = encoding::encode_as(
+        INTENT_VERSION,
+        &SnapshotRef {
+            config: ledger.config().into(),
+            rng: BackoffRng::new(0),
+            intents,
+            resolutions: vec![],
+        },
+    );
     assert_eq!(
         Ledger::restore(&reversed),
         Err(DecodeError::Invalid { what: WHAT }),
@@ -347,11 +524,15 @@ fn restore_refuses_damaged_snapshots() {
         base_backoff_ms: 0,
         ..config()
     };
-    let unusable = encoding::encode(&SnapshotRef {
-        config: (&bad_config).into(),
-        rng: BackoffRng::new(0),
-        intents: vec![],
-    });
+    let unusable = encoding::encode_as(
+        INTENT_VERSION,
+        &SnapshotRef {
+            config: (&bad_config).into(),
+            rng: BackoffRng::new(0),
+            intents: vec![],
+            resolutions: vec![],
+        },
+    );
     assert_eq!(
         Ledger::restore(&unusable),
         Err(DecodeError::Invalid { what: WHAT })

@@ -40,6 +40,10 @@ enum Op {
     Forget {
         pick: usize,
     },
+    Resolve {
+        pick: usize,
+        resolved_as: usize,
+    },
     Advance {
         ms: u64,
     },
@@ -57,7 +61,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<usize>().prop_map(|pick| Op::TransportError { pick }),
         1 => Just(Op::Restart),
         1 => Just(Op::SnapshotRestore),
-        1 => any::<usize>().prop_map(|pick| Op::Forget { pick }),
+        2 => any::<usize>().prop_map(|pick| Op::Forget { pick }),
+        1 => (any::<usize>(), 0..3usize).prop_map(|(pick, resolved_as)| Op::Resolve { pick, resolved_as }),
         4 => (0..4_000u64).prop_map(|ms| Op::Advance { ms }),
         1 => (0..2_000u64).prop_map(|ms| Op::JumpBack { ms }),
     ]
@@ -68,8 +73,10 @@ fn op() -> impl Strategy<Value = Op> {
 struct Seen {
     /// Key → the intent as `begin` returned it.
     begun: BTreeMap<String, Intent>,
-    /// Key → the intent when it first was terminal.
+    /// Key → the intent when it first was terminal (and again when it was resolved).
     terminal: BTreeMap<String, Intent>,
+    /// Keys of the expired intents nobody resolved yet: none may leave the ledger.
+    unresolved: BTreeSet<String>,
     /// Key → highest attempt count seen.
     attempts: BTreeMap<String, u32>,
     forgotten: BTreeSet<String>,
@@ -95,10 +102,34 @@ impl Seen {
             prop_assert!(intent.attempts >= *last, "attempts went down: {intent:?}");
             *last = intent.attempts;
             if let Some(settled) = self.terminal.get(key) {
-                prop_assert_eq!(intent, settled, "a terminal intent changed");
+                if intent != settled {
+                    // The one change of a terminal intent: an expired one is resolved.
+                    prop_assert!(settled.needs_resolution(), "a terminal intent changed");
+                    prop_assert!(intent.resolution.is_some(), "{intent:?}");
+                    let unresolved = Intent {
+                        resolution: None,
+                        ..intent.clone()
+                    };
+                    prop_assert_eq!(&unresolved, settled, "a resolve changed more");
+                    self.terminal.insert(key.clone(), intent.clone());
+                }
             } else if intent.state.is_terminal() {
                 self.terminal.insert(key.clone(), intent.clone());
             }
+            if intent.needs_resolution() {
+                self.unresolved.insert(key.clone());
+            } else {
+                self.unresolved.remove(key);
+            }
+            if intent.resolution.is_some() {
+                prop_assert_eq!(intent.state, IntentState::Expired);
+            }
+        }
+        for key in &self.unresolved {
+            prop_assert!(
+                ledger.get(key).is_some(),
+                "expired {key} left the ledger unresolved"
+            );
         }
         Ok(())
     }
@@ -184,13 +215,32 @@ fn run(seed: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Forget { pick: index } => {
                 let key = pick(&ledger, &seen, index);
-                let terminal = ledger.get(&key).map(|i| i.state.is_terminal());
+                let settled = ledger.get(&key).map(Intent::is_settled);
+                let unresolved = ledger.get(&key).is_some_and(Intent::needs_resolution);
                 match ledger.forget(&key) {
                     Ok(_) => {
-                        prop_assert_eq!(terminal, Some(true));
+                        prop_assert_eq!(settled, Some(true));
                         seen.forgotten.insert(key);
                     }
-                    Err(_) => prop_assert_ne!(terminal, Some(true)),
+                    Err(LedgerError::Unresolved { .. }) => prop_assert!(unresolved),
+                    Err(_) => prop_assert_ne!(settled, Some(true)),
+                }
+            }
+            Op::Resolve {
+                pick: index,
+                resolved_as,
+            } => {
+                let key = pick(&ledger, &seen, index);
+                let unresolved = ledger.get(&key).map(Intent::needs_resolution);
+                let resolved_as = ResolvedAs::ALL[resolved_as];
+                match ledger.resolve(&key, resolved_as, "checked with the receiver", now) {
+                    Ok(intent) => {
+                        prop_assert_eq!(unresolved, Some(true));
+                        let resolution = intent.resolution.as_ref().unwrap();
+                        prop_assert_eq!(resolution.resolved_as, resolved_as);
+                        prop_assert_eq!(resolution.resolved_at, now);
+                    }
+                    Err(_) => prop_assert_ne!(unresolved, Some(true)),
                 }
             }
             Op::Advance { ms } => now = now.plus_millis(ms),

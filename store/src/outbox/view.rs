@@ -6,7 +6,9 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use idem_core::{Fingerprint, Intent, IntentState, Outcome, RecordId, Timestamp};
+use idem_core::{
+    Fingerprint, Intent, IntentResolution, IntentState, Outcome, RecordId, ResolvedAs, Timestamp,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::view::{ViewError, view_error};
@@ -43,6 +45,16 @@ pub struct IntentView {
     /// The definitive reply's body, standard base64.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome_b64: Option<String>,
+    /// What a resolved expired intent was resolved as: `completed`, `failed` or
+    /// `not_executed`. Absent while unresolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_as: Option<String>,
+    /// Why, as the operator or checker said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution_reason: Option<String>,
+    /// When it was resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<u64>,
 }
 
 impl IntentView {
@@ -62,6 +74,15 @@ impl IntentView {
             last_status: intent.last_status,
             code: intent.outcome.as_ref().map(|o| o.code),
             outcome_b64: intent.outcome.as_ref().map(|o| BASE64.encode(&o.body)),
+            resolved_as: intent
+                .resolution
+                .as_ref()
+                .map(|r| r.resolved_as.name().to_string()),
+            resolution_reason: intent.resolution.as_ref().map(|r| r.reason.clone()),
+            resolved_at: intent
+                .resolution
+                .as_ref()
+                .map(|r| r.resolved_at.as_millis()),
         }
     }
 
@@ -100,6 +121,25 @@ impl IntentView {
             (Some(_), None) => return Err(view_error("outcome_b64", "missing, code is given")),
             (None, Some(_)) => return Err(view_error("code", "missing, outcome_b64 is given")),
         };
+        let resolution = match (&self.resolved_as, &self.resolution_reason, self.resolved_at) {
+            (None, None, None) => None,
+            (Some(name), Some(reason), Some(at)) => Some(IntentResolution {
+                resolved_as: ResolvedAs::from_name(name).ok_or_else(|| {
+                    view_error(
+                        "resolved_as",
+                        format!("{name:?}, expected one of completed, failed, not_executed"),
+                    )
+                })?,
+                reason: reason.clone(),
+                resolved_at: Timestamp(at),
+            }),
+            _ => {
+                return Err(view_error(
+                    "resolved_as",
+                    "resolved_as, resolution_reason and resolved_at go together: all or none",
+                ));
+            }
+        };
         let intent = Intent {
             key: self.key.clone(),
             operation: self.operation.clone(),
@@ -112,7 +152,17 @@ impl IntentView {
             deadline: Timestamp(self.deadline),
             last_status: self.last_status,
             outcome,
+            resolution,
         };
+        // The rules the file's own bytes keep: a resolution only on an expired intent,
+        // with a reason that keeps its rule.
+        if let Err(e) = intent.check() {
+            let field = match e {
+                idem_core::LedgerError::Reason { .. } => "resolution_reason",
+                _ => "resolved_as",
+            };
+            return Err(view_error(field, e.to_string()));
+        }
         Ok(intent)
     }
 }

@@ -173,6 +173,26 @@ test("an intent expires at its deadline instead of being sent again", () => {
   assert.equal(client.nextWakeup(), undefined);
 });
 
+test("an expired intent is forgotten only once resolved, with a reason", () => {
+  const client = new IdemClient({ serverRetentionMs: 10_000, safetyMarginMs: 1_000, seed: 3 });
+  const { key } = client.begin("op", "x", 0);
+  client.due(0);
+  assert.equal(client.onTransportError(key, 9_000).state, "expired");
+  assert.throws(() => client.forget(key), {
+    message: `key ${key}: intent expired without a definitive answer, its effect may or may not have happened; resolve it first (as completed, failed or not executed, with a reason)`,
+  });
+  assert.throws(() => client.resolve(key, "done", "x", 9_001), /^Error: resolvedAs: "done", expected "completed"/);
+  assert.throws(() => client.resolve(key, "completed", "", 9_001), { message: "reason: 0 bytes, empty, say why (who confirmed it, where)" });
+  assert.throws(() => client.resolve(key, "completed", 5, 9_001), { message: "reason: 5, expected a string" });
+  assert.equal(client.get(key).resolution, undefined);
+  const resolved = client.resolve(key, "completed", "receipt 17 in the shop's records", 9_001);
+  assert.deepEqual(resolved.resolution, { resolvedAs: "completed", reason: "receipt 17 in the shop's records", resolvedAt: 9_001 });
+  assert.equal(resolved.state, "expired");
+  assert.deepEqual(IdemClient.restore(client.snapshot()).get(key).resolution, resolved.resolution);
+  assert.equal(client.forget(key).resolution.resolvedAs, "completed");
+  assert.equal(client.size, 0);
+});
+
 test("errors are Error objects with the Rust message", () => {
   assert.throws(() => new IdemClient({ safetyMarginMs: 0 }), {
     name: "Error",
@@ -186,7 +206,7 @@ test("errors are Error objects with the Rust message", () => {
   assert.throws(() => client.begin("op", "x", 1, new Uint8Array(3)), { message: "random: 3 bytes, expected 16" });
   assert.throws(() => client.onResponse("nope", { status: 200 }, 1), { message: "key nope: no intent with this key" });
   assert.throws(() => IdemClient.restore(new Uint8Array([9])), {
-    message: "encoded value: format version 9 is newer than this build reads (at most 1)",
+    message: "encoded value: format version 9 is newer than this build reads (at most 2)",
   });
   const { key } = client.begin("op", "x", 1, new Uint8Array(16).fill(1));
   assert.throws(() => client.begin("op", "y", 1, new Uint8Array(16).fill(1)), {

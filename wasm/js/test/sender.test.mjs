@@ -104,6 +104,33 @@ test("a submitted intent is persisted before its first send, and completes", asy
   }
 });
 
+test("an expired intent stays stored until it is resolved, then may be forgotten", async () => {
+  const storage = memoryStorage();
+  const srv = server({ faults: () => "unreachable" });
+  let now = 1_000;
+  const client = { ...FAST, serverRetentionMs: 10_000, safetyMarginMs: 1_000 };
+  const sender = await open(storage, srv, { client, now: () => now });
+  try {
+    const { key } = await sender.submit("order", '{"sku":"C-3"}');
+    for (let i = 0; i < 200 && srv.seen.keys.length < 1; i++) await new Promise((r) => setTimeout(r, 5));
+    now = 10_000; // the deadline: no answer came
+    await sender.flush();
+    assert.equal((await sender.settled(key)).state, "expired");
+    await assert.rejects(sender.forget(key), /intent expired without a definitive answer.*resolve it first/);
+    assert.equal((await stored(storage)).get(key).state, "expired", "its record stays");
+    await assert.rejects(sender.resolve(key, "not_executed", " "), /reason: 1 bytes, empty/);
+
+    const resolved = await sender.resolve(key, "not_executed", "no such order at the shop");
+    assert.deepEqual(resolved.resolution, { resolvedAs: "not_executed", reason: "no such order at the shop", resolvedAt: 10_000 });
+    assert.deepEqual((await stored(storage)).get(key).resolution, resolved.resolution, "the resolution is durable");
+    assert.equal(srv.seen.executed.length, 0);
+    assert.equal((await sender.forget(key)).key, key);
+    assert.equal((await storage.load()).intents.length, 0, "its record is gone");
+  } finally {
+    sender.stop();
+  }
+});
+
 test("lost replies and a reload mid-request: executed once, one key, stored outcome", async () => {
   const storage = memoryStorage();
   // 1: executed but the reply is lost; 2: unreachable; 3: hangs until the page reloads.

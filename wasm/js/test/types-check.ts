@@ -9,6 +9,7 @@ import init, {
   type Decision,
   type IntentState,
   type IntentView,
+  type ResolvedAs,
 } from "idem-wasm";
 import {
   IdemSender,
@@ -53,6 +54,10 @@ export async function check(): Promise<string> {
   });
   const done = await sender.settled((await sender.submit("order", "{}")).key);
   const leading: boolean = sender.leading;
+  const resolvedAs: ResolvedAs = "not_executed";
+  const resolved: IntentView = await sender.resolve(done.key, resolvedAs, "checked with the receiver").catch(() => done);
+  const reason: string | undefined = resolved.resolution?.reason;
+  const forgotten: IntentView | undefined = done.state === "expired" && !done.resolution ? undefined : await sender.forget(done.key);
   sender.stop();
   sender.close();
   const queued: SendQueuedResult = await sendQueued({ url: "/orders", lockWaitMs: 1_000, budgetMs: 5_000 });
@@ -72,5 +77,7 @@ export async function check(): Promise<string> {
     queued.remaining,
     tag,
     idempotencyKeyHeader(key),
+    reason,
+    forgotten?.key,
   ].join();
 }
