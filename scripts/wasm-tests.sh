@@ -5,7 +5,8 @@
 #   3. wasm-bindgen tests in headless Chromium
 #   4. the packed npm package installed into a scratch folder, with node:test
 #      (vectors, client, receiver, helper, TypeScript types)
-#   5. the Playwright end-to-end tests in Chromium against the Rust test server on idem-store
+#   5. the Playwright end-to-end tests in Chromium against the Rust test server on idem-store's
+#      tower layer
 #      (tests/examples/e2e-server.rs): lost replies, reloads, several tabs, a leading tab
 #      closed or crashed, the service worker sending with every page closed, and the upgrade
 #      of a version 0.1 database
@@ -62,7 +63,7 @@ cp wasm/js/test/* "$scratch/test/"
 (cd "$scratch" && IDEM_VECTORS="$repo/testdata/fingerprints.json" \
   node --test test/package.test.mjs test/sender.test.mjs test/types.test.mjs)
 
-step "5. Playwright end-to-end tests in Chromium (Rust test server on idem-store)"
+step "5. Playwright end-to-end tests in Chromium (Rust test server on idem-store's tower layer)"
 cargo build -p idem-tests --example e2e-server
 site=$scratch/site
 mkdir -p "$site/pkg"

@@ -1,36 +1,53 @@
 //! A small test server for the browser end-to-end test of idem-wasm (`wasm/e2e`): static
-//! files plus `POST /orders` with the IETF Idempotency-Key semantics, on idem-store.
+//! files plus `POST /orders` behind the store's tower layer,
+//! [`idem_store::http::IdempotencyLayer`], on hyper and tokio as `idem proxy` serves.
 //!
 //! ```text
 //! cargo run -p idem-tests --example e2e-server -- --root SITE --db FILE [--work-ms 1500] [--lifetime-s 120]
 //! ```
 //!
 //! Binds 127.0.0.1 on a free port and prints `listening http://127.0.0.1:PORT` as its first
-//! line. `POST /orders` needs an `Idempotency-Key` header (400 without, or malformed): an
-//! RFC 8941 String (`"…"`, as draft-ietf-httpapi-idempotency-key-header asks), or a bare
-//! token as older clients send; one key per request. The key parsing, the fingerprint
-//! (method, path and the body's RFC 8785 canonical form) and every answer that is not the
-//! handler's own are the shared mapping of `idem_core::http` (DESIGN §10): problem
-//! documents for 400, 409, 422 and 503 (an outcome that is unknown). A new key is claimed in the store, the order is "executed" (counted,
-//! then `--work-ms` of work), and the outcome (201 and a JSON body) settles the record
-//! before the answer is written. While the first request runs, a retry gets 409 with
-//! `Retry-After` (the lease end, or the work's length if sooner); after it, the stored
-//! outcome with `Idempotent-Replayed: true`; the key with another payload gets 422.
+//! line. `POST /orders` goes through the layer, which does everything about the key: it
+//! needs an `Idempotency-Key` header (400 without, or malformed: an RFC 8941 String or a
+//! bare token, one key per request), fingerprints the request, claims the key in the
+//! store, replays a settled outcome with `Idempotent-Replayed: true`, and answers 409
+//! while the first request runs, 422 for the key with another payload and 503 for an
+//! outcome that is unknown (DESIGN §10). The tenant is fixed (`shop`), the operation the
+//! layer's default (`POST /orders`). Behind it the order handler is a plain service: it
+//! counts the execution, works for `--work-ms`, and answers 201 with a JSON body.
 //!
-//! `GET /stats` tells the test what happened (executions, every attempt's key, header and
-//! status); `POST /shutdown` ends the process, and so does `--lifetime-s` running out.
+//! The store's lease is the work's length plus [`LEASE_MARGIN`], so the 409's
+//! `Retry-After` (the lease end) is about as long as the work: the browser's retry comes
+//! once the first request is done, not after the 30 s default lease.
+//!
+//! Around the layer, a small service logs what `GET /stats` tells the test: every
+//! attempt's key and `Idempotency-Key` header as sent, every answer's status and whether
+//! it was a replay, and every execution. A request runs to its end in a task of its own,
+//! so an answer the browser never reads (it went offline) is still logged. `POST
+//! /shutdown` ends the process, and so does `--lifetime-s` running out.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::convert::Infallible;
+use std::future::Future;
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use idem_core::http;
-use idem_store::{Decision, RecordId, Store, Verdict, now};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use idem_core::Config;
+use idem_core::http::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, key_from_fields};
+use idem_store::Store;
+use idem_store::http::{Idempotency, IdempotencyLayer, RequestBody, Settings, Tenant};
 use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tower::{Layer, Service, ServiceExt};
 
 fn main() {
     if let Err(message) = run(std::env::args().skip(1).collect()) {
@@ -39,9 +56,12 @@ fn main() {
     }
 }
 
-const MAX_CONNECTIONS: usize = 64;
-const MAX_HEADERS: usize = 16 * 1024;
+/// How much longer than the work a claim's lease is: room for the store's commit.
+const LEASE_MARGIN: Duration = Duration::from_millis(500);
+/// The largest request body, as the layer buffers it.
 const MAX_BODY: usize = 64 * 1024;
+/// How long a stop waits for the requests in flight.
+const DRAIN: Duration = Duration::from_secs(5);
 
 struct Options {
     root: PathBuf,
@@ -62,103 +82,274 @@ struct Log {
     executed: Vec<String>,
 }
 
-struct Server {
-    options: Options,
-    store: Store,
-    log: Mutex<Log>,
-    connections: AtomicUsize,
+/// The log, shared by the logging service, the order handler and `/stats`.
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Log>>);
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Log> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
-struct Request {
-    method: String,
-    path: String,
-    /// Every `Idempotency-Key` field as sent.
-    keys: Vec<String>,
-    body: Vec<u8>,
+/// The key of a request, as the logging service read it, handed to the handler in the
+/// request's extensions (the layer passes them on).
+#[derive(Clone)]
+struct OrderKey(String);
+
+/// The order handler, behind the layer: counts the execution, works, answers 201.
+#[derive(Clone)]
+struct Orders {
+    log: Shared,
+    work: Duration,
 }
 
-struct Response {
-    status: u16,
-    content_type: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
+impl Service<Request<RequestBody<Incoming>>> for Orders {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
-impl Response {
-    fn text(status: u16, body: impl Into<String>) -> Response {
-        Response {
-            status,
-            content_type: "text/plain; charset=utf-8".into(),
-            headers: Vec::new(),
-            body: body.into().into_bytes(),
-        }
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
     }
 
-    /// An answer of the shared mapping (`idem_core::http`): a problem document or a
-    /// replay, with its headers.
-    fn from_answer(answer: http::Answer) -> Response {
-        let mut response = Response {
-            status: answer.status,
-            content_type: "application/json".into(),
-            headers: Vec::new(),
-            body: answer.body,
+    fn call(&mut self, request: Request<RequestBody<Incoming>>) -> Self::Future {
+        let orders = self.clone();
+        Box::pin(async move { Ok(orders.execute(request).await) })
+    }
+}
+
+impl Orders {
+    async fn execute(self, request: Request<RequestBody<Incoming>>) -> Response<Full<Bytes>> {
+        let key = request
+            .extensions()
+            .get::<OrderKey>()
+            .map_or_else(String::new, |key| key.0.clone());
+        let body = match request.into_body().collect().await {
+            Ok(body) => body.to_bytes(),
+            Err(e) => return text(StatusCode::BAD_REQUEST, format!("body: {e}")),
         };
-        for (name, value) in answer.headers {
-            let value = String::from_utf8_lossy(&value).into_owned();
-            if name.eq_ignore_ascii_case("content-type") {
-                response.content_type = value;
-            } else {
-                response.headers.push((name, value));
-            }
-        }
+        let number = {
+            let mut log = self.log.lock();
+            log.executed.push(key);
+            log.executed.len()
+        };
+        tokio::time::sleep(self.work).await;
+        let order: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let body = json!({ "order": number, "item": order.get("item"), "status": "confirmed" });
+        let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+        *response.status_mut() = StatusCode::CREATED;
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         response
     }
+}
 
-    fn problem(problem: &http::Problem) -> Response {
-        Response::from_answer(problem.answer())
-    }
-
-    fn json(status: u16, body: &Value) -> Response {
-        Response {
-            status,
-            content_type: "application/json".into(),
-            headers: Vec::new(),
-            body: body.to_string().into_bytes(),
-        }
-    }
+/// Everything the routes need.
+struct App {
+    options: Options,
+    log: Shared,
+    /// The order handler behind the idempotency layer.
+    orders: Idempotency<Orders>,
+    stop: Notify,
 }
 
 fn run(args: Vec<String>) -> Result<(), String> {
     let options = parse(args)?;
-    let store = Store::open(&options.db).map_err(|e| format!("--db: {e}"))?;
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
-    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    let lease = options.work.saturating_add(LEASE_MARGIN);
+    let config = Config {
+        lease_ms: u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
+        ..Config::default()
+    };
+    let store = Store::builder()
+        .config(config)
+        .open(&options.db)
+        .map_err(|e| format!("--db: {e}"))?;
+    let settings = Settings {
+        tenant: Tenant::Fixed("shop".into()),
+        require_key: true,
+        body_limit: MAX_BODY,
+        ..Settings::default()
+    };
+    let log = Shared::default();
+    let orders = IdempotencyLayer::new(Arc::new(store), settings).layer(Orders {
+        log: log.clone(),
+        work: options.work,
+    });
     let lifetime = options.lifetime;
-    let server = Arc::new(Server {
+    let app = Arc::new(App {
         options,
-        store,
-        log: Mutex::new(Log::default()),
-        connections: AtomicUsize::new(0),
+        log,
+        orders,
+        stop: Notify::new(),
     });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    let served = runtime.block_on(serve(app, lifetime));
+    // A handler still working after the drain is dropped: the layer marks its key
+    // unknown. The store calls on the blocking pool get a moment to end.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    served
+}
+
+async fn serve(app: Arc<App>, lifetime: Duration) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("bind: {e}"))?;
+    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     println!("listening http://127.0.0.1:{port}");
-    thread::spawn(move || {
-        thread::sleep(lifetime);
-        eprintln!("e2e-server: lifetime over, exiting");
-        std::process::exit(0);
+    let routes = Arc::clone(&app);
+    let service = tower::service_fn(move |request: Request<Incoming>| {
+        let app = Arc::clone(&routes);
+        async move { Ok::<_, Infallible>(app.route(request).await) }
     });
-    for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        let server = Arc::clone(&server);
-        if server.connections.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-            server.connections.fetch_sub(1, Ordering::AcqRel);
-            continue; // dropped: the client sees a reset and retries
-        }
-        thread::spawn(move || {
-            server.connection(stream);
-            server.connections.fetch_sub(1, Ordering::AcqRel);
+    let graceful = GracefulShutdown::new();
+    let mut lifetime = std::pin::pin!(tokio::time::sleep(lifetime));
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                // A connection that failed before it was accepted: the next one may work.
+                Err(_) => continue,
+            },
+            () = app.stop.notified() => break,
+            () = &mut lifetime => {
+                eprintln!("e2e-server: lifetime over, exiting");
+                break;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = hyper::server::conn::http1::Builder::new().serve_connection(
+            TokioIo::new(stream),
+            TowerToHyperService::new(service.clone()),
+        );
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            // The browser may have gone away (offline): the answer is lost, as in life.
+            let _ = connection.await;
         });
     }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(DRAIN) => eprintln!("e2e-server: requests still in flight, stopping anyway"),
+    }
     Ok(())
+}
+
+impl App {
+    async fn route(self: Arc<App>, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        match (request.method(), request.uri().path()) {
+            (&Method::POST, "/orders") => self.order(request).await,
+            (&Method::GET, "/stats") => self.stats(),
+            (&Method::POST, "/shutdown") => {
+                self.stop.notify_one();
+                text(StatusCode::OK, "bye")
+            }
+            (&Method::GET, path) => self.file(path),
+            _ => text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+        }
+    }
+
+    /// The logging service around the layer: a request with a well-formed key is logged
+    /// as received, then answered by the layer (and the handler behind it) in a task of
+    /// its own, whose answer is logged whether or not the browser reads it.
+    async fn order(self: Arc<App>, mut request: Request<Incoming>) -> Response<Full<Bytes>> {
+        let fields = request.headers().get_all(IDEMPOTENCY_KEY);
+        let key = key_from_fields(fields.iter().map(HeaderValue::as_bytes))
+            .ok()
+            .flatten();
+        if let Some(key) = &key {
+            let header: Vec<String> = fields
+                .iter()
+                .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+                .collect();
+            let mut log = self.log.lock();
+            log.received.push(key.clone());
+            log.headers.push(header.join(", "));
+            drop(log);
+            request.extensions_mut().insert(OrderKey(key.clone()));
+        }
+        let task = tokio::spawn(async move {
+            let Ok(response) = self.orders.clone().oneshot(request).await;
+            let (parts, body) = response.into_parts();
+            let response = match body.collect().await {
+                Ok(body) => Response::from_parts(parts, Full::new(body.to_bytes())),
+                Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("body: {e}")),
+            };
+            if let Some(key) = key {
+                self.log.lock().answered.push(json!({
+                    "key": key,
+                    "status": response.status().as_u16(),
+                    "replayed": response.headers().contains_key(IDEMPOTENT_REPLAYED),
+                }));
+            }
+            response
+        });
+        task.await.unwrap_or_else(|e| {
+            text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the order failed: {e}"),
+            )
+        })
+    }
+
+    fn stats(&self) -> Response<Full<Bytes>> {
+        let log = self.log.lock();
+        let body = json!({
+            "received": log.received,
+            "headers": log.headers,
+            "answered": log.answered,
+            "executed": log.executed,
+        });
+        let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+    }
+
+    fn file(&self, path: &str) -> Response<Full<Bytes>> {
+        let relative = Path::new(path.trim_start_matches('/'));
+        if relative
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_)))
+        {
+            return text(StatusCode::NOT_FOUND, "not found");
+        }
+        let mut full = self.options.root.join(relative);
+        if path.ends_with('/') {
+            full.push("index.html");
+        }
+        let Ok(body) = std::fs::read(&full) else {
+            return text(StatusCode::NOT_FOUND, "not found");
+        };
+        let content_type = match full.extension().and_then(|e| e.to_str()) {
+            Some("html") => "text/html; charset=utf-8",
+            Some("js" | "mjs") => "text/javascript",
+            Some("wasm") => "application/wasm",
+            Some("json") => "application/json",
+            _ => "application/octet-stream",
+        };
+        let mut response = Response::new(Full::new(Bytes::from(body)));
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        response
+    }
+}
+
+fn text(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body.into())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
 }
 
 fn parse(args: Vec<String>) -> Result<Options, String> {
@@ -185,243 +376,4 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
         work: Duration::from_millis(work_ms),
         lifetime: Duration::from_secs(lifetime_s),
     })
-}
-
-impl Server {
-    fn connection(&self, stream: TcpStream) {
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-        let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
-        let mut reader = BufReader::new(&stream);
-        let response = match read_request(&mut reader) {
-            Ok(request) => self.handle(&request),
-            Err(message) => Response::text(400, message),
-        };
-        // The browser may have gone away (offline): the answer is lost, as in life.
-        let _ = write_response(&stream, &response);
-    }
-
-    fn handle(&self, request: &Request) -> Response {
-        match (request.method.as_str(), request.path.as_str()) {
-            ("POST", "/orders") => self.order(request),
-            ("GET", "/stats") => self.stats(),
-            ("POST", "/shutdown") => {
-                thread::spawn(|| {
-                    thread::sleep(Duration::from_millis(50));
-                    std::process::exit(0);
-                });
-                Response::text(200, "bye")
-            }
-            ("GET", path) => self.file(path),
-            _ => Response::text(405, "method not allowed"),
-        }
-    }
-
-    fn stats(&self) -> Response {
-        let log = self.lock();
-        Response::json(
-            200,
-            &json!({
-                "received": log.received,
-                "headers": log.headers,
-                "answered": log.answered,
-                "executed": log.executed,
-            }),
-        )
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
-        self.log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn order(&self, request: &Request) -> Response {
-        let key = match http::key_from_fields(request.keys.iter().map(String::as_bytes)) {
-            Ok(Some(key)) => key,
-            Ok(None) => return Response::problem(&http::Problem::key_missing()),
-            Err(e) => return Response::problem(&http::Problem::key_malformed(&e)),
-        };
-        let header = request.keys.join(", ");
-        {
-            let mut log = self.lock();
-            log.received.push(key.clone());
-            log.headers.push(header);
-        }
-        let response = self.decide(&key, request);
-        let replayed = response
-            .headers
-            .iter()
-            .any(|(name, _)| name == http::IDEMPOTENT_REPLAYED);
-        self.lock().answered.push(json!({
-            "key": key,
-            "status": response.status,
-            "replayed": replayed,
-        }));
-        response
-    }
-
-    fn decide(&self, key: &str, request: &Request) -> Response {
-        let id = match RecordId::new("shop", "orders", key) {
-            Ok(id) => id,
-            Err(e) => {
-                return Response::problem(&http::Problem::new(400, "key-malformed", e.to_string()));
-            }
-        };
-        let parts = http::RequestParts {
-            method: &request.method,
-            path: &request.path,
-            content_type: Some(b"application/json"),
-            body: &request.body,
-            headers: &[],
-        };
-        let fingerprint = match parts.fingerprint(&[]) {
-            Ok(fp) => fp,
-            Err(e) => return Response::problem(&http::Problem::body_malformed(&e)),
-        };
-        let decision = match self.store.begin(&id, fingerprint, now()) {
-            Ok(decision) => decision,
-            Err(e) => return Response::text(500, e.to_string()),
-        };
-        let Decision::Claimed { generation, .. } = decision else {
-            let mut answered = http::answer(&decision, now(), &http::AnswerConfig::default())
-                .map_or_else(
-                    || Response::text(500, "a claim without a handler"),
-                    Response::from_answer,
-                );
-            if let Decision::InProgress { lease_until, .. } = decision {
-                // The browser test waits for the work, not the whole lease: the sooner of
-                // the two.
-                let work = u64::try_from(self.options.work.as_millis()).unwrap_or(u64::MAX);
-                let wait = lease_until.millis_since(now()).min(work);
-                let seconds = wait.div_ceil(1_000).max(1);
-                for (name, value) in &mut answered.headers {
-                    if name.eq_ignore_ascii_case("retry-after") {
-                        *value = seconds.to_string();
-                    }
-                }
-            }
-            return answered;
-        };
-        let number = {
-            let mut log = self.lock();
-            log.executed.push(key.to_owned());
-            log.executed.len()
-        };
-        thread::sleep(self.options.work);
-        let order: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
-        let body = json!({ "order": number, "item": order.get("item"), "status": "confirmed" });
-        let stored = http::StoredResponse {
-            status: 201,
-            headers: vec![("Content-Type".into(), b"application/json".to_vec())],
-            body: body.to_string().into_bytes(),
-        };
-        match self.store.complete(
-            &id,
-            generation,
-            Verdict::Succeeded,
-            stored.to_outcome(),
-            now(),
-        ) {
-            Ok(_) => Response {
-                status: 201,
-                content_type: "application/json".into(),
-                headers: Vec::new(),
-                body: stored.body,
-            },
-            Err(e) => Response::text(500, e.to_string()),
-        }
-    }
-
-    fn file(&self, path: &str) -> Response {
-        let path = path.split('?').next().unwrap_or("/");
-        let relative = Path::new(path.trim_start_matches('/'));
-        if relative
-            .components()
-            .any(|c| !matches!(c, Component::Normal(_)))
-        {
-            return Response::text(404, "not found");
-        }
-        let mut full = self.options.root.join(relative);
-        if path.ends_with('/') {
-            full.push("index.html");
-        }
-        let Ok(body) = std::fs::read(&full) else {
-            return Response::text(404, "not found");
-        };
-        let content_type = match full.extension().and_then(|e| e.to_str()) {
-            Some("html") => "text/html; charset=utf-8",
-            Some("js" | "mjs") => "text/javascript",
-            Some("wasm") => "application/wasm",
-            Some("json") => "application/json",
-            _ => "application/octet-stream",
-        };
-        Response {
-            status: 200,
-            content_type: content_type.into(),
-            headers: vec![("Cache-Control".into(), "no-store".into())],
-            body,
-        }
-    }
-}
-
-fn read_request(reader: &mut impl BufRead) -> Result<Request, String> {
-    let mut head = String::new();
-    let mut lines = Vec::new();
-    loop {
-        let mut line = String::new();
-        let n = reader.read_line(&mut line).map_err(|e| e.to_string())?;
-        head.push_str(&line);
-        if n == 0 || head.len() > MAX_HEADERS {
-            return Err("request head: truncated or too large".into());
-        }
-        let line = line.trim_end().to_owned();
-        if line.is_empty() {
-            break;
-        }
-        lines.push(line);
-    }
-    let mut first = lines.first().ok_or("request line: missing")?.split(' ');
-    let method = first.next().unwrap_or_default().to_owned();
-    let path = first.next().unwrap_or("/").to_owned();
-    let mut keys = Vec::new();
-    let mut length = 0usize;
-    for line in &lines[1..] {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("idempotency-key") {
-            keys.push(value.to_owned());
-        } else if name.eq_ignore_ascii_case("content-length") {
-            length = value.parse().map_err(|_| "Content-Length: not a number")?;
-        }
-    }
-    if length > MAX_BODY {
-        return Err(format!("body: {length} bytes, at most {MAX_BODY}"));
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).map_err(|e| e.to_string())?;
-    Ok(Request {
-        method,
-        path,
-        keys,
-        body,
-    })
-}
-
-fn write_response(mut stream: &TcpStream, response: &Response) -> std::io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        response.status,
-        http::reason_phrase(response.status),
-        response.content_type,
-        response.body.len()
-    );
-    for (name, value) in &response.headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(&response.body)?;
-    stream.flush()
 }
