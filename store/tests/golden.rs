@@ -372,3 +372,105 @@ fn the_golden_store_file_of_schema_1_opens_and_reads() {
         .unwrap();
     assert!(store.check().unwrap().is_ok());
 }
+
+fn golden_v2_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/store-v2.redb")
+}
+
+/// Schema 2's file, `testdata/store-v2.redb`: a record in every state, a tombstone
+/// among them (schema 2's addition), in the layout of one index table per state, a
+/// separate expiry index and the counters in `idem.meta`.
+#[test]
+#[ignore = "writes testdata/store-v2.redb, once for schema version 2; the file is never rewritten"]
+fn write_the_golden_store_file_of_schema_2() {
+    let path = golden_v2_path();
+    assert!(
+        !path.exists(),
+        "{} exists: a golden file is never rewritten",
+        path.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = dir.path().join("store-v2.redb");
+    {
+        let mut store = Store::open(&scratch).unwrap();
+        let settle = |key: &str, verdict, outcome: Outcome, at| {
+            let ran = store
+                .execute(&id("shop-7", "sale", key), fp(key), Timestamp(at), |txn| {
+                    txn.open_table(SALES)?.insert(key, key.as_bytes())?;
+                    Ok::<_, idem_store::redb::Error>((verdict, outcome, ()))
+                })
+                .unwrap();
+            assert!(matches!(ran, idem_store::Executed::Ran { .. }));
+        };
+        // Settled two days before T0, a tombstone by T0's sweep.
+        settle(
+            "sale-0",
+            Verdict::Succeeded,
+            Outcome::new(201, "receipt 0"),
+            T0 - 2 * DAY,
+        );
+        settle(
+            "sale-1",
+            Verdict::Succeeded,
+            Outcome::new(201, "receipt 1"),
+            T0,
+        );
+        settle(
+            "sale-2",
+            Verdict::Failed,
+            Outcome::new(402, "declined"),
+            T0 + 1_000,
+        );
+        let report = store.sweep(Timestamp(T0 + 1_000), 100, false).unwrap();
+        assert_eq!((report.removed, report.tombstoned), (0, 1));
+        let pending = id("shop-7", "charge", "charge-3");
+        store
+            .begin(&pending, fp("charge-3"), Timestamp(T0 + 2_000))
+            .unwrap();
+        let unknown = id("shop-7", "charge", "charge-4");
+        let Decision::Claimed { generation, .. } = store
+            .begin(&unknown, fp("charge-4"), Timestamp(T0 + 3_000))
+            .unwrap()
+        else {
+            panic!("charge-4 is new")
+        };
+        store
+            .mark_unknown(&unknown, generation, Timestamp(T0 + 4_000))
+            .unwrap();
+        let completed = id("shop-7", "charge", "charge-5");
+        let Decision::Claimed { generation, .. } = store
+            .begin(&completed, fp("charge-5"), Timestamp(T0 + 5_000))
+            .unwrap()
+        else {
+            panic!("charge-5 is new")
+        };
+        store
+            .complete(
+                &completed,
+                generation,
+                Verdict::Succeeded,
+                Outcome::new(200, vec![0, 1, 2, 255]),
+                Timestamp(T0 + 6_000),
+            )
+            .unwrap();
+        let stats = store.stats(Timestamp(T0 + 6_000)).unwrap();
+        assert_eq!(
+            [
+                stats.pending,
+                stats.succeeded,
+                stats.failed,
+                stats.unknown,
+                stats.forgotten
+            ],
+            [1, 2, 1, 1, 1]
+        );
+        assert!(store.check().unwrap().is_ok());
+        store.compact().unwrap();
+    }
+    std::fs::copy(&scratch, &path).unwrap();
+    eprintln!(
+        "wrote {} ({} bytes)",
+        path.display(),
+        std::fs::metadata(&path).unwrap().len()
+    );
+}
