@@ -1,49 +1,94 @@
 //! The file layout: which redb tables hold what, the bytes of their keys, and the one
-//! function that writes a record and keeps every index in step with it.
+//! function that writes a record and keeps its index in step with it.
+//!
+//! Schema 3, written by this build:
 //!
 //! | table | key | value |
 //! |---|---|---|
 //! | `idem.records` | [`RecordId::to_key_bytes`] | [`Record::encode`] (format byte + postcard) |
-//! | `idem.expiry` | `expires_at` (u64 big-endian) ++ id bytes | `()`; settled records and tombstones only |
-//! | `idem.state.pending`, `.succeeded`, `.failed`, `.unknown`, `.forgotten` | `created_at` (u64 big-endian) ++ id bytes | `()` |
-//! | `idem.meta` | `b"schema"`, `b"generation"`, `b"clock_floor"` | u64 big-endian |
+//! | `idem.index` | see below | see below |
+//! | `idem.meta` | `b"schema"` (and the outbox's `b"intent.rng"`) | u64 big-endian, bytes |
 //! | `idem.tokens` | [`RecordId::to_key_bytes`] of `(tenant, operation, token)` | [`IssuedToken::encode`] |
 //! | `idem.token.expiry` | `expires_at` (u64 big-endian) ++ token id bytes | `()` |
 //! | `idem.token.intents` | [`RecordId::to_key_bytes`] of `(tenant, operation, intent id)` | [`idem_core::Token::encode`] |
 //!
-//! A token's use is an ordinary record in `idem.records` under the same id bytes as its
-//! entry in `idem.tokens` (see `token.rs`).
+//! `idem.index` holds every index of the records, each kind of entry under its own
+//! first byte, so that a kind is one contiguous key range:
+//!
+//! | kind byte | rest of the key | value | what |
+//! |---|---|---|---|
+//! | `0x00` | `b"generation"`, `b"clock_floor"`, `b"count."` ++ state name | u64 big-endian | the counters |
+//! | `0x01` | `expires_at` (u64 BE) ++ id bytes | empty | expiry: settled records and tombstones |
+//! | `0x02` + [`state_index`] | `created_at` (u64 BE) ++ id bytes | empty | one range per state |
+//!
+//! Why one table: redb copies every B-tree a commit modifies from the changed leaf up
+//! to its root, and the table of tables once more for each, so the pages a commit
+//! writes (and its fsync flushes) grow with the number of tables it touches. Schema 2
+//! kept an expiry table, five state tables and the counters in `idem.meta`: an execute
+//! of a fresh key modified four B-trees (records, expiry, a state table, meta). In
+//! schema 3 it modifies two: `idem.records` and `idem.index`. The counters sort first
+//! (kind 0), so they share a leaf, which a commit writes once whatever it raised.
+//!
+//! Counts by state: schema 2 answered them with the state tables' lengths, which redb
+//! keeps. One table's length no longer tells them apart, so the index keeps a count
+//! per state (`0x00 count.<state>`), moved by [`Tables::put`] and [`Tables::delete`]
+//! in memory ([`Counters`]) and written at the commit with the generation counter, in
+//! the same transaction as the records they count. [`crate::Store::stats`] reads them
+//! and never scans; [`crate::Store::check`] counts the records and compares.
 //!
 //! Every key and value is our own byte string: the file never depends on redb's
 //! encodings of composite types, which have changed between redb majors. Big-endian
-//! numbers make the ordered tables sort by time, so sweep reads the expiry index oldest
-//! first and stats find the oldest Pending or Unknown record with one lookup.
+//! numbers make each range sort by time, so sweep reads the expiry range oldest first
+//! and stats find the oldest Pending record with one lookup.
 //!
-//! The state tables are indexes by state: their `len()` is the count of records in that
-//! state (redb keeps table lengths), and their first entry is the oldest one.
+//! ## Older schemas
+//!
+//! Schema 1 and 2 files (the layout of [`LEGACY_EXPIRY`], [`LEGACY_STATES`] and the
+//! counters in `idem.meta` under [`LEGACY_GENERATION_KEY`] and
+//! [`LEGACY_CLOCK_FLOOR_KEY`]) are upgraded by the first writable open, in one
+//! transaction ([`upgrade`]): the index is rebuilt from the records, the counters move,
+//! the old tables are deleted, and schema 3 is recorded. A crash before its commit
+//! leaves the old file as it was.
+//!
+//! A read-only open never writes, so it reads an old file in its own layout: every
+//! read of the indexes goes through [`IndexReader`], which reads the schema in its
+//! read transaction and takes the layout it names ([`Layout`]). Choosing per read
+//! transaction, not per open, keeps a read-only store that was opened on a schema 2
+//! file correct after another process's writable open upgrades it. Writes only ever
+//! see schema 3: a writable open upgrades before anything else. Reading the old layout
+//! costs a small enum and the old table definitions; converting in memory at each
+//! read-only open would cost a scan of every record instead.
 
 use std::cell::Cell;
+use std::ops::ControlFlow;
 
 use idem_core::{Generation, IssuedToken, Record, RecordId, State, Timestamp, Write};
-use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
+use redb::{
+    ReadTransaction, ReadableTable, ReadableTableMetadata, Table, TableDefinition,
+    WriteTransaction,
+};
 
 use crate::error::Error;
 
 /// The schema version this build writes. A file with a newer one is refused.
 ///
 /// Schema 2 added tombstones: records of format 2 and the `idem.state.forgotten` index.
-/// A schema 1 file is read as it is and upgraded by the first writable open, which
-/// creates the index and records schema 2 in one transaction; from then on builds that
-/// read only schema 1 refuse the file instead of misreading a tombstone.
-pub(crate) const SCHEMA_VERSION: u64 = 2;
+/// Schema 3 folded the expiry and state indexes and the counters into `idem.index`
+/// (see the module's documentation). A schema 1 or 2 file is read as it is and
+/// upgraded by the first writable open, in one transaction; from then on builds that
+/// read only older schemas refuse the file instead of misreading it.
+pub(crate) const SCHEMA_VERSION: u64 = 3;
 
 /// The oldest schema version this build reads.
 pub(crate) const OLDEST_SCHEMA: u64 = 1;
 
+/// The first schema whose indexes are folded into [`INDEX`].
+const FOLDED_SCHEMA: u64 = 3;
+
 /// Record id bytes → record bytes.
 pub(crate) const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.records");
-/// `expires_at` ++ id bytes → (), for every settled record.
-pub(crate) const EXPIRY: TableDefinition<&[u8], ()> = TableDefinition::new("idem.expiry");
+/// The records' indexes and counters, each kind under its first byte; see the module.
+pub(crate) const INDEX: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.index");
 /// Token id bytes → issued-token bytes.
 pub(crate) const TOKENS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.tokens");
 /// `expires_at` ++ token id bytes → (), for every issued token.
@@ -52,27 +97,49 @@ pub(crate) const TOKEN_EXPIRY: TableDefinition<&[u8], ()> =
 /// Intent id bytes (tenant, operation, intent id) → the token issued for it.
 pub(crate) const TOKEN_INTENTS: TableDefinition<&[u8], &[u8]> =
     TableDefinition::new("idem.token.intents");
-/// Schema version and generation counter.
+/// Schema version (and the outbox's generator state).
 pub(crate) const META: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.meta");
-/// One index per state, in the order of [`State::ALL`]: `created_at` ++ id bytes → ().
-/// Schema 1 files have no `idem.state.forgotten` until a writable open upgrades them.
-pub(crate) const STATES: [TableDefinition<&[u8], ()>; 5] = [
+
+/// Schema 1 and 2: `expires_at` ++ id bytes → (), for every settled record.
+pub(crate) const LEGACY_EXPIRY: TableDefinition<&[u8], ()> = TableDefinition::new("idem.expiry");
+/// Schema 1 and 2: one index per state, in the order of [`State::ALL`]: `created_at` ++
+/// id bytes → (). Schema 1 files have no `idem.state.forgotten`.
+pub(crate) const LEGACY_STATES: [TableDefinition<&[u8], ()>; 5] = [
     TableDefinition::new("idem.state.pending"),
     TableDefinition::new("idem.state.succeeded"),
     TableDefinition::new("idem.state.failed"),
     TableDefinition::new("idem.state.unknown"),
     TableDefinition::new("idem.state.forgotten"),
 ];
+/// Schema 1 and 2: meta key of the generation counter.
+pub(crate) const LEGACY_GENERATION_KEY: &[u8] = b"generation";
+/// Schema 1 and 2: meta key of the clock floor (absent in the oldest files: 0).
+pub(crate) const LEGACY_CLOCK_FLOOR_KEY: &[u8] = b"clock_floor";
 
 /// Meta key of the schema version.
 pub(crate) const SCHEMA_KEY: &[u8] = b"schema";
-/// Meta key of the store-wide generation counter (the last generation handed out).
-pub(crate) const GENERATION_KEY: &[u8] = b"generation";
-/// Meta key of the clock floor: the latest time a write of a record used, in ms. Files
-/// written before it existed have none, which reads as 0.
-pub(crate) const CLOCK_FLOOR_KEY: &[u8] = b"clock_floor";
 
-/// The position of `state` in [`STATES`].
+/// Kind byte of the counters in [`INDEX`].
+pub(crate) const KIND_COUNTER: u8 = 0x00;
+/// Kind byte of the expiry entries in [`INDEX`].
+pub(crate) const KIND_EXPIRY: u8 = 0x01;
+/// Kind byte of the first state's entries in [`INDEX`]; state `i` has this plus `i`.
+pub(crate) const KIND_STATE: u8 = 0x02;
+
+/// Index key of the store-wide generation counter (the last generation handed out).
+pub(crate) const GENERATION_KEY: &[u8] = b"\x00generation";
+/// Index key of the clock floor: the latest time a write of a record used, in ms.
+pub(crate) const CLOCK_FLOOR_KEY: &[u8] = b"\x00clock_floor";
+/// Index keys of the number of records in each state, in the order of [`State::ALL`].
+pub(crate) const COUNT_KEYS: [&[u8]; 5] = [
+    b"\x00count.pending",
+    b"\x00count.succeeded",
+    b"\x00count.failed",
+    b"\x00count.unknown",
+    b"\x00count.forgotten",
+];
+
+/// The position of `state` in [`State::ALL`].
 pub(crate) fn state_index(state: State) -> usize {
     match state {
         State::Pending => 0,
@@ -83,7 +150,49 @@ pub(crate) fn state_index(state: State) -> usize {
     }
 }
 
-/// `time` big-endian, then the id bytes: a key of the expiry and state indexes.
+/// The ranges of [`INDEX`] that hold timed entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Range {
+    /// Settled records and tombstones by `expires_at`.
+    Expiry,
+    /// The records in one state by `created_at`.
+    State(State),
+}
+
+impl Range {
+    fn kind(self) -> u8 {
+        match self {
+            Range::Expiry => KIND_EXPIRY,
+            // At most 4: no overflow.
+            Range::State(state) => KIND_STATE + state_index(state) as u8,
+        }
+    }
+
+    /// The key of `id_key`'s entry at `time` in this range.
+    pub(crate) fn key(self, time: Timestamp, id_key: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(9 + id_key.len());
+        out.push(self.kind());
+        out.extend_from_slice(&time.as_millis().to_be_bytes());
+        out.extend_from_slice(id_key);
+        out
+    }
+
+    /// The bounds of this range in [`INDEX`].
+    fn bounds(self) -> std::ops::Range<[u8; 1]> {
+        [self.kind()]..[self.kind() + 1]
+    }
+
+    /// The old table of this range (schema 1 and 2).
+    fn legacy(self) -> TableDefinition<'static, &'static [u8], ()> {
+        match self {
+            Range::Expiry => LEGACY_EXPIRY,
+            Range::State(state) => LEGACY_STATES[state_index(state)],
+        }
+    }
+}
+
+/// `time` big-endian, then the id bytes: a key of the token expiry index, and of the
+/// old schemas' expiry and state indexes.
 pub(crate) fn timed_key(time: Timestamp, id_key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(8 + id_key.len());
     out.extend_from_slice(&time.as_millis().to_be_bytes());
@@ -121,7 +230,25 @@ pub(crate) fn expired_keys(
     Ok(keys)
 }
 
-/// Decodes a u64 stored in the meta table.
+/// Visits the entries of `range` in a folded `index`, oldest first, as (time, id
+/// bytes), until `visit` breaks.
+fn visit_folded(
+    index: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    range: Range,
+    visit: &mut dyn FnMut(Timestamp, &[u8]) -> Result<ControlFlow<()>, Error>,
+) -> Result<(), Error> {
+    let bounds = range.bounds();
+    for entry in index.range(&bounds.start[..]..&bounds.end[..])? {
+        let (key, _) = entry?;
+        let (time, id_key) = split_timed_key(&key.value()[1..])?;
+        if visit(time, id_key)?.is_break() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Decodes a u64 stored in the meta table or among the index's counters.
 pub(crate) fn decode_u64(name: &str, bytes: &[u8]) -> Result<u64, Error> {
     let array: [u8; 8] = bytes.try_into().map_err(|_| Error::Corrupt {
         detail: format!("meta {name}: {} bytes, expected 8", bytes.len()),
@@ -193,15 +320,174 @@ pub(crate) fn read_token(
     }
 }
 
-/// Reads a u64 from any readable meta table.
+/// Reads a u64 from any readable meta table, or from the index's counters.
 pub(crate) fn read_meta(
     meta: &impl ReadableTable<&'static [u8], &'static [u8]>,
     key: &[u8],
 ) -> Result<Option<u64>, Error> {
     match meta.get(key)? {
-        Some(bytes) => decode_u64(&String::from_utf8_lossy(key), bytes.value()).map(Some),
+        Some(bytes) => decode_u64(
+            String::from_utf8_lossy(key).trim_start_matches('\0'),
+            bytes.value(),
+        )
+        .map(Some),
         None => Ok(None),
     }
+}
+
+/// The layout of a file's indexes, from its schema version.
+enum Layout {
+    /// Schema 3: [`INDEX`], opened.
+    Folded(redb::ReadOnlyTable<&'static [u8], &'static [u8]>),
+    /// Schema 1 and 2: [`LEGACY_EXPIRY`], [`LEGACY_STATES`], counters in meta.
+    Split,
+}
+
+/// Reads the records' indexes and counters in one read transaction, in the layout the
+/// file's schema names: a read-only store on a schema 1 or 2 file reads it as it is.
+pub(crate) struct IndexReader<'t> {
+    txn: &'t ReadTransaction,
+    layout: Layout,
+    meta: Option<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>,
+}
+
+impl<'t> IndexReader<'t> {
+    /// The indexes of `txn`'s snapshot.
+    pub(crate) fn open(txn: &'t ReadTransaction) -> Result<IndexReader<'t>, Error> {
+        let meta = open_read(txn, META)?;
+        let schema = match &meta {
+            Some(meta) => read_meta(meta, SCHEMA_KEY)?,
+            None => None,
+        };
+        let layout = match (schema, open_read(txn, INDEX)?) {
+            (Some(schema), Some(index)) if schema >= FOLDED_SCHEMA => Layout::Folded(index),
+            (Some(schema), None) if schema >= FOLDED_SCHEMA => {
+                return Err(Error::Corrupt {
+                    detail: format!("schema {schema} without the table idem.index"),
+                });
+            }
+            _ => Layout::Split,
+        };
+        Ok(IndexReader { txn, layout, meta })
+    }
+
+    fn counter(&self, key: &[u8], legacy_key: &[u8]) -> Result<u64, Error> {
+        let value = match (&self.layout, &self.meta) {
+            (Layout::Folded(index), _) => read_meta(index, key)?,
+            (Layout::Split, Some(meta)) => read_meta(meta, legacy_key)?,
+            (Layout::Split, None) => None,
+        };
+        Ok(value.unwrap_or(0))
+    }
+
+    /// The last generation handed out (0 when none was).
+    pub(crate) fn generation(&self) -> Result<Generation, Error> {
+        self.counter(GENERATION_KEY, LEGACY_GENERATION_KEY)
+            .map(Generation)
+    }
+
+    /// The clock floor (0 when no write of a record set it).
+    pub(crate) fn clock_floor(&self) -> Result<Timestamp, Error> {
+        self.counter(CLOCK_FLOOR_KEY, LEGACY_CLOCK_FLOOR_KEY)
+            .map(Timestamp)
+    }
+
+    /// The number of records in `state`.
+    pub(crate) fn count(&self, state: State) -> Result<u64, Error> {
+        match &self.layout {
+            Layout::Folded(index) => {
+                Ok(read_meta(index, COUNT_KEYS[state_index(state)])?.unwrap_or(0))
+            }
+            // The table's length; a schema 1 file has no tombstone index.
+            Layout::Split => match open_read(self.txn, LEGACY_STATES[state_index(state)])? {
+                Some(table) => Ok(table.len()?),
+                None => Ok(0),
+            },
+        }
+    }
+
+    /// Visits the entries of `range`, oldest first, as (time, id bytes), until `visit`
+    /// breaks.
+    pub(crate) fn visit(
+        &self,
+        range: Range,
+        mut visit: impl FnMut(Timestamp, &[u8]) -> Result<ControlFlow<()>, Error>,
+    ) -> Result<(), Error> {
+        match &self.layout {
+            Layout::Folded(index) => visit_folded(index, range, &mut visit),
+            Layout::Split => {
+                let Some(table) = open_read(self.txn, range.legacy())? else {
+                    return Ok(());
+                };
+                for entry in table.iter()? {
+                    let (key, _) = entry?;
+                    let (time, id_key) = split_timed_key(key.value())?;
+                    if visit(time, id_key)?.is_break() {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The first (oldest) entry of `range`, if any.
+    pub(crate) fn first(&self, range: Range) -> Result<Option<Timestamp>, Error> {
+        let mut first = None;
+        self.visit(range, |time, _| {
+            first = Some(time);
+            Ok(ControlFlow::Break(()))
+        })?;
+        Ok(first)
+    }
+}
+
+/// Rewrites a schema 1 or 2 file's indexes in schema 3's layout, in `txn` (the
+/// writable open's, which records the schema after this): builds [`INDEX`] from the
+/// records, moves the counters out of meta, counts the records by state, and deletes
+/// the old tables. The records themselves are not rewritten.
+pub(crate) fn upgrade(txn: &WriteTransaction) -> Result<(), Error> {
+    let mut index = txn.open_table(INDEX)?;
+    let mut counts = [0u64; 5];
+    {
+        let records = txn.open_table(RECORDS)?;
+        for entry in records.iter()? {
+            let (key, bytes) = entry?;
+            let id_key = key.value();
+            let record = decode_record(id_key, bytes.value())?;
+            let state = record.state();
+            counts[state_index(state)] += 1;
+            index.insert(
+                Range::State(state)
+                    .key(record.created_at, id_key)
+                    .as_slice(),
+                &[][..],
+            )?;
+            if let Some(expires_at) = record.expires_at() {
+                index.insert(Range::Expiry.key(expires_at, id_key).as_slice(), &[][..])?;
+            }
+        }
+    }
+    {
+        let mut meta = txn.open_table(META)?;
+        for (legacy, key) in [
+            (LEGACY_GENERATION_KEY, GENERATION_KEY),
+            (LEGACY_CLOCK_FLOOR_KEY, CLOCK_FLOOR_KEY),
+        ] {
+            let value = read_meta(&meta, legacy)?.unwrap_or(0);
+            index.insert(key, &value.to_be_bytes()[..])?;
+            meta.remove(legacy)?;
+        }
+    }
+    for (key, count) in COUNT_KEYS.iter().zip(counts) {
+        index.insert(*key, &count.to_be_bytes()[..])?;
+    }
+    drop(index);
+    txn.delete_table(LEGACY_EXPIRY)?;
+    for table in LEGACY_STATES {
+        txn.delete_table(table)?;
+    }
+    Ok(())
 }
 
 /// The store's tables in one write transaction, each opened the first time it is used.
@@ -212,15 +498,14 @@ pub(crate) fn read_meta(
 ///
 /// Opening a table costs a lookup in redb's table of tables, and closing it another at
 /// the commit, so a table is opened only when an input needs it: an execute of a fresh
-/// key touches the records, the expiry index, one state index and meta, not the other
-/// three state indexes nor the tokens. A group transaction opens each once for all its
-/// inputs.
+/// key touches the records and the index, not the tokens. A group transaction opens
+/// each once for all its inputs.
 ///
-/// The generation counter and the clock floor live in [`Counters`]: read from meta once
-/// per transaction, raised in memory, and written to meta once, by
-/// [`crate::writer::Writer::commit`] just before the commit (every commit of a write
-/// transaction goes through it), instead of once per input. The committed bytes are the
-/// same; a group transaction of 64 inputs saves 63 rewrites of each.
+/// The generation counter, the clock floor and the counts by state live in
+/// [`Counters`]: each read from the index once per transaction, moved in memory, and
+/// written to the index once, by [`crate::writer::Writer::commit`] just before the
+/// commit (every commit of a write transaction goes through it), instead of once per
+/// input. A group transaction of 64 inputs saves 63 rewrites of each.
 ///
 /// Time never goes backwards for the records: a write uses [`Tables::effective`], the
 /// caller's time or the clock floor, whichever is later, and then raises the floor to
@@ -229,38 +514,63 @@ pub(crate) struct Tables<'txn> {
     txn: &'txn WriteTransaction,
     counters: &'txn Counters,
     records: Option<Table<'txn, &'static [u8], &'static [u8]>>,
-    expiry: Option<Table<'txn, &'static [u8], ()>>,
-    states: [Option<Table<'txn, &'static [u8], ()>>; 5],
+    index: Option<Table<'txn, &'static [u8], &'static [u8]>>,
     meta: Option<Table<'txn, &'static [u8], &'static [u8]>>,
     tokens: Option<Table<'txn, &'static [u8], &'static [u8]>>,
     // False only where a test shows what the floor prevents.
     floored: bool,
 }
 
-/// The generation counter and the clock floor of one write transaction, as this
-/// transaction sees them: each read from meta the first time it is needed, raised here,
-/// and put into meta by [`Counters::write`] when raised. See [`Tables`].
+/// The generation counter, the clock floor and the counts by state of one write
+/// transaction, as this transaction sees them: the counter and floor read from the
+/// index the first time they are needed and raised here, the counts kept as changes,
+/// and all put into the index by [`Counters::write`]. See [`Tables`].
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     generation: Cell<Option<Generation>>,
     floor: Cell<Option<Timestamp>>,
     generation_raised: Cell<bool>,
     floor_raised: Cell<bool>,
+    // Records entered minus records left, per state, in this transaction.
+    counts: [Cell<i64>; 5],
 }
 
 impl Counters {
-    /// Puts the raised counter and floor into meta in `txn`: called just before the
-    /// commit, with the transaction's [`Tables`] closed.
+    fn count(&self, state: State, by: i64) {
+        let cell = &self.counts[state_index(state)];
+        cell.set(cell.get() + by);
+    }
+
+    /// Puts the raised counter and floor and the changed counts into the index in
+    /// `txn`: called just before the commit, with the transaction's [`Tables`] closed.
     pub(crate) fn write(&self, txn: &WriteTransaction) -> Result<(), Error> {
-        if !self.generation_raised.get() && !self.floor_raised.get() {
+        let counts_changed = self.counts.iter().any(|c| c.get() != 0);
+        if !self.generation_raised.get() && !self.floor_raised.get() && !counts_changed {
             return Ok(());
         }
-        let mut meta = txn.open_table(META)?;
+        let mut index = txn.open_table(INDEX)?;
         if let (true, Some(generation)) = (self.generation_raised.get(), self.generation.get()) {
-            meta.insert(GENERATION_KEY, &generation.0.to_be_bytes()[..])?;
+            index.insert(GENERATION_KEY, &generation.0.to_be_bytes()[..])?;
         }
         if let (true, Some(floor)) = (self.floor_raised.get(), self.floor.get()) {
-            meta.insert(CLOCK_FLOOR_KEY, &floor.as_millis().to_be_bytes()[..])?;
+            index.insert(CLOCK_FLOOR_KEY, &floor.as_millis().to_be_bytes()[..])?;
+        }
+        for (key, change) in COUNT_KEYS.iter().zip(&self.counts) {
+            if change.get() == 0 {
+                continue;
+            }
+            let old = read_meta(&index, key)?.unwrap_or(0);
+            let new = old
+                .checked_add_signed(change.get())
+                .ok_or_else(|| Error::Corrupt {
+                    detail: format!(
+                        "index {}: {old} records changed by {}",
+                        String::from_utf8_lossy(&key[1..]),
+                        change.get()
+                    ),
+                })?;
+            index.insert(*key, &new.to_be_bytes()[..])?;
+            change.set(0);
         }
         self.generation_raised.set(false);
         self.floor_raised.set(false);
@@ -288,17 +598,14 @@ impl<'txn> Tables<'txn> {
     /// Opens (creating when absent) every table of the store, with the clock floor on:
     /// what initializing a file needs, so that every table exists for the readers.
     /// The counters go to `counters`, which this transaction's commit must write
-    /// ([`Counters::write`]); initializing a file raises neither.
+    /// ([`Counters::write`]); initializing a file raises none.
     pub(crate) fn open(
         txn: &'txn WriteTransaction,
         counters: &'txn Counters,
     ) -> Result<Tables<'txn>, Error> {
         let mut tables = Tables::open_floored(txn, counters, true);
         tables.records()?;
-        tables.expiry()?;
-        for state in State::ALL {
-            tables.state(state)?;
-        }
+        tables.index()?;
         tables.meta()?;
         tables.tokens()?;
         Ok(tables)
@@ -315,8 +622,7 @@ impl<'txn> Tables<'txn> {
             txn,
             counters,
             records: None,
-            expiry: None,
-            states: [None, None, None, None, None],
+            index: None,
             meta: None,
             tokens: None,
             floored,
@@ -327,14 +633,8 @@ impl<'txn> Tables<'txn> {
         opened(&mut self.records, self.txn, RECORDS)
     }
 
-    /// The expiry index, for sweep.
-    pub(crate) fn expiry(&mut self) -> Result<&mut Table<'txn, &'static [u8], ()>, Error> {
-        opened(&mut self.expiry, self.txn, EXPIRY)
-    }
-
-    fn state(&mut self, state: State) -> Result<&mut Table<'txn, &'static [u8], ()>, Error> {
-        let i = state_index(state);
-        opened(&mut self.states[i], self.txn, STATES[i])
+    fn index(&mut self) -> Result<&mut Table<'txn, &'static [u8], &'static [u8]>, Error> {
+        opened(&mut self.index, self.txn, INDEX)
     }
 
     fn meta(&mut self) -> Result<&mut Table<'txn, &'static [u8], &'static [u8]>, Error> {
@@ -343,6 +643,21 @@ impl<'txn> Tables<'txn> {
 
     fn tokens(&mut self) -> Result<&mut Table<'txn, &'static [u8], &'static [u8]>, Error> {
         opened(&mut self.tokens, self.txn, TOKENS)
+    }
+
+    /// The keys of the expiry range whose time is at or before `now`, oldest first, at
+    /// most `batch + 1` (one more than a sweep takes, to tell whether expired entries
+    /// remain), each as `expires_at` ++ id bytes ([`split_timed_key`] splits it).
+    pub(crate) fn expired(&mut self, now: Timestamp, batch: usize) -> Result<Vec<Vec<u8>>, Error> {
+        let mut keys = Vec::with_capacity(batch + 1);
+        visit_folded(self.index()?, Range::Expiry, &mut |expires_at, id_key| {
+            if expires_at > now || keys.len() > batch {
+                return Ok(ControlFlow::Break(()));
+            }
+            keys.push(timed_key(expires_at, id_key));
+            Ok(ControlFlow::Continue(()))
+        })?;
+        Ok(keys)
     }
 
     /// The record under `id_key`.
@@ -355,7 +670,7 @@ impl<'txn> Tables<'txn> {
         if let Some(generation) = self.counters.generation.get() {
             return Ok(generation);
         }
-        let generation = Generation(read_meta(self.meta()?, GENERATION_KEY)?.unwrap_or(0));
+        let generation = Generation(read_meta(self.index()?, GENERATION_KEY)?.unwrap_or(0));
         self.counters.generation.set(Some(generation));
         Ok(generation)
     }
@@ -384,7 +699,7 @@ impl<'txn> Tables<'txn> {
         if let Some(floor) = self.counters.floor.get() {
             return Ok(floor);
         }
-        let floor = Timestamp(read_meta(self.meta()?, CLOCK_FLOOR_KEY)?.unwrap_or(0));
+        let floor = Timestamp(read_meta(self.index()?, CLOCK_FLOOR_KEY)?.unwrap_or(0));
         self.counters.floor.set(Some(floor));
         Ok(floor)
     }
@@ -448,7 +763,8 @@ impl<'txn> Tables<'txn> {
         }
     }
 
-    /// Stores `new` under `id_key` (replacing `old`) and moves its index entries.
+    /// Stores `new` under `id_key` (replacing `old`) and moves its index entries and
+    /// counts.
     pub(crate) fn put(
         &mut self,
         id_key: &[u8],
@@ -459,12 +775,17 @@ impl<'txn> Tables<'txn> {
             self.unindex(id_key, old)?;
         }
         self.records()?.insert(id_key, new.encode().as_slice())?;
+        let index = self.index()?;
         if let Some(expires_at) = new.expires_at() {
-            self.expiry()?
-                .insert(timed_key(expires_at, id_key).as_slice(), ())?;
+            index.insert(Range::Expiry.key(expires_at, id_key).as_slice(), &[][..])?;
         }
-        self.state(new.state())?
-            .insert(timed_key(new.created_at, id_key).as_slice(), ())?;
+        index.insert(
+            Range::State(new.state())
+                .key(new.created_at, id_key)
+                .as_slice(),
+            &[][..],
+        )?;
+        self.counters.count(new.state(), 1);
         Ok(())
     }
 
@@ -476,12 +797,16 @@ impl<'txn> Tables<'txn> {
     }
 
     fn unindex(&mut self, id_key: &[u8], old: &Record) -> Result<(), Error> {
+        let index = self.index()?;
         if let Some(expires_at) = old.expires_at() {
-            self.expiry()?
-                .remove(timed_key(expires_at, id_key).as_slice())?;
+            index.remove(Range::Expiry.key(expires_at, id_key).as_slice())?;
         }
-        self.state(old.state())?
-            .remove(timed_key(old.created_at, id_key).as_slice())?;
+        index.remove(
+            Range::State(old.state())
+                .key(old.created_at, id_key)
+                .as_slice(),
+        )?;
+        self.counters.count(old.state(), -1);
         Ok(())
     }
 
@@ -525,30 +850,46 @@ mod tests {
     #[test]
     fn index_key_bytes_are_frozen() {
         let id = RecordId::new("shop", "credit", "k-1").unwrap();
+        let id_key = id.to_key_bytes();
         assert_eq!(
-            timed_key(Timestamp(0x0102_0304_0506), &id.to_key_bytes()),
+            timed_key(Timestamp(0x0102_0304_0506), &id_key),
             b"\x00\x00\x01\x02\x03\x04\x05\x06\x04shop\x06creditk-1"
+        );
+        assert_eq!(
+            Range::Expiry.key(Timestamp(0x0102_0304_0506), &id_key),
+            b"\x01\x00\x00\x01\x02\x03\x04\x05\x06\x04shop\x06creditk-1"
+        );
+        let kinds: Vec<u8> = State::ALL
+            .into_iter()
+            .map(|state| Range::State(state).key(Timestamp(7), &id_key)[0])
+            .collect();
+        assert_eq!(kinds, [2, 3, 4, 5, 6]);
+        assert_eq!(
+            Range::State(State::Forgotten).key(Timestamp(7), &id_key),
+            b"\x06\x00\x00\x00\x00\x00\x00\x00\x07\x04shop\x06creditk-1"
         );
         let names: Vec<&str> = [
             RECORDS.name(),
-            EXPIRY.name(),
+            INDEX.name(),
             META.name(),
             TOKENS.name(),
             TOKEN_EXPIRY.name(),
             TOKEN_INTENTS.name(),
+            LEGACY_EXPIRY.name(),
         ]
         .into_iter()
-        .chain(STATES.iter().map(|t| t.name()))
+        .chain(LEGACY_STATES.iter().map(|t| t.name()))
         .collect();
         assert_eq!(
             names,
             [
                 "idem.records",
-                "idem.expiry",
+                "idem.index",
                 "idem.meta",
                 "idem.tokens",
                 "idem.token.expiry",
                 "idem.token.intents",
+                "idem.expiry",
                 "idem.state.pending",
                 "idem.state.succeeded",
                 "idem.state.failed",
@@ -557,16 +898,63 @@ mod tests {
             ]
         );
         assert_eq!(
-            (SCHEMA_KEY, GENERATION_KEY, CLOCK_FLOOR_KEY),
-            (&b"schema"[..], &b"generation"[..], &b"clock_floor"[..])
+            (
+                SCHEMA_KEY,
+                LEGACY_GENERATION_KEY,
+                LEGACY_CLOCK_FLOOR_KEY,
+                GENERATION_KEY,
+                CLOCK_FLOOR_KEY
+            ),
+            (
+                &b"schema"[..],
+                &b"generation"[..],
+                &b"clock_floor"[..],
+                &b"\x00generation"[..],
+                &b"\x00clock_floor"[..]
+            )
         );
+        assert_eq!(
+            COUNT_KEYS,
+            [
+                &b"\x00count.pending"[..],
+                b"\x00count.succeeded",
+                b"\x00count.failed",
+                b"\x00count.unknown",
+                b"\x00count.forgotten"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_range_sorts_after_the_counters_and_apart_from_the_others() {
+        let id_key = RecordId::new("t", "o", "k").unwrap().to_key_bytes();
+        let ranges = [Range::Expiry]
+            .into_iter()
+            .chain(State::ALL.map(Range::State));
+        let mut last = COUNT_KEYS
+            .iter()
+            .chain([&GENERATION_KEY, &CLOCK_FLOOR_KEY])
+            .map(|k| k.to_vec())
+            .max()
+            .unwrap();
+        for range in ranges {
+            let (lowest, highest) = (
+                range.key(Timestamp(0), &id_key),
+                range.key(Timestamp(u64::MAX), &id_key),
+            );
+            let bounds = range.bounds();
+            assert!(last < lowest && bounds.start[..] <= lowest[..]);
+            assert!(highest[..] < bounds.end[..]);
+            last = highest;
+        }
     }
 
     #[test]
     fn state_indexes_follow_state_all() {
         for (i, state) in State::ALL.into_iter().enumerate() {
             assert_eq!(state_index(state), i);
-            assert!(STATES[i].name().ends_with(state.name()));
+            assert!(LEGACY_STATES[i].name().ends_with(state.name()));
+            assert!(COUNT_KEYS[i].ends_with(state.name().as_bytes()));
         }
     }
 

@@ -1,9 +1,14 @@
-//! A store file of today's format, committed as `testdata/store-v1.redb`, must open in
-//! every later version: read-only and writable, with every record, intent and business
-//! row it holds, and `check` passing. The file is never regenerated: a change that
-//! breaks this test breaks the files of every terminal in the field.
+//! Store files of every older schema, committed as `testdata/store-v1.redb` (schema 1)
+//! and `testdata/store-v2.redb` (schema 2), must open in every later version:
+//! read-only (in their own layout, without a byte written) and writable (upgraded to
+//! this build's schema in one transaction), with every record, intent and business row
+//! they hold answered the same before and after, and `check` passing. The files are
+//! never regenerated: a change that breaks these tests breaks the files of every
+//! terminal in the field.
 //!
-//! `write_the_golden_store_file` made it (ignored; it refuses to overwrite the file).
+//! `write_the_golden_store_file` made the first and
+//! `write_the_golden_store_file_of_schema_2` the second, each with the build of its
+//! schema (ignored; they refuse to overwrite the files).
 
 mod common;
 
@@ -16,8 +21,8 @@ use idem_core::{
     Fingerprint, Generation, IntentState, LedgerConfig, Outcome, Record, Reply, State, Status,
     Timestamp, Verdict,
 };
-use idem_store::redb::{ReadableTable, TableDefinition};
-use idem_store::{ListFilter, Store};
+use idem_store::redb::{ReadableTable, TableDefinition, TableHandle};
+use idem_store::{ListFilter, Stats, Store, SweepReport};
 
 const SALES: TableDefinition<&str, &[u8]> = TableDefinition::new("shop.sales");
 
@@ -232,6 +237,99 @@ fn golden_copy(dir: &Path) -> PathBuf {
     path
 }
 
+/// Every answer a store gives about its records at `now`, to compare a file before
+/// and after its upgrade.
+#[derive(Debug, PartialEq)]
+struct Answers {
+    all: Vec<(idem_core::RecordId, Record)>,
+    by_state: Vec<Vec<idem_core::RecordId>>,
+    got: Vec<Option<Record>>,
+    stats: Stats,
+    dry_sweep: SweepReport,
+    generation: Generation,
+    clock_floor: Timestamp,
+}
+
+fn answers(store: &Store, now: Timestamp) -> Answers {
+    let list = |state| {
+        let mut found = Vec::new();
+        let filter = ListFilter {
+            state,
+            ..ListFilter::default()
+        };
+        store
+            .list(&filter, |id, record| {
+                found.push((id, record));
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+        found
+    };
+    let all = list(None);
+    let by_state = State::ALL
+        .into_iter()
+        .map(|state| list(Some(state)).into_iter().map(|(id, _)| id).collect())
+        .collect();
+    let got = all.iter().map(|(id, _)| store.get(id).unwrap()).collect();
+    let mut stats = store.stats(now).unwrap();
+    // The one figure that is not an answer about the records.
+    stats.file_bytes = 0;
+    Answers {
+        all,
+        by_state,
+        got,
+        stats,
+        dry_sweep: store.sweep(now, 100, true).unwrap(),
+        generation: store.generation().unwrap(),
+        clock_floor: store.clock_floor().unwrap(),
+    }
+}
+
+/// The names of the file's tables.
+fn table_names(store: &Store) -> Vec<String> {
+    store
+        .read(|txn| {
+            txn.list_tables()
+                .unwrap()
+                .map(|t| t.name().to_string())
+                .collect()
+        })
+        .unwrap()
+}
+
+/// Opens a copy of the old file `golden` read-only, then writable (which upgrades it),
+/// and shows the answers at `now` are the same: returns them with the upgraded store.
+fn upgrades_with_the_same_answers(golden: &Path, dir: &Path, now: Timestamp) -> (Answers, Store) {
+    let bytes = std::fs::read(golden).expect("the golden file is committed");
+    let path = dir.join("old.redb");
+    std::fs::write(&path, &bytes).unwrap();
+    let store = Store::builder().read_only(true).open(&path).unwrap();
+    let before = answers(&store, now);
+    assert!(table_names(&store).contains(&"idem.expiry".to_string()));
+    drop(store);
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "a read-only open wrote");
+
+    let store = Store::open(&path).unwrap();
+    let names = table_names(&store);
+    assert!(names.contains(&"idem.index".to_string()), "{names:?}");
+    assert!(
+        !names
+            .iter()
+            .any(|n| n == "idem.expiry" || n.starts_with("idem.state.")),
+        "the old indexes are deleted: {names:?}"
+    );
+    let report = store.check().unwrap();
+    assert!(report.is_ok(), "{:?}", report.problems);
+    let after = answers(&store, now);
+    assert_eq!(after, before);
+    // A read-only open of the upgraded file reads the new layout the same.
+    drop(store);
+    let read_only = Store::builder().read_only(true).open(&path).unwrap();
+    assert_eq!(answers(&read_only, now), before);
+    drop(read_only);
+    (before, Store::open(&path).unwrap())
+}
+
 fn reads_the_golden_contents(store: &Store) {
     let mut found = Vec::new();
     store
@@ -323,6 +421,16 @@ fn the_golden_store_file_of_schema_1_opens_and_reads() {
     assert!(!report.redb_repaired);
     assert_eq!((report.records, report.intents), (5, 3));
     reads_the_golden_contents(&store);
+
+    drop(store);
+    let again = tempfile::tempdir().unwrap();
+    let (answers, store) = upgrades_with_the_same_answers(
+        &golden_path(),
+        again.path(),
+        Timestamp(T0 + 2 * DAY),
+    );
+    assert_eq!(answers.all.len(), 5);
+    assert_eq!(answers.dry_sweep.tombstoned, 3);
 
     // It goes on: replays, generations after the file's, the outbox, a sweep.
     let sale = id("shop-7", "sale", "sale-1");
@@ -473,4 +581,85 @@ fn write_the_golden_store_file_of_schema_2() {
         path.display(),
         std::fs::metadata(&path).unwrap().len()
     );
+}
+
+#[test]
+fn the_golden_store_file_of_schema_2_opens_reads_and_upgrades() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Timestamp(T0 + 6_000);
+    let (answers, store) = upgrades_with_the_same_answers(&golden_v2_path(), dir.path(), now);
+    // What the generator wrote, by hand.
+    let keys: Vec<(&str, State)> = answers
+        .all
+        .iter()
+        .map(|(id, record)| (id.key(), record.state()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("sale-0", State::Forgotten),
+            ("sale-1", State::Succeeded),
+            ("sale-2", State::Failed),
+            ("charge-3", State::Pending),
+            ("charge-4", State::Unknown),
+            ("charge-5", State::Succeeded),
+        ]
+    );
+    assert_eq!(
+        answers.by_state.iter().map(Vec::len).collect::<Vec<_>>(),
+        [1, 2, 1, 1, 1]
+    );
+    let stats = &answers.stats;
+    assert_eq!(
+        [
+            stats.pending,
+            stats.succeeded,
+            stats.failed,
+            stats.unknown,
+            stats.forgotten
+        ],
+        [1, 2, 1, 1, 1]
+    );
+    assert_eq!(stats.oldest_pending_age_ms, Some(4_000));
+    assert_eq!(stats.oldest_unknown_age_ms, Some(2_000));
+    assert_eq!(answers.generation, Generation(6));
+    assert_eq!(answers.clock_floor, Timestamp(T0 + 6_000));
+    match &answers.all[0].1.status {
+        Status::Tombstone { verdict, .. } => assert_eq!(*verdict, Verdict::Succeeded),
+        other => panic!("sale-0: {other:?}"),
+    }
+
+    // The upgraded store goes on: a replay, a tombstone's answer, a fresh key, sweeps.
+    let later = Timestamp(T0 + 60_000);
+    match store
+        .begin(&id("shop-7", "sale", "sale-1"), fp("sale-1"), later)
+        .unwrap()
+    {
+        Decision::Replay { outcome, .. } => assert_eq!(outcome, Outcome::new(201, "receipt 1")),
+        other => panic!("sale-1: {other:?}"),
+    }
+    assert!(matches!(
+        store
+            .begin(&id("shop-7", "sale", "sale-0"), fp("sale-0"), later)
+            .unwrap(),
+        Decision::Forgotten { .. }
+    ));
+    let fresh = id("shop-7", "sale", "sale-6");
+    let Decision::Claimed { generation, .. } = store.begin(&fresh, fp("sale-6"), later).unwrap()
+    else {
+        panic!("sale-6 is new")
+    };
+    assert_eq!(generation, Generation(7));
+    let stats = store.stats(later).unwrap();
+    assert_eq!((stats.pending, stats.records()), (2, 7));
+    let report = store.sweep(Timestamp(T0 + 2 * DAY), 100, false).unwrap();
+    assert_eq!((report.removed, report.tombstoned), (0, 3));
+    let stats = store.stats(Timestamp(T0 + 2 * DAY)).unwrap();
+    assert_eq!((stats.forgotten, stats.succeeded, stats.failed), (4, 0, 0));
+    assert!(store.check().unwrap().is_ok());
+    let report = store.sweep(Timestamp(T0 + 40 * DAY), 100, false).unwrap();
+    assert_eq!((report.removed, report.tombstoned), (4, 0));
+    let stats = store.stats(Timestamp(T0 + 40 * DAY)).unwrap();
+    assert_eq!((stats.records(), stats.pending, stats.unknown), (3, 2, 1));
+    assert!(store.check().unwrap().is_ok());
 }

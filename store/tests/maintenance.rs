@@ -8,7 +8,7 @@ use std::ops::ControlFlow;
 use common::{Rng, T0, fp, id, seed};
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Generation, Outcome, Record, RecordId, State, Status, Timestamp, Verdict};
-use idem_store::redb::{self, TableDefinition};
+use idem_store::redb::{self, ReadableTable, TableDefinition};
 use idem_store::{Error, ListFilter, Store, record_json};
 
 fn at(ms: u64) -> Timestamp {
@@ -431,8 +431,9 @@ fn a_bad_import_line_is_named_and_nothing_is_imported() {
 
 #[test]
 fn check_finds_index_entries_that_disagree_with_records() {
-    const EXPIRY: TableDefinition<&[u8], ()> = TableDefinition::new("idem.expiry");
-    const META: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.meta");
+    // Schema 3 keeps the expiry entries (kind byte 1) and the generation counter
+    // (`\0generation`) in one table.
+    const INDEX: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.index");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("idem.redb");
     {
@@ -447,11 +448,22 @@ fn check_finds_index_entries_that_disagree_with_records() {
         let db = redb::Database::create(&path).unwrap();
         let txn = db.begin_write().unwrap();
         {
-            let mut expiry = txn.open_table(EXPIRY).unwrap();
-            let first = expiry.pop_first().unwrap().unwrap().0.value().to_vec();
-            assert!(!first.is_empty());
-            let mut meta = txn.open_table(META).unwrap();
-            meta.insert(&b"generation"[..], &3u64.to_be_bytes()[..])
+            let mut index = txn.open_table(INDEX).unwrap();
+            let first = index
+                .range(&[1u8][..]..&[2u8][..])
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()
+                .0
+                .value()
+                .to_vec();
+            assert!(index.remove(first.as_slice()).unwrap().is_some());
+            index
+                .insert(&b"\x00generation"[..], &3u64.to_be_bytes()[..])
+                .unwrap();
+            index
+                .insert(&b"\x00count.failed"[..], &99u64.to_be_bytes()[..])
                 .unwrap();
         }
         txn.commit().unwrap();
@@ -463,6 +475,7 @@ fn check_finds_index_entries_that_disagree_with_records() {
         "missing from the expiry index",
         "expiry index holds 3 entries for 4 settled records",
         "is outside 1..=3 (the counter)",
+        "index count of failed records is 99, but ",
     ]
     .into_iter()
     .map(|needle| {
@@ -482,6 +495,11 @@ fn check_finds_index_entries_that_disagree_with_records() {
         1
     );
     assert_eq!(problems["is outside 1..=3 (the counter)"], 3, "{report:?}");
+    assert_eq!(
+        problems["index count of failed records is 99, but "],
+        1,
+        "{report:?}"
+    );
 }
 
 #[test]
