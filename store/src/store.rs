@@ -827,8 +827,10 @@ impl Store {
     /// and Unknown record, expired records awaiting sweep, the file size and the
     /// generation counter, from one snapshot.
     ///
-    /// Counts come from the state indexes' lengths and ages from their first entries;
-    /// only the Pending records and the expired index entries are read one by one.
+    /// Counts come from the counts the index keeps by state (a schema 1 or 2 file read
+    /// before its upgrade: from its state tables' lengths) and ages from the first
+    /// entries of the state ranges; only the Pending and Unknown records and the
+    /// expired index entries are read one by one.
     ///
     /// # Errors
     ///
@@ -864,7 +866,8 @@ impl Store {
     /// Verifies the file: redb's integrity check (every page checksum, repairing what it
     /// can), then idem's own rules: every record and id decodes, every record has exactly
     /// its state index entry and, when settled, its expiry entry, no index entry lacks a
-    /// record, every generation is at most the counter, and the schema version is this
+    /// record, the index's count of each state is the number of records in it, every
+    /// generation is at most the counter, and the schema version is this
     /// build's; and the outbox's: every intent decodes and has exactly its state entry
     /// and, when queued, its due entry; and the tokens': every issued token decodes and
     /// has exactly its expiry entry, and every intent's token decodes.

@@ -55,7 +55,9 @@
 //! read transaction and takes the layout it names ([`Layout`]). Choosing per read
 //! transaction, not per open, keeps a read-only store that was opened on a schema 2
 //! file correct after another process's writable open upgrades it. Writes only ever
-//! see schema 3: a writable open upgrades before anything else. Reading the old layout
+//! see schema 3: a writable open upgrades before anything else. As with every upgrade,
+//! the processes that write one file run builds of one schema: an older build refuses
+//! an upgraded file at its open. Reading the old layout
 //! costs a small enum and the old table definitions; converting in memory at each
 //! read-only open would cost a scan of every record instead.
 
