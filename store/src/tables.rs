@@ -66,8 +66,7 @@ use std::ops::ControlFlow;
 
 use idem_core::{Generation, IssuedToken, Record, RecordId, State, Timestamp, Write};
 use redb::{
-    ReadTransaction, ReadableTable, ReadableTableMetadata, Table, TableDefinition,
-    WriteTransaction,
+    ReadTransaction, ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction,
 };
 
 use crate::error::Error;
@@ -234,11 +233,14 @@ pub(crate) fn expired_keys(
 
 /// Visits the entries of `range` in a folded `index`, oldest first, as (time, id
 /// bytes), until `visit` breaks.
-fn visit_folded(
+fn visit_folded<F>(
     index: &impl ReadableTable<&'static [u8], &'static [u8]>,
     range: Range,
-    visit: &mut dyn FnMut(Timestamp, &[u8]) -> Result<ControlFlow<()>, Error>,
-) -> Result<(), Error> {
+    mut visit: F,
+) -> Result<(), Error>
+where
+    F: FnMut(Timestamp, &[u8]) -> Result<ControlFlow<()>, Error>,
+{
     let bounds = range.bounds();
     for entry in index.range(&bounds.start[..]..&bounds.end[..])? {
         let (key, _) = entry?;
@@ -416,7 +418,7 @@ impl<'t> IndexReader<'t> {
         mut visit: impl FnMut(Timestamp, &[u8]) -> Result<ControlFlow<()>, Error>,
     ) -> Result<(), Error> {
         match &self.layout {
-            Layout::Folded(index) => visit_folded(index, range, &mut visit),
+            Layout::Folded(index) => visit_folded(index, range, visit),
             Layout::Split => {
                 let Some(table) = open_read(self.txn, range.legacy())? else {
                     return Ok(());
@@ -652,7 +654,7 @@ impl<'txn> Tables<'txn> {
     /// remain), each as `expires_at` ++ id bytes ([`split_timed_key`] splits it).
     pub(crate) fn expired(&mut self, now: Timestamp, batch: usize) -> Result<Vec<Vec<u8>>, Error> {
         let mut keys = Vec::with_capacity(batch + 1);
-        visit_folded(self.index()?, Range::Expiry, &mut |expires_at, id_key| {
+        visit_folded(self.index()?, Range::Expiry, |expires_at, id_key| {
             if expires_at > now || keys.len() > batch {
                 return Ok(ControlFlow::Break(()));
             }

@@ -307,7 +307,11 @@ fn upgrades_with_the_same_answers(golden: &Path, dir: &Path, now: Timestamp) -> 
     let before = answers(&store, now);
     assert!(table_names(&store).contains(&"idem.expiry".to_string()));
     drop(store);
-    assert_eq!(std::fs::read(&path).unwrap(), bytes, "a read-only open wrote");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "a read-only open wrote"
+    );
 
     let store = Store::open(&path).unwrap();
     let names = table_names(&store);
@@ -424,11 +428,8 @@ fn the_golden_store_file_of_schema_1_opens_and_reads() {
 
     drop(store);
     let again = tempfile::tempdir().unwrap();
-    let (answers, store) = upgrades_with_the_same_answers(
-        &golden_path(),
-        again.path(),
-        Timestamp(T0 + 2 * DAY),
-    );
+    let (answers, store) =
+        upgrades_with_the_same_answers(&golden_path(), again.path(), Timestamp(T0 + 2 * DAY));
     assert_eq!(answers.all.len(), 5);
     assert_eq!(answers.dry_sweep.tombstoned, 3);
 

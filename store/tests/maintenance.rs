@@ -496,8 +496,7 @@ fn check_finds_index_entries_that_disagree_with_records() {
     );
     assert_eq!(problems["is outside 1..=3 (the counter)"], 3, "{report:?}");
     assert_eq!(
-        problems["index count of failed records is 99, but "],
-        1,
+        problems["index count of failed records is 99, but "], 1,
         "{report:?}"
     );
 }
