@@ -12,8 +12,7 @@ use crate::error::{Error, MaintainError};
 use crate::handle::guard_read;
 use crate::outbox::{check_intents, count_intents_by_state};
 use crate::tables::{
-    self, COUNT_KEYS, GENERATION_KEY, INDEX, IndexReader, META, RECORDS, Range, SCHEMA_KEY,
-    SCHEMA_VERSION,
+    self, COUNT_KEYS, GENERATION_KEY, INDEX, IndexReader, META, RECORDS, SCHEMA_KEY, SCHEMA_VERSION,
 };
 use crate::writer::Writer;
 
@@ -254,14 +253,10 @@ fn sweep_dry_run(
     };
     let records = txn.open_table(RECORDS)?;
     let mut report = SweepReport::default();
-    index.visit(Range::Expiry, |expires_at, id_key| {
-        if expires_at > now {
-            return Ok(ControlFlow::Break(()));
-        }
-        if usize::try_from(report.removed + report.tombstoned).is_ok_and(|n| n >= limit) {
-            report.remaining_expired = true;
-            return Ok(ControlFlow::Break(()));
-        }
+    let keys = index.expired(now, limit)?;
+    report.remaining_expired = keys.len() > limit;
+    for key in keys.iter().take(limit) {
+        let (expires_at, id_key) = tables::split_timed_key(key)?;
         let record = tables::read_record(&records, id_key)?;
         match record.map(|record| protocol::sweep(&record, now, config)) {
             Some(Swept::Tombstone(_)) => report.tombstoned += 1,
@@ -275,8 +270,7 @@ fn sweep_dry_run(
                 });
             }
         }
-        Ok(ControlFlow::Continue(()))
-    })?;
+    }
     Ok(report)
 }
 
@@ -297,10 +291,10 @@ fn stats_guarded(writer: &Writer, now: Timestamp) -> Result<Stats, Error> {
         counts[i] = index.count(state)?;
     }
     let oldest_pending_age_ms = index
-        .first(Range::State(State::Pending))?
+        .first(State::Pending)?
         .map(|created_at| now.millis_since(created_at));
     let mut pending_lease_expired = 0;
-    index.visit(Range::State(State::Pending), |_, id_key| {
+    index.visit(State::Pending, |_, id_key| {
         let record = tables::read_record(&records, id_key)?;
         if record
             .and_then(|r| r.lease_until())
@@ -313,21 +307,14 @@ fn stats_guarded(writer: &Writer, now: Timestamp) -> Result<Stats, Error> {
     // An Unknown record's age counts from when it became Unknown (its last update),
     // not from its creation: Unknown records are few, each read.
     let mut unknown_since: Option<Timestamp> = None;
-    index.visit(Range::State(State::Unknown), |_, id_key| {
+    index.visit(State::Unknown, |_, id_key| {
         if let Some(record) = tables::read_record(&records, id_key)? {
             unknown_since =
                 Some(unknown_since.map_or(record.updated_at, |t| t.min(record.updated_at)));
         }
         Ok(ControlFlow::Continue(()))
     })?;
-    let mut expired = 0;
-    index.visit(Range::Expiry, |expires_at, _| {
-        if expires_at > now {
-            return Ok(ControlFlow::Break(()));
-        }
-        expired += 1;
-        Ok(ControlFlow::Continue(()))
-    })?;
+    let expired = index.count_expired(now)?;
     Ok(Stats {
         pending: counts[0],
         succeeded: counts[1],
@@ -406,7 +393,6 @@ pub(crate) fn check(writer: &Writer) -> Result<CheckReport, Error> {
         }
     };
     let mut counts = [0u64; 5];
-    let mut settled = 0u64;
     let mut total = 0u64;
     for entry in records.iter()? {
         let (key, bytes) = entry?;
@@ -431,38 +417,32 @@ pub(crate) fn check(writer: &Writer) -> Result<CheckReport, Error> {
         }
         let state = record.state();
         counts[tables::state_index(state)] += 1;
-        let state_key = Range::State(state).key(record.created_at, id_key);
-        if index.get(state_key.as_slice())?.is_none() {
+        if index
+            .get(tables::index_key(id_key, &record).as_slice())?
+            .is_none()
+        {
             problems.push(format!("record {name}: missing from the {state} index"));
         }
-        if let Some(expires_at) = record.expires_at() {
-            settled += 1;
-            let expiry_key = Range::Expiry.key(expires_at, id_key);
-            if index.get(expiry_key.as_slice())?.is_none() {
-                problems.push(format!("record {name}: missing from the expiry index"));
-            }
-        }
     }
-    // Every record has its entries (checked above); equal numbers of entries then mean
+    // Every record has its entry (checked above); equal numbers of entries then mean
     // that no entry lacks a record.
     let mut entries = [0u64; 5];
-    let mut expiry_entries = 0u64;
     for entry in index.iter()? {
         let (key, _) = entry?;
         let key = key.value();
-        match key.first() {
-            Some(&tables::KIND_COUNTER) => {}
+        match key
+            .first()
+            .map(|kind| (*kind, tables::state_of_kind(*kind)))
+        {
+            Some((tables::KIND_COUNTER, _)) => {}
             _ if key.len() < 9 => problems.push(format!(
                 "index key {:?}: {} bytes, expected at least 9",
                 String::from_utf8_lossy(key),
                 key.len()
             )),
-            Some(&tables::KIND_EXPIRY) => expiry_entries += 1,
-            Some(&kind) if (tables::KIND_STATE..tables::KIND_STATE + 5).contains(&kind) => {
-                entries[usize::from(kind - tables::KIND_STATE)] += 1;
-            }
+            Some((_, Some(state))) => entries[tables::state_index(state)] += 1,
             _ => problems.push(format!(
-                "index key {:?}: kind byte {}, expected 0 to 6",
+                "index key {:?}: kind byte {}, which names no state",
                 String::from_utf8_lossy(key),
                 key[0]
             )),
@@ -484,11 +464,6 @@ pub(crate) fn check(writer: &Writer) -> Result<CheckReport, Error> {
             )),
             Err(e) => problems.push(e.to_string()),
         }
-    }
-    if expiry_entries != settled {
-        problems.push(format!(
-            "expiry index holds {expiry_entries} entries for {settled} settled records and tombstones"
-        ));
     }
     let intents = check_intents(&txn, &mut |problem| problems.push(problem))?;
     crate::token::check(&txn, &mut |problem| problems.push(problem))?;

@@ -128,7 +128,7 @@ fn list_guarded(
             // A schema 1 or 2 file read before any writable open is read in its own
             // layout (`IndexReader`).
             let index = tables::IndexReader::open(&txn)?;
-            index.visit(tables::Range::State(state), |_, id_key| {
+            index.visit(state, |_, id_key| {
                 let Some(bytes) = records.get(id_key)? else {
                     return Err(Error::Corrupt {
                         detail: format!(

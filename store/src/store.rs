@@ -789,8 +789,11 @@ impl Store {
     /// Visits the records that match `filter`, from one consistent snapshot, streamed:
     /// records are decoded one at a time, never all held in memory.
     ///
-    /// With a state, records come oldest `created_at` first; without, in key order
-    /// (grouped by tenant, then operation). `visit` returns [`ControlFlow::Break`] to
+    /// With a state, records come in the order of that state's index: Pending and
+    /// Unknown records oldest `created_at` first, settled records and tombstones
+    /// soonest `expires_at` first (a file of schema 1 or 2 read before its upgrade:
+    /// oldest `created_at` first); without a state, in key order (grouped by tenant,
+    /// then operation). `visit` returns [`ControlFlow::Break`] to
     /// stop early. Do not call [`Store::check`] from `visit`.
     ///
     /// # Errors

@@ -12,34 +12,48 @@
 //! | `idem.token.expiry` | `expires_at` (u64 big-endian) ++ token id bytes | `()` |
 //! | `idem.token.intents` | [`RecordId::to_key_bytes`] of `(tenant, operation, intent id)` | [`idem_core::Token::encode`] |
 //!
-//! `idem.index` holds every index of the records, each kind of entry under its own
-//! first byte, so that a kind is one contiguous key range:
+//! `idem.index` holds every index of the records and their counters, each kind under
+//! its own first byte, so that a kind is one contiguous key range:
 //!
 //! | kind byte | rest of the key | value | what |
 //! |---|---|---|---|
-//! | `0x00` | `b"generation"`, `b"clock_floor"`, `b"count."` ++ state name | u64 big-endian | the counters |
-//! | `0x01` | `expires_at` (u64 BE) ++ id bytes | empty | expiry: settled records and tombstones |
-//! | `0x02` + [`state_index`] | `created_at` (u64 BE) ++ id bytes | empty | one range per state |
+//! | `0x01` | `created_at` (u64 BE) ++ id bytes | empty | Unknown records |
+//! | `0x02` | `expires_at` (u64 BE) ++ id bytes | empty | tombstones (Forgotten) |
+//! | `0x03` | `expires_at` ++ id bytes | empty | Failed records |
+//! | `0x04` | `expires_at` ++ id bytes | empty | Succeeded records |
+//! | `0x05` | `b"generation"`, `b"clock_floor"`, `b"count."` ++ state name | u64 BE | the counters |
+//! | `0x06` | `created_at` ++ id bytes | empty | Pending records |
+//!
+//! A record has exactly one entry ([`index_key`]). The settled states and tombstones
+//! are keyed by `expires_at`, so together they are the expiry index: sweep reads the
+//! three ranges up to `now` and merges them ([`IndexReader::expired`],
+//! [`Tables::expired`]). Pending and Unknown records never expire and are keyed by
+//! `created_at`, so the first Pending entry is the oldest.
 //!
 //! Why one table: redb copies every B-tree a commit modifies from the changed leaf up
 //! to its root, and the table of tables once more for each, so the pages a commit
-//! writes (and its fsync flushes) grow with the number of tables it touches. Schema 2
-//! kept an expiry table, five state tables and the counters in `idem.meta`: an execute
-//! of a fresh key modified four B-trees (records, expiry, a state table, meta). In
-//! schema 3 it modifies two: `idem.records` and `idem.index`. The counters sort first
-//! (kind 0), so they share a leaf, which a commit writes once whatever it raised.
+//! writes (and its fsync flushes) grow with the number of tables, and of leaves, it
+//! touches. Schema 2 kept an expiry table, five state tables and the counters in
+//! `idem.meta`: an execute of a fresh key modified four B-trees (records, expiry, a
+//! state table, meta) and five leaves. In schema 3 it modifies two B-trees,
+//! `idem.records` and `idem.index`, and in the index most often one leaf: a settling
+//! commit appends its entry at the end of the Succeeded range (its `expires_at` is the
+//! latest yet, for one retention), which is where the counters sit, and the few
+//! Pending entries, inserted by a begin and removed by its complete, follow them. So
+//! the kind bytes are ordered to put the hot keys side by side: the counters between
+//! the newest Succeeded entries and the Pending ones. A leaf split keeps them together,
+//! since the appends and the counters always fall into the last leaf of the range.
 //!
 //! Counts by state: schema 2 answered them with the state tables' lengths, which redb
 //! keeps. One table's length no longer tells them apart, so the index keeps a count
-//! per state (`0x00 count.<state>`), moved by [`Tables::put`] and [`Tables::delete`]
-//! in memory ([`Counters`]) and written at the commit with the generation counter, in
-//! the same transaction as the records they count. [`crate::Store::stats`] reads them
-//! and never scans; [`crate::Store::check`] counts the records and compares.
+//! per state (`count.<state>`), moved by [`Tables::put`] and [`Tables::delete`] in
+//! memory ([`Counters`]) and written at the commit with the generation counter, in the
+//! same transaction as the records they count. [`crate::Store::stats`] reads them and
+//! never scans; [`crate::Store::check`] counts the records and compares.
 //!
 //! Every key and value is our own byte string: the file never depends on redb's
 //! encodings of composite types, which have changed between redb majors. Big-endian
-//! numbers make each range sort by time, so sweep reads the expiry range oldest first
-//! and stats find the oldest Pending record with one lookup.
+//! numbers make each range sort by time.
 //!
 //! ## Older schemas
 //!
@@ -120,25 +134,34 @@ pub(crate) const LEGACY_CLOCK_FLOOR_KEY: &[u8] = b"clock_floor";
 /// Meta key of the schema version.
 pub(crate) const SCHEMA_KEY: &[u8] = b"schema";
 
-/// Kind byte of the counters in [`INDEX`].
-pub(crate) const KIND_COUNTER: u8 = 0x00;
-/// Kind byte of the expiry entries in [`INDEX`].
-pub(crate) const KIND_EXPIRY: u8 = 0x01;
-/// Kind byte of the first state's entries in [`INDEX`]; state `i` has this plus `i`.
-pub(crate) const KIND_STATE: u8 = 0x02;
+/// Kind byte of the Unknown records' entries in [`INDEX`] (by `created_at`).
+pub(crate) const KIND_UNKNOWN: u8 = 0x01;
+/// Kind byte of the tombstones' entries (by `expires_at`).
+pub(crate) const KIND_FORGOTTEN: u8 = 0x02;
+/// Kind byte of the Failed records' entries (by `expires_at`).
+pub(crate) const KIND_FAILED: u8 = 0x03;
+/// Kind byte of the Succeeded records' entries (by `expires_at`).
+pub(crate) const KIND_SUCCEEDED: u8 = 0x04;
+/// Kind byte of the counters.
+pub(crate) const KIND_COUNTER: u8 = 0x05;
+/// Kind byte of the Pending records' entries (by `created_at`).
+pub(crate) const KIND_PENDING: u8 = 0x06;
 
 /// Index key of the store-wide generation counter (the last generation handed out).
-pub(crate) const GENERATION_KEY: &[u8] = b"\x00generation";
+pub(crate) const GENERATION_KEY: &[u8] = b"\x05generation";
 /// Index key of the clock floor: the latest time a write of a record used, in ms.
-pub(crate) const CLOCK_FLOOR_KEY: &[u8] = b"\x00clock_floor";
+pub(crate) const CLOCK_FLOOR_KEY: &[u8] = b"\x05clock_floor";
 /// Index keys of the number of records in each state, in the order of [`State::ALL`].
 pub(crate) const COUNT_KEYS: [&[u8]; 5] = [
-    b"\x00count.pending",
-    b"\x00count.succeeded",
-    b"\x00count.failed",
-    b"\x00count.unknown",
-    b"\x00count.forgotten",
+    b"\x05count.pending",
+    b"\x05count.succeeded",
+    b"\x05count.failed",
+    b"\x05count.unknown",
+    b"\x05count.forgotten",
 ];
+
+/// The states whose entries are keyed by `expires_at`: together, the expiry index.
+pub(crate) const EXPIRING: [State; 3] = [State::Forgotten, State::Failed, State::Succeeded];
 
 /// The position of `state` in [`State::ALL`].
 pub(crate) fn state_index(state: State) -> usize {
@@ -151,45 +174,37 @@ pub(crate) fn state_index(state: State) -> usize {
     }
 }
 
-/// The ranges of [`INDEX`] that hold timed entries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Range {
-    /// Settled records and tombstones by `expires_at`.
-    Expiry,
-    /// The records in one state by `created_at`.
-    State(State),
+/// The kind byte of `state`'s entries in [`INDEX`].
+pub(crate) fn kind(state: State) -> u8 {
+    match state {
+        State::Pending => KIND_PENDING,
+        State::Succeeded => KIND_SUCCEEDED,
+        State::Failed => KIND_FAILED,
+        State::Unknown => KIND_UNKNOWN,
+        State::Forgotten => KIND_FORGOTTEN,
+    }
 }
 
-impl Range {
-    fn kind(self) -> u8 {
-        match self {
-            Range::Expiry => KIND_EXPIRY,
-            // At most 4: no overflow.
-            Range::State(state) => KIND_STATE + state_index(state) as u8,
-        }
-    }
+/// The state whose entries have the kind byte `kind`, if any.
+pub(crate) fn state_of_kind(kind_byte: u8) -> Option<State> {
+    State::ALL.into_iter().find(|s| kind(*s) == kind_byte)
+}
 
-    /// The key of `id_key`'s entry at `time` in this range.
-    pub(crate) fn key(self, time: Timestamp, id_key: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(9 + id_key.len());
-        out.push(self.kind());
-        out.extend_from_slice(&time.as_millis().to_be_bytes());
-        out.extend_from_slice(id_key);
-        out
-    }
+/// The key of `record`'s entry in [`INDEX`]: its state's kind byte, then its
+/// `expires_at` (settled records and tombstones) or `created_at` (Pending and Unknown)
+/// big-endian, then the id bytes.
+pub(crate) fn index_key(id_key: &[u8], record: &Record) -> Vec<u8> {
+    let time = record.expires_at().unwrap_or(record.created_at);
+    let mut out = Vec::with_capacity(9 + id_key.len());
+    out.push(kind(record.state()));
+    out.extend_from_slice(&time.as_millis().to_be_bytes());
+    out.extend_from_slice(id_key);
+    out
+}
 
-    /// The bounds of this range in [`INDEX`].
-    fn bounds(self) -> std::ops::Range<[u8; 1]> {
-        [self.kind()]..[self.kind() + 1]
-    }
-
-    /// The old table of this range (schema 1 and 2).
-    fn legacy(self) -> TableDefinition<'static, &'static [u8], ()> {
-        match self {
-            Range::Expiry => LEGACY_EXPIRY,
-            Range::State(state) => LEGACY_STATES[state_index(state)],
-        }
-    }
+/// The key range of `state`'s entries in [`INDEX`].
+fn bounds(state: State) -> std::ops::Range<[u8; 1]> {
+    [kind(state)]..[kind(state) + 1]
 }
 
 /// `time` big-endian, then the id bytes: a key of the token expiry index, and of the
@@ -219,7 +234,7 @@ pub(crate) fn expired_keys(
     now: Timestamp,
     batch: usize,
 ) -> Result<Vec<Vec<u8>>, Error> {
-    let mut keys = Vec::with_capacity(batch + 1);
+    let mut keys = Vec::with_capacity(batch.min(SWEEP_CAPACITY) + 1);
     for entry in index.iter()? {
         let (key, _) = entry?;
         let (expires_at, _) = split_timed_key(key.value())?;
@@ -231,17 +246,17 @@ pub(crate) fn expired_keys(
     Ok(keys)
 }
 
-/// Visits the entries of `range` in a folded `index`, oldest first, as (time, id
-/// bytes), until `visit` breaks.
+/// Visits the entries of `state` in a folded `index`, in key order (oldest first), as
+/// (time, id bytes), until `visit` breaks.
 fn visit_folded<F>(
     index: &impl ReadableTable<&'static [u8], &'static [u8]>,
-    range: Range,
+    state: State,
     mut visit: F,
 ) -> Result<(), Error>
 where
     F: FnMut(Timestamp, &[u8]) -> Result<ControlFlow<()>, Error>,
 {
-    let bounds = range.bounds();
+    let bounds = bounds(state);
     for entry in index.range(&bounds.start[..]..&bounds.end[..])? {
         let (key, _) = entry?;
         let (time, id_key) = split_timed_key(&key.value()[1..])?;
@@ -251,6 +266,34 @@ where
     }
     Ok(())
 }
+
+/// The entries of a folded `index` whose `expires_at` is at or before `now`, oldest
+/// first, at most `batch + 1`, each as `expires_at` ++ id bytes: the expiry index is
+/// the settled states' ranges, merged.
+fn expired_folded(
+    index: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    now: Timestamp,
+    batch: usize,
+) -> Result<Vec<Vec<u8>>, Error> {
+    let mut keys = Vec::new();
+    for state in EXPIRING {
+        let mut taken = 0;
+        visit_folded(index, state, |expires_at, id_key| {
+            if expires_at > now || taken > batch {
+                return Ok(ControlFlow::Break(()));
+            }
+            keys.push(timed_key(expires_at, id_key));
+            taken += 1;
+            Ok(ControlFlow::Continue(()))
+        })?;
+    }
+    keys.sort_unstable();
+    keys.truncate(batch.saturating_add(1));
+    Ok(keys)
+}
+
+/// The most keys an expiry read reserves room for before it finds them.
+const SWEEP_CAPACITY: usize = 1024;
 
 /// Decodes a u64 stored in the meta table or among the index's counters.
 pub(crate) fn decode_u64(name: &str, bytes: &[u8]) -> Result<u64, Error> {
@@ -410,40 +453,87 @@ impl<'t> IndexReader<'t> {
         }
     }
 
-    /// Visits the entries of `range`, oldest first, as (time, id bytes), until `visit`
-    /// breaks.
+    /// Visits the records in `state`, in the order of their index (Pending and
+    /// Unknown by `created_at`; settled records and tombstones by `created_at` in
+    /// schemas 1 and 2, by `expires_at` in schema 3), as (time, id bytes), until
+    /// `visit` breaks.
     pub(crate) fn visit(
         &self,
-        range: Range,
+        state: State,
         mut visit: impl FnMut(Timestamp, &[u8]) -> Result<ControlFlow<()>, Error>,
     ) -> Result<(), Error> {
         match &self.layout {
-            Layout::Folded(index) => visit_folded(index, range, visit),
+            Layout::Folded(index) => visit_folded(index, state, visit),
             Layout::Split => {
-                let Some(table) = open_read(self.txn, range.legacy())? else {
+                let Some(table) = open_read(self.txn, LEGACY_STATES[state_index(state)])? else {
                     return Ok(());
                 };
-                for entry in table.iter()? {
-                    let (key, _) = entry?;
-                    let (time, id_key) = split_timed_key(key.value())?;
-                    if visit(time, id_key)?.is_break() {
-                        break;
-                    }
-                }
-                Ok(())
+                visit_legacy(&table, &mut visit)
             }
         }
     }
 
-    /// The first (oldest) entry of `range`, if any.
-    pub(crate) fn first(&self, range: Range) -> Result<Option<Timestamp>, Error> {
+    /// The first (oldest) entry of Pending, Unknown (both by `created_at`), if any.
+    pub(crate) fn first(&self, state: State) -> Result<Option<Timestamp>, Error> {
         let mut first = None;
-        self.visit(range, |time, _| {
+        self.visit(state, |time, _| {
             first = Some(time);
             Ok(ControlFlow::Break(()))
         })?;
         Ok(first)
     }
+
+    /// The settled records and tombstones whose `expires_at` is at or before `now`,
+    /// oldest first, at most `batch + 1`, each as `expires_at` ++ id bytes.
+    pub(crate) fn expired(&self, now: Timestamp, batch: usize) -> Result<Vec<Vec<u8>>, Error> {
+        match &self.layout {
+            Layout::Folded(index) => expired_folded(index, now, batch),
+            Layout::Split => match open_read(self.txn, LEGACY_EXPIRY)? {
+                Some(expiry) => expired_keys(&expiry, now, batch),
+                None => Ok(Vec::new()),
+            },
+        }
+    }
+
+    /// How many settled records and tombstones expired at `now`.
+    pub(crate) fn count_expired(&self, now: Timestamp) -> Result<u64, Error> {
+        let mut expired = 0;
+        let mut count = |expires_at: Timestamp, _: &[u8]| {
+            if expires_at > now {
+                return Ok(ControlFlow::Break(()));
+            }
+            expired += 1;
+            Ok(ControlFlow::Continue(()))
+        };
+        match &self.layout {
+            Layout::Folded(index) => {
+                for state in EXPIRING {
+                    visit_folded(index, state, &mut count)?;
+                }
+            }
+            Layout::Split => {
+                if let Some(expiry) = open_read(self.txn, LEGACY_EXPIRY)? {
+                    visit_legacy(&expiry, &mut count)?;
+                }
+            }
+        }
+        Ok(expired)
+    }
+}
+
+/// Visits a schema 1 or 2 timed index (`time` ++ id bytes → ()) in key order.
+fn visit_legacy(
+    table: &impl ReadableTable<&'static [u8], ()>,
+    visit: &mut impl FnMut(Timestamp, &[u8]) -> Result<ControlFlow<()>, Error>,
+) -> Result<(), Error> {
+    for entry in table.iter()? {
+        let (key, _) = entry?;
+        let (time, id_key) = split_timed_key(key.value())?;
+        if visit(time, id_key)?.is_break() {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Rewrites a schema 1 or 2 file's indexes in schema 3's layout, in `txn` (the
@@ -459,17 +549,8 @@ pub(crate) fn upgrade(txn: &WriteTransaction) -> Result<(), Error> {
             let (key, bytes) = entry?;
             let id_key = key.value();
             let record = decode_record(id_key, bytes.value())?;
-            let state = record.state();
-            counts[state_index(state)] += 1;
-            index.insert(
-                Range::State(state)
-                    .key(record.created_at, id_key)
-                    .as_slice(),
-                &[][..],
-            )?;
-            if let Some(expires_at) = record.expires_at() {
-                index.insert(Range::Expiry.key(expires_at, id_key).as_slice(), &[][..])?;
-            }
+            counts[state_index(record.state())] += 1;
+            index.insert(index_key(id_key, &record).as_slice(), &[][..])?;
         }
     }
     {
@@ -649,19 +730,11 @@ impl<'txn> Tables<'txn> {
         opened(&mut self.tokens, self.txn, TOKENS)
     }
 
-    /// The keys of the expiry range whose time is at or before `now`, oldest first, at
-    /// most `batch + 1` (one more than a sweep takes, to tell whether expired entries
+    /// The settled records and tombstones whose `expires_at` is at or before `now`
+    /// (the entries of the [`EXPIRING`] states), oldest first, at most `batch + 1` (one more than a sweep takes, to tell whether expired entries
     /// remain), each as `expires_at` ++ id bytes ([`split_timed_key`] splits it).
     pub(crate) fn expired(&mut self, now: Timestamp, batch: usize) -> Result<Vec<Vec<u8>>, Error> {
-        let mut keys = Vec::with_capacity(batch + 1);
-        visit_folded(self.index()?, Range::Expiry, |expires_at, id_key| {
-            if expires_at > now || keys.len() > batch {
-                return Ok(ControlFlow::Break(()));
-            }
-            keys.push(timed_key(expires_at, id_key));
-            Ok(ControlFlow::Continue(()))
-        })?;
-        Ok(keys)
+        expired_folded(self.index()?, now, batch)
     }
 
     /// The record under `id_key`.
@@ -779,16 +852,8 @@ impl<'txn> Tables<'txn> {
             self.unindex(id_key, old)?;
         }
         self.records()?.insert(id_key, new.encode().as_slice())?;
-        let index = self.index()?;
-        if let Some(expires_at) = new.expires_at() {
-            index.insert(Range::Expiry.key(expires_at, id_key).as_slice(), &[][..])?;
-        }
-        index.insert(
-            Range::State(new.state())
-                .key(new.created_at, id_key)
-                .as_slice(),
-            &[][..],
-        )?;
+        self.index()?
+            .insert(index_key(id_key, new).as_slice(), &[][..])?;
         self.counters.count(new.state(), 1);
         Ok(())
     }
@@ -801,15 +866,7 @@ impl<'txn> Tables<'txn> {
     }
 
     fn unindex(&mut self, id_key: &[u8], old: &Record) -> Result<(), Error> {
-        let index = self.index()?;
-        if let Some(expires_at) = old.expires_at() {
-            index.remove(Range::Expiry.key(expires_at, id_key).as_slice())?;
-        }
-        index.remove(
-            Range::State(old.state())
-                .key(old.created_at, id_key)
-                .as_slice(),
-        )?;
+        self.index()?.remove(index_key(id_key, old).as_slice())?;
         self.counters.count(old.state(), -1);
         Ok(())
     }
@@ -859,18 +916,34 @@ mod tests {
             timed_key(Timestamp(0x0102_0304_0506), &id_key),
             b"\x00\x00\x01\x02\x03\x04\x05\x06\x04shop\x06creditk-1"
         );
+        let kinds: Vec<u8> = State::ALL.into_iter().map(kind).collect();
+        assert_eq!(kinds, [6, 4, 3, 1, 2]);
+        let at = |time| Timestamp(time);
+        let pending = Record {
+            fingerprint: idem_core::Fingerprint::of_bytes(b"x"),
+            generation: Generation(1),
+            created_at: at(7),
+            updated_at: at(7),
+            status: idem_core::Status::Pending {
+                lease_until: at(0x0102_0304_0506),
+            },
+        };
         assert_eq!(
-            Range::Expiry.key(Timestamp(0x0102_0304_0506), &id_key),
-            b"\x01\x00\x00\x01\x02\x03\x04\x05\x06\x04shop\x06creditk-1"
-        );
-        let kinds: Vec<u8> = State::ALL
-            .into_iter()
-            .map(|state| Range::State(state).key(Timestamp(7), &id_key)[0])
-            .collect();
-        assert_eq!(kinds, [2, 3, 4, 5, 6]);
-        assert_eq!(
-            Range::State(State::Forgotten).key(Timestamp(7), &id_key),
+            index_key(&id_key, &pending),
             b"\x06\x00\x00\x00\x00\x00\x00\x00\x07\x04shop\x06creditk-1"
+        );
+        let settled = Record {
+            status: idem_core::Status::Settled {
+                verdict: idem_core::Verdict::Succeeded,
+                outcome: idem_core::Outcome::new(200, "ok"),
+                completed_at: at(8),
+                expires_at: at(0x0102_0304_0506),
+            },
+            ..pending.clone()
+        };
+        assert_eq!(
+            index_key(&id_key, &settled),
+            b"\x04\x00\x00\x01\x02\x03\x04\x05\x06\x04shop\x06creditk-1"
         );
         let names: Vec<&str> = [
             RECORDS.name(),
@@ -913,43 +986,41 @@ mod tests {
                 &b"schema"[..],
                 &b"generation"[..],
                 &b"clock_floor"[..],
-                &b"\x00generation"[..],
-                &b"\x00clock_floor"[..]
+                &b"\x05generation"[..],
+                &b"\x05clock_floor"[..]
             )
         );
         assert_eq!(
             COUNT_KEYS,
             [
-                &b"\x00count.pending"[..],
-                b"\x00count.succeeded",
-                b"\x00count.failed",
-                b"\x00count.unknown",
-                b"\x00count.forgotten"
+                &b"\x05count.pending"[..],
+                b"\x05count.succeeded",
+                b"\x05count.failed",
+                b"\x05count.unknown",
+                b"\x05count.forgotten"
             ]
         );
     }
 
+    /// The counters sort between the Succeeded entries, appended at their end by every
+    /// settling commit, and the Pending ones: so the leaf a commit modifies for the
+    /// counters is the one it modifies for its entry.
     #[test]
-    fn every_range_sorts_after_the_counters_and_apart_from_the_others() {
+    fn the_counters_sit_between_the_succeeded_and_the_pending_entries() {
         let id_key = RecordId::new("t", "o", "k").unwrap().to_key_bytes();
-        let ranges = [Range::Expiry]
+        let latest_succeeded = [kind(State::Succeeded)]
             .into_iter()
-            .chain(State::ALL.map(Range::State));
-        let mut last = COUNT_KEYS
-            .iter()
-            .chain([&GENERATION_KEY, &CLOCK_FLOOR_KEY])
-            .map(|k| k.to_vec())
-            .max()
-            .unwrap();
-        for range in ranges {
-            let (lowest, highest) = (
-                range.key(Timestamp(0), &id_key),
-                range.key(Timestamp(u64::MAX), &id_key),
-            );
-            let bounds = range.bounds();
-            assert!(last < lowest && bounds.start[..] <= lowest[..]);
-            assert!(highest[..] < bounds.end[..]);
-            last = highest;
+            .chain([0xff; 8])
+            .chain(id_key.iter().copied())
+            .collect::<Vec<u8>>();
+        let first_pending = [kind(State::Pending), 0, 0, 0, 0, 0, 0, 0, 0].to_vec();
+        for key in COUNT_KEYS.iter().chain([&GENERATION_KEY, &CLOCK_FLOOR_KEY]) {
+            assert!(latest_succeeded.as_slice() < *key && *key < first_pending.as_slice());
+            assert_eq!(state_of_kind(key[0]), None);
+        }
+        for state in State::ALL {
+            assert_eq!(state_of_kind(kind(state)), Some(state));
+            assert_eq!(bounds(state).end[0], kind(state) + 1);
         }
     }
 
