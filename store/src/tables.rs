@@ -41,8 +41,10 @@
 //! latest yet, for one retention), which is where the counters sit, and the few
 //! Pending entries, inserted by a begin and removed by its complete, follow them. So
 //! the kind bytes are ordered to put the hot keys side by side: the counters between
-//! the newest Succeeded entries and the Pending ones. A leaf split keeps them together,
-//! since the appends and the counters always fall into the last leaf of the range.
+//! the newest Succeeded entries and the Pending ones. A split of that leaf falls among
+//! its older Succeeded entries (the counters and a few Pending entries are a small
+//! part of a leaf), so the appends and the counters stay in one leaf; many Pending
+//! records at once spread their range over more leaves, as any index would.
 //!
 //! Counts by state: schema 2 answered them with the state tables' lengths, which redb
 //! keeps. One table's length no longer tells them apart, so the index keeps a count
@@ -71,9 +73,9 @@
 //! file correct after another process's writable open upgrades it. Writes only ever
 //! see schema 3: a writable open upgrades before anything else. As with every upgrade,
 //! the processes that write one file run builds of one schema: an older build refuses
-//! an upgraded file at its open. Reading the old layout
-//! costs a small enum and the old table definitions; converting in memory at each
-//! read-only open would cost a scan of every record instead.
+//! an upgraded file at its open. Reading the old layout costs a small enum and the old
+//! table definitions; converting in memory at each read-only open would cost a scan of
+//! every record instead.
 
 use std::cell::Cell;
 use std::ops::ControlFlow;
@@ -473,7 +475,8 @@ impl<'t> IndexReader<'t> {
         }
     }
 
-    /// The first (oldest) entry of Pending, Unknown (both by `created_at`), if any.
+    /// The time of the first entry of `state`: for Pending and Unknown, the oldest
+    /// `created_at`.
     pub(crate) fn first(&self, state: State) -> Result<Option<Timestamp>, Error> {
         let mut first = None;
         self.visit(state, |time, _| {
