@@ -4,6 +4,7 @@
 mod common;
 
 use std::fs;
+use std::path::Path;
 
 use common::{Idem, T0, claim};
 use serde_json::{Value, json};
@@ -555,4 +556,81 @@ fn a_now_far_ahead_of_the_system_clock_is_refused_for_writes_only() {
     idem.run(&["--now", future, "sweep", "--dry-run"]).code(0);
     idem.run(&["--now", future, "get", "t", "o", "b"]).code(0);
     idem.at(T0 + 3 * HOUR, &["sweep"]).code(0);
+}
+
+/// A file of the previous schema (`testdata/store-v2.redb`, written by the build of
+/// schema 2): the read commands answer from it as it is, read-only, without writing a
+/// byte, and answer the same after a writable open upgraded it.
+#[test]
+fn read_commands_answer_from_a_file_of_the_previous_schema_before_and_after_its_upgrade() {
+    let idem = Idem::new();
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/store-v2.redb");
+    fs::copy(&golden, &idem.db).expect("copy the schema 2 file");
+    // The file's last write was at 2023-11-14T22:13:26Z.
+    let now = "1700000006000";
+    let reads: [&[&str]; 7] = [
+        &["get", "shop-7", "sale", "sale-0"],
+        &["get", "shop-7", "sale", "sale-1"],
+        &["get", "shop-7", "charge", "charge-3"],
+        &["list", "--state", "forgotten"],
+        &["list", "--state", "succeeded"],
+        &["stats"],
+        &["sweep", "--dry-run"],
+    ];
+    let answers = |idem: &Idem| -> Vec<String> {
+        reads
+            .iter()
+            .map(|args| {
+                let mut all = vec!["--json", "--now", now];
+                all.extend_from_slice(args);
+                let run = idem.run(&all);
+                run.code(0);
+                // The file grows with the upgrade: its size is no answer about records.
+                without_system_clock(&run.stdout)
+                    .lines()
+                    .map(|line| match serde_json::from_str::<Value>(line) {
+                        Ok(Value::Object(mut object)) if object.contains_key("file_bytes") => {
+                            object.remove("file_bytes");
+                            Value::Object(object).to_string() + "\n"
+                        }
+                        _ => line.to_string() + "\n",
+                    })
+                    .collect::<String>()
+            })
+            .collect()
+    };
+    let mut permissions = fs::metadata(&idem.db).expect("db").permissions();
+    permissions.set_readonly(true);
+    fs::set_permissions(&idem.db, permissions.clone()).expect("chmod");
+    let before = answers(&idem);
+    assert!(
+        idem.db_bytes() == fs::read(&golden).expect("golden"),
+        "a read command changed the file"
+    );
+    let sale_0: Value = serde_json::from_str(before[0].trim()).expect("json");
+    assert_eq!(sale_0["state"], "forgotten", "{sale_0}");
+    let sale_1: Value = serde_json::from_str(before[1].trim()).expect("json");
+    assert_eq!(sale_1["state"], "succeeded", "{sale_1}");
+    let stats: Value = serde_json::from_str(before[5].trim()).expect("json");
+    assert_eq!(
+        [
+            &stats["pending"],
+            &stats["succeeded"],
+            &stats["failed"],
+            &stats["unknown"],
+            &stats["forgotten"]
+        ],
+        [&json!(1), &json!(2), &json!(1), &json!(1), &json!(1)],
+        "{stats}"
+    );
+
+    #[allow(clippy::permissions_set_readonly_false)] // the test's own file
+    permissions.set_readonly(false);
+    fs::set_permissions(&idem.db, permissions).expect("chmod");
+    idem.run(&["check"]).code(0);
+    assert!(
+        idem.db_bytes() != fs::read(&golden).expect("golden"),
+        "check's writable open did not upgrade the file"
+    );
+    assert_eq!(answers(&idem), before);
 }

@@ -200,8 +200,11 @@
 //! The store's tables are named `idem.*` (see the layout in the source of `tables.rs`);
 //! the application may keep its own tables in the same file under other names. Every
 //! key and value is our own byte string (records are a format-version byte plus
-//! postcard); a meta table holds the schema version, the store-wide generation
-//! counter, which only ever increases, across restarts and imports, and the clock floor.
+//! postcard); one index table holds the records' expiry and state indexes, their counts
+//! by state, the store-wide generation counter, which only ever increases, across
+//! restarts and imports, and the clock floor; a meta table holds the schema version.
+//! Files of older schemas are upgraded by the first writable open and read as they are
+//! by a read-only one.
 //!
 //! The same store can live on any redb [`redb::StorageBackend`] instead of a file (memory,
 //! a raw flash partition, a simulated disk in a test): see

@@ -1,8 +1,10 @@
 //! Keeping a store healthy: sweep, stats for alerting, check and compact.
 
+use std::ops::ControlFlow;
+
 use idem_core::protocol::{self, Swept};
 use idem_core::{Config, Generation, State, Timestamp};
-use redb::{ReadableTable, ReadableTableMetadata};
+use redb::ReadableTable;
 use serde::Serialize;
 
 use crate::cache::ReplayCache;
@@ -10,8 +12,7 @@ use crate::error::{Error, MaintainError};
 use crate::handle::guard_read;
 use crate::outbox::{check_intents, count_intents_by_state};
 use crate::tables::{
-    self, CLOCK_FLOOR_KEY, EXPIRY, GENERATION_KEY, META, RECORDS, SCHEMA_KEY, SCHEMA_VERSION,
-    STATES,
+    self, COUNT_KEYS, GENERATION_KEY, INDEX, IndexReader, META, RECORDS, SCHEMA_KEY, SCHEMA_VERSION,
 };
 use crate::writer::Writer;
 
@@ -190,7 +191,7 @@ pub(crate) fn sweep(
             // otherwise move the time of every later write.
             let now = tables.effective(now)?;
             cache.raise_horizon(now);
-            let keys = tables::expired_keys(tables.expiry()?, now, batch)?;
+            let keys = tables.expired(now, batch)?;
             let take = keys.len().min(batch);
             for key in &keys[..take] {
                 let (expires_at, id_key) = tables::split_timed_key(key)?;
@@ -243,26 +244,19 @@ fn sweep_dry_run(
 ) -> Result<SweepReport, Error> {
     let db = writer.read();
     let txn = db.begin_read()?;
-    let meta = txn.open_table(META)?;
-    let floor = Timestamp(tables::read_meta(&meta, CLOCK_FLOOR_KEY)?.unwrap_or(0));
+    let index = IndexReader::open(&txn)?;
+    let floor = index.clock_floor()?;
     let now = if writer.is_floored() {
         now.max(floor)
     } else {
         now
     };
-    let expiry = txn.open_table(EXPIRY)?;
     let records = txn.open_table(RECORDS)?;
     let mut report = SweepReport::default();
-    for entry in expiry.iter()? {
-        let (key, _) = entry?;
-        let (expires_at, id_key) = tables::split_timed_key(key.value())?;
-        if expires_at > now {
-            break;
-        }
-        if usize::try_from(report.removed + report.tombstoned).is_ok_and(|n| n >= limit) {
-            report.remaining_expired = true;
-            break;
-        }
+    let keys = index.expired(now, limit)?;
+    report.remaining_expired = keys.len() > limit;
+    for key in keys.iter().take(limit) {
+        let (expires_at, id_key) = tables::split_timed_key(key)?;
         let record = tables::read_record(&records, id_key)?;
         match record.map(|record| protocol::sweep(&record, now, config)) {
             Some(Swept::Tombstone(_)) => report.tombstoned += 1,
@@ -291,25 +285,16 @@ fn stats_guarded(writer: &Writer, now: Timestamp) -> Result<Stats, Error> {
     let db = writer.read();
     let txn = db.begin_read()?;
     let records = txn.open_table(RECORDS)?;
-    let meta = txn.open_table(META)?;
+    let index = IndexReader::open(&txn)?;
     let mut counts = [0u64; 5];
-    let mut oldest = [None; 5];
-    for (i, definition) in STATES.iter().enumerate() {
-        // A schema 1 file read before any writable open has no tombstone index yet.
-        let Some(index) = tables::open_read(&txn, *definition)? else {
-            continue;
-        };
-        counts[i] = index.len()?;
-        if let Some((key, _)) = index.first()? {
-            let (created_at, _) = tables::split_timed_key(key.value())?;
-            oldest[i] = Some(now.millis_since(created_at));
-        }
+    for (i, state) in State::ALL.into_iter().enumerate() {
+        counts[i] = index.count(state)?;
     }
+    let oldest_pending_age_ms = index
+        .first(State::Pending)?
+        .map(|created_at| now.millis_since(created_at));
     let mut pending_lease_expired = 0;
-    let pending = txn.open_table(STATES[tables::state_index(State::Pending)])?;
-    for entry in pending.iter()? {
-        let (key, _) = entry?;
-        let (_, id_key) = tables::split_timed_key(key.value())?;
+    index.visit(State::Pending, |_, id_key| {
         let record = tables::read_record(&records, id_key)?;
         if record
             .and_then(|r| r.lease_until())
@@ -317,28 +302,19 @@ fn stats_guarded(writer: &Writer, now: Timestamp) -> Result<Stats, Error> {
         {
             pending_lease_expired += 1;
         }
-    }
+        Ok(ControlFlow::Continue(()))
+    })?;
     // An Unknown record's age counts from when it became Unknown (its last update),
     // not from its creation: Unknown records are few, each read.
-    let unknown = txn.open_table(STATES[tables::state_index(State::Unknown)])?;
     let mut unknown_since: Option<Timestamp> = None;
-    for entry in unknown.iter()? {
-        let (key, _) = entry?;
-        let (_, id_key) = tables::split_timed_key(key.value())?;
+    index.visit(State::Unknown, |_, id_key| {
         if let Some(record) = tables::read_record(&records, id_key)? {
             unknown_since =
                 Some(unknown_since.map_or(record.updated_at, |t| t.min(record.updated_at)));
         }
-    }
-    oldest[tables::state_index(State::Unknown)] = unknown_since.map(|t| now.millis_since(t));
-    let mut expired = 0;
-    for entry in txn.open_table(EXPIRY)?.iter()? {
-        let (key, _) = entry?;
-        if tables::split_timed_key(key.value())?.0 > now {
-            break;
-        }
-        expired += 1;
-    }
+        Ok(ControlFlow::Continue(()))
+    })?;
+    let expired = index.count_expired(now)?;
     Ok(Stats {
         pending: counts[0],
         succeeded: counts[1],
@@ -347,12 +323,12 @@ fn stats_guarded(writer: &Writer, now: Timestamp) -> Result<Stats, Error> {
         forgotten: counts[4],
         pending_lease_expired,
         expired,
-        oldest_pending_age_ms: oldest[tables::state_index(State::Pending)],
-        oldest_unknown_age_ms: oldest[tables::state_index(State::Unknown)],
-        clock_floor: Timestamp(tables::read_meta(&meta, CLOCK_FLOOR_KEY)?.unwrap_or(0)),
+        oldest_pending_age_ms,
+        oldest_unknown_age_ms: unknown_since.map(|t| now.millis_since(t)),
+        clock_floor: index.clock_floor()?,
         // Read after the snapshot, outside the guarded read.
         file_bytes: 0,
-        generation: Generation(tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0)),
+        generation: index.generation()?,
         intents: {
             let [queued, in_flight, completed, failed, conflict, expired] =
                 count_intents_by_state(&txn)?;
@@ -373,10 +349,7 @@ pub(crate) fn clock_floor(writer: &Writer) -> Result<Timestamp, Error> {
     guard_read(|_| {
         let db = writer.read();
         let txn = db.begin_read()?;
-        let meta = txn.open_table(META)?;
-        Ok(Timestamp(
-            tables::read_meta(&meta, CLOCK_FLOOR_KEY)?.unwrap_or(0),
-        ))
+        IndexReader::open(&txn)?.clock_floor()
     })
 }
 
@@ -385,10 +358,7 @@ pub(crate) fn generation(writer: &Writer) -> Result<Generation, Error> {
     guard_read(|_| {
         let db = writer.read();
         let txn = db.begin_read()?;
-        let meta = txn.open_table(META)?;
-        Ok(Generation(
-            tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0),
-        ))
+        IndexReader::open(&txn)?.generation()
     })
 }
 
@@ -402,15 +372,8 @@ pub(crate) fn check(writer: &Writer) -> Result<CheckReport, Error> {
     };
     let txn = db.begin_read()?;
     let records = txn.open_table(RECORDS)?;
-    let expiry = txn.open_table(EXPIRY)?;
+    let index = txn.open_table(INDEX)?;
     let meta = txn.open_table(META)?;
-    let states = [
-        txn.open_table(STATES[0])?,
-        txn.open_table(STATES[1])?,
-        txn.open_table(STATES[2])?,
-        txn.open_table(STATES[3])?,
-        txn.open_table(STATES[4])?,
-    ];
     let mut problems = Problems {
         listed: Vec::new(),
         more: 0,
@@ -422,7 +385,7 @@ pub(crate) fn check(writer: &Writer) -> Result<CheckReport, Error> {
         )),
         Err(e) => problems.push(e.to_string()),
     }
-    let counter = match tables::read_meta(&meta, GENERATION_KEY) {
+    let counter = match tables::read_meta(&index, GENERATION_KEY) {
         Ok(counter) => counter.unwrap_or(0),
         Err(e) => {
             problems.push(e.to_string());
@@ -430,7 +393,6 @@ pub(crate) fn check(writer: &Writer) -> Result<CheckReport, Error> {
         }
     };
     let mut counts = [0u64; 5];
-    let mut settled = 0u64;
     let mut total = 0u64;
     for entry in records.iter()? {
         let (key, bytes) = entry?;
@@ -455,39 +417,53 @@ pub(crate) fn check(writer: &Writer) -> Result<CheckReport, Error> {
         }
         let state = record.state();
         counts[tables::state_index(state)] += 1;
-        let index = &states[tables::state_index(state)];
         if index
-            .get(tables::timed_key(record.created_at, id_key).as_slice())?
+            .get(tables::index_key(id_key, &record).as_slice())?
             .is_none()
         {
             problems.push(format!("record {name}: missing from the {state} index"));
         }
-        if let Some(expires_at) = record.expires_at() {
-            settled += 1;
-            if expiry
-                .get(tables::timed_key(expires_at, id_key).as_slice())?
-                .is_none()
-            {
-                problems.push(format!("record {name}: missing from the expiry index"));
-            }
+    }
+    // Every record has its entry (checked above); equal numbers of entries then mean
+    // that no entry lacks a record.
+    let mut entries = [0u64; 5];
+    for entry in index.iter()? {
+        let (key, _) = entry?;
+        let key = key.value();
+        match key
+            .first()
+            .map(|kind| (*kind, tables::state_of_kind(*kind)))
+        {
+            Some((tables::KIND_COUNTER, _)) => {}
+            _ if key.len() < 9 => problems.push(format!(
+                "index key {:?}: {} bytes, expected at least 9",
+                String::from_utf8_lossy(key),
+                key.len()
+            )),
+            Some((_, Some(state))) => entries[tables::state_index(state)] += 1,
+            _ => problems.push(format!(
+                "index key {:?}: kind byte {}, which names no state",
+                String::from_utf8_lossy(key),
+                key[0]
+            )),
         }
     }
-    // Every record has its entries (checked above); equal lengths then mean that no
-    // entry lacks a record.
     for (i, state) in State::ALL.into_iter().enumerate() {
-        let len = states[i].len()?;
-        if len != counts[i] {
+        if entries[i] != counts[i] {
             problems.push(format!(
-                "{state} index holds {len} entries for {} {state} records",
-                counts[i]
+                "{state} index holds {} entries for {} {state} records",
+                entries[i], counts[i]
             ));
         }
-    }
-    let expiry_len = expiry.len()?;
-    if expiry_len != settled {
-        problems.push(format!(
-            "expiry index holds {expiry_len} entries for {settled} settled records and tombstones"
-        ));
+        match tables::read_meta(&index, COUNT_KEYS[i]) {
+            Ok(kept) if kept.unwrap_or(0) == counts[i] => {}
+            Ok(kept) => problems.push(format!(
+                "index count of {state} records is {}, but {} records are {state}",
+                kept.unwrap_or(0),
+                counts[i]
+            )),
+            Err(e) => problems.push(e.to_string()),
+        }
     }
     let intents = check_intents(&txn, &mut |problem| problems.push(problem))?;
     crate::token::check(&txn, &mut |problem| problems.push(problem))?;

@@ -501,10 +501,14 @@ impl StoreBuilder {
                 txn.abort().map_err(|e| storage(path, e.into()))?;
                 check_schema(path, Ok(Some(found)))
             }
-            // A new file, or an upgrade: `Tables::open` created the tables this schema
-            // added (schema 2: the tombstone index, empty since schema 1 had none), and
-            // the version is recorded in the same transaction.
+            // A new file, or an upgrade: `Tables::open` created the tables of this
+            // schema, an upgrade rebuilds the index from the records and deletes the
+            // old tables (`tables::upgrade`), and the version is recorded in the same
+            // transaction: a crash before the commit leaves the old file as it was.
             None | Some(_) => {
+                if schema.is_some() {
+                    tables::upgrade(&txn).map_err(to_open_error)?;
+                }
                 {
                     let mut tables = Tables::open(&txn, &counters).map_err(to_open_error)?;
                     tables.set_schema().map_err(to_open_error)?;

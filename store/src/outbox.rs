@@ -33,7 +33,7 @@ use redb::{ReadableTable, WriteTransaction};
 
 use crate::error::Error;
 use crate::handle::guard_read;
-use crate::tables::{CLOCK_FLOOR_KEY, META, open_read};
+use crate::tables::{META, open_read};
 use crate::writer::Writer;
 
 mod tables;
@@ -394,10 +394,9 @@ impl<'s> Outbox<'s> {
             let old = tables
                 .get(key)?
                 .ok_or_else(|| LedgerError::UnknownKey { key: key.into() })?;
+            // Dated at the clock floor at least, which is read here and not raised.
             let now = if self.writer.is_floored() {
-                let meta = writing.txn.open_table(META).map_err(Error::from)?;
-                let floor = crate::tables::read_meta(&meta, CLOCK_FLOOR_KEY)?.unwrap_or(0);
-                now.max(Timestamp(floor))
+                now.max(self.writer.tables(&writing)?.clock_floor()?)
             } else {
                 now
             };

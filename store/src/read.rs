@@ -4,12 +4,11 @@
 use std::ops::ControlFlow;
 
 use idem_core::{Record, RecordId, State};
-use redb::ReadableTable;
 
 use crate::cache::ReplayCache;
 use crate::error::Error;
 use crate::handle::{Caller, guard_read};
-use crate::tables::{self, RECORDS, STATES};
+use crate::tables::{self, RECORDS};
 use crate::writer::Writer;
 
 /// Which records [`crate::Store::list`] visits. Every field narrows; the default visits
@@ -126,13 +125,10 @@ fn list_guarded(
     };
     match filter.state {
         Some(state) => {
-            // A schema 1 file read before any writable open has no tombstone index.
-            let Some(index) = tables::open_read(&txn, STATES[tables::state_index(state)])? else {
-                return Ok(());
-            };
-            for entry in index.iter()? {
-                let (key, _) = entry?;
-                let (_, id_key) = tables::split_timed_key(key.value())?;
+            // A schema 1 or 2 file read before any writable open is read in its own
+            // layout (`IndexReader`).
+            let index = tables::IndexReader::open(&txn)?;
+            index.visit(state, |_, id_key| {
                 let Some(bytes) = records.get(id_key)? else {
                     return Err(Error::Corrupt {
                         detail: format!(
@@ -141,10 +137,8 @@ fn list_guarded(
                         ),
                     });
                 };
-                if offer(id_key, bytes.value())?.is_break() {
-                    break;
-                }
-            }
+                offer(id_key, bytes.value())
+            })?;
         }
         None => {
             let prefix = RecordId::prefix(filter.tenant.as_deref(), filter.operation.as_deref());

@@ -792,8 +792,11 @@ impl Store {
     /// Visits the records that match `filter`, from one consistent snapshot, streamed:
     /// records are decoded one at a time, never all held in memory.
     ///
-    /// With a state, records come oldest `created_at` first; without, in key order
-    /// (grouped by tenant, then operation). `visit` returns [`ControlFlow::Break`] to
+    /// With a state, records come in the order of that state's index: Pending and
+    /// Unknown records oldest `created_at` first, settled records and tombstones
+    /// soonest `expires_at` first (a file of schema 1 or 2 read before its upgrade:
+    /// oldest `created_at` first); without a state, in key order (grouped by tenant,
+    /// then operation). `visit` returns [`ControlFlow::Break`] to
     /// stop early. Do not call [`Store::check`] from `visit`.
     ///
     /// # Errors
@@ -830,8 +833,10 @@ impl Store {
     /// and Unknown record, expired records awaiting sweep, the file size and the
     /// generation counter, from one snapshot.
     ///
-    /// Counts come from the state indexes' lengths and ages from their first entries;
-    /// only the Pending records and the expired index entries are read one by one.
+    /// Counts come from the counts the index keeps by state (a schema 1 or 2 file read
+    /// before its upgrade: from its state tables' lengths) and ages from the first
+    /// entries of the state ranges; only the Pending and Unknown records and the
+    /// expired index entries are read one by one.
     ///
     /// # Errors
     ///
@@ -867,7 +872,8 @@ impl Store {
     /// Verifies the file: redb's integrity check (every page checksum, repairing what it
     /// can), then idem's own rules: every record and id decodes, every record has exactly
     /// its state index entry and, when settled, its expiry entry, no index entry lacks a
-    /// record, every generation is at most the counter, and the schema version is this
+    /// record, the index's count of each state is the number of records in it, every
+    /// generation is at most the counter, and the schema version is this
     /// build's; and the outbox's: every intent decodes and has exactly its state entry
     /// and, when queued, its due entry; and the tokens': every issued token decodes and
     /// has exactly its expiry entry, and every intent's token decodes.

@@ -36,7 +36,7 @@ use crate::entities::{self, BusinessLine};
 use crate::error::{Error, ImportError, MaintainError};
 use crate::handle::{Caller, guard_read};
 use crate::outbox::{IntentView, count_intents, for_each_intent, import_intent};
-use crate::tables::{self, CLOCK_FLOOR_KEY, GENERATION_KEY, META, RECORDS};
+use crate::tables::{self, IndexReader, RECORDS};
 use crate::token;
 use crate::view::{RecordView, ViewError, unsigned, view_error};
 use crate::writer::Writer;
@@ -91,12 +91,12 @@ fn export_guarded(writer: &Writer, mut out: impl Write) -> Result<Transferred, M
     let db = writer.read();
     let txn = db.begin_read().map_err(Error::from)?;
     let records = txn.open_table(RECORDS).map_err(Error::from)?;
-    let meta = txn.open_table(META).map_err(Error::from)?;
+    let index = IndexReader::open(&txn)?;
     let business = entities::counts(&txn)?;
     let header = Header {
         idem_export: EXPORT_VERSION,
-        generation: tables::read_meta(&meta, GENERATION_KEY)?.unwrap_or(0),
-        clock_floor: tables::read_meta(&meta, CLOCK_FLOOR_KEY)?.unwrap_or(0),
+        generation: index.generation()?.0,
+        clock_floor: index.clock_floor()?.as_millis(),
         records: records.len().map_err(Error::from)?,
         intents: count_intents(&txn)?,
         entities: business.0,

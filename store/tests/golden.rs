@@ -1,9 +1,15 @@
-//! A store file of today's format, committed as `testdata/store-v1.redb`, must open in
-//! every later version: read-only and writable, with every record, intent and business
-//! row it holds, and `check` passing. The file is never regenerated: a change that
-//! breaks this test breaks the files of every terminal in the field.
+//! Store files of every schema, committed as `testdata/store-v1.redb` (schema 1),
+//! `testdata/store-v2.redb` (schema 2) and `testdata/store-v3.redb` (schema 3, the
+//! same contents as schema 2's), must open in every later version:
+//! read-only (in their own layout, without a byte written) and writable (upgraded to
+//! this build's schema in one transaction), with every record, intent and business row
+//! they hold answered the same before and after, and `check` passing. The files are
+//! never regenerated: a change that breaks these tests breaks the files of every
+//! terminal in the field.
 //!
-//! `write_the_golden_store_file` made it (ignored; it refuses to overwrite the file).
+//! `write_the_golden_store_file`, `write_the_golden_store_file_of_schema_2` and
+//! `write_the_golden_store_file_of_schema_3` made them, each with the build of its
+//! schema (ignored; they refuse to overwrite the files).
 
 mod common;
 
@@ -16,8 +22,8 @@ use idem_core::{
     Fingerprint, Generation, IntentState, LedgerConfig, Outcome, Record, Reply, State, Status,
     Timestamp, Verdict,
 };
-use idem_store::redb::{ReadableTable, TableDefinition};
-use idem_store::{ListFilter, Store};
+use idem_store::redb::{ReadableTable, TableDefinition, TableHandle};
+use idem_store::{ListFilter, Stats, Store, SweepReport};
 
 const SALES: TableDefinition<&str, &[u8]> = TableDefinition::new("shop.sales");
 
@@ -232,6 +238,103 @@ fn golden_copy(dir: &Path) -> PathBuf {
     path
 }
 
+/// Every answer a store gives about its records at `now`, to compare a file before
+/// and after its upgrade.
+#[derive(Debug, PartialEq)]
+struct Answers {
+    all: Vec<(idem_core::RecordId, Record)>,
+    by_state: Vec<Vec<idem_core::RecordId>>,
+    got: Vec<Option<Record>>,
+    stats: Stats,
+    dry_sweep: SweepReport,
+    generation: Generation,
+    clock_floor: Timestamp,
+}
+
+fn answers(store: &Store, now: Timestamp) -> Answers {
+    let list = |state| {
+        let mut found = Vec::new();
+        let filter = ListFilter {
+            state,
+            ..ListFilter::default()
+        };
+        store
+            .list(&filter, |id, record| {
+                found.push((id, record));
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+        found
+    };
+    let all = list(None);
+    let by_state = State::ALL
+        .into_iter()
+        .map(|state| list(Some(state)).into_iter().map(|(id, _)| id).collect())
+        .collect();
+    let got = all.iter().map(|(id, _)| store.get(id).unwrap()).collect();
+    let mut stats = store.stats(now).unwrap();
+    // The one figure that is not an answer about the records.
+    stats.file_bytes = 0;
+    Answers {
+        all,
+        by_state,
+        got,
+        stats,
+        dry_sweep: store.sweep(now, 100, true).unwrap(),
+        generation: store.generation().unwrap(),
+        clock_floor: store.clock_floor().unwrap(),
+    }
+}
+
+/// The names of the file's tables.
+fn table_names(store: &Store) -> Vec<String> {
+    store
+        .read(|txn| {
+            txn.list_tables()
+                .unwrap()
+                .map(|t| t.name().to_string())
+                .collect()
+        })
+        .unwrap()
+}
+
+/// Opens a copy of the old file `golden` read-only, then writable (which upgrades it),
+/// and shows the answers at `now` are the same: returns them with the upgraded store.
+fn upgrades_with_the_same_answers(golden: &Path, dir: &Path, now: Timestamp) -> (Answers, Store) {
+    let bytes = std::fs::read(golden).expect("the golden file is committed");
+    let path = dir.join("old.redb");
+    std::fs::write(&path, &bytes).unwrap();
+    let store = Store::builder().read_only(true).open(&path).unwrap();
+    let before = answers(&store, now);
+    assert!(table_names(&store).contains(&"idem.expiry".to_string()));
+    drop(store);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "a read-only open wrote"
+    );
+
+    let store = Store::open(&path).unwrap();
+    let names = table_names(&store);
+    assert!(names.contains(&"idem.index".to_string()), "{names:?}");
+    assert!(
+        !names
+            .iter()
+            .any(|n| n == "idem.expiry" || n.starts_with("idem.state.")),
+        "the old indexes are deleted: {names:?}"
+    );
+    let report = store.check().unwrap();
+    assert!(report.is_ok(), "{:?}", report.problems);
+    let after = answers(&store, now);
+    assert_eq!(after, before);
+    // A read-only open of the upgraded file reads the new layout the same.
+    drop(store);
+    let read_only = Store::builder().read_only(true).open(&path).unwrap();
+    assert_eq!(answers(&read_only, now), before);
+    drop(read_only);
+    (before, Store::open(&path).unwrap())
+}
+
 fn reads_the_golden_contents(store: &Store) {
     let mut found = Vec::new();
     store
@@ -324,6 +427,13 @@ fn the_golden_store_file_of_schema_1_opens_and_reads() {
     assert_eq!((report.records, report.intents), (5, 3));
     reads_the_golden_contents(&store);
 
+    drop(store);
+    let again = tempfile::tempdir().unwrap();
+    let (answers, store) =
+        upgrades_with_the_same_answers(&golden_path(), again.path(), Timestamp(T0 + 2 * DAY));
+    assert_eq!(answers.all.len(), 5);
+    assert_eq!(answers.dry_sweep.tombstoned, 3);
+
     // It goes on: replays, generations after the file's, the outbox, a sweep.
     let sale = id("shop-7", "sale", "sale-1");
     let later = Timestamp(T0 + 60_000);
@@ -371,4 +481,247 @@ fn the_golden_store_file_of_schema_1_opens_and_reads() {
         )
         .unwrap();
     assert!(store.check().unwrap().is_ok());
+}
+
+fn golden_v2_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/store-v2.redb")
+}
+
+/// Schema 2's file, `testdata/store-v2.redb`: a record in every state, a tombstone
+/// among them (schema 2's addition), in the layout of one index table per state, a
+/// separate expiry index and the counters in `idem.meta`.
+#[test]
+#[ignore = "writes testdata/store-v2.redb, once for schema version 2; the file is never rewritten"]
+fn write_the_golden_store_file_of_schema_2() {
+    let path = golden_v2_path();
+    assert!(
+        !path.exists(),
+        "{} exists: a golden file is never rewritten",
+        path.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = dir.path().join("store-v2.redb");
+    {
+        let mut store = Store::open(&scratch).unwrap();
+        fill_every_state(&store);
+        store.compact().unwrap();
+    }
+    std::fs::copy(&scratch, &path).unwrap();
+    eprintln!(
+        "wrote {} ({} bytes)",
+        path.display(),
+        std::fs::metadata(&path).unwrap().len()
+    );
+}
+
+/// What the golden files of schema 2 and later hold: a record in every state, a
+/// tombstone among them.
+fn fill_every_state(store: &Store) {
+    let settle = |key: &str, verdict, outcome: Outcome, at| {
+        let ran = store
+            .execute(&id("shop-7", "sale", key), fp(key), Timestamp(at), |txn| {
+                txn.open_table(SALES)?.insert(key, key.as_bytes())?;
+                Ok::<_, idem_store::redb::Error>((verdict, outcome, ()))
+            })
+            .unwrap();
+        assert!(matches!(ran, idem_store::Executed::Ran { .. }));
+    };
+    // Settled two days before T0, a tombstone by T0's sweep.
+    settle(
+        "sale-0",
+        Verdict::Succeeded,
+        Outcome::new(201, "receipt 0"),
+        T0 - 2 * DAY,
+    );
+    settle(
+        "sale-1",
+        Verdict::Succeeded,
+        Outcome::new(201, "receipt 1"),
+        T0,
+    );
+    settle(
+        "sale-2",
+        Verdict::Failed,
+        Outcome::new(402, "declined"),
+        T0 + 1_000,
+    );
+    let report = store.sweep(Timestamp(T0 + 1_000), 100, false).unwrap();
+    assert_eq!((report.removed, report.tombstoned), (0, 1));
+    let pending = id("shop-7", "charge", "charge-3");
+    store
+        .begin(&pending, fp("charge-3"), Timestamp(T0 + 2_000))
+        .unwrap();
+    let unknown = id("shop-7", "charge", "charge-4");
+    let Decision::Claimed { generation, .. } = store
+        .begin(&unknown, fp("charge-4"), Timestamp(T0 + 3_000))
+        .unwrap()
+    else {
+        panic!("charge-4 is new")
+    };
+    store
+        .mark_unknown(&unknown, generation, Timestamp(T0 + 4_000))
+        .unwrap();
+    let completed = id("shop-7", "charge", "charge-5");
+    let Decision::Claimed { generation, .. } = store
+        .begin(&completed, fp("charge-5"), Timestamp(T0 + 5_000))
+        .unwrap()
+    else {
+        panic!("charge-5 is new")
+    };
+    store
+        .complete(
+            &completed,
+            generation,
+            Verdict::Succeeded,
+            Outcome::new(200, vec![0, 1, 2, 255]),
+            Timestamp(T0 + 6_000),
+        )
+        .unwrap();
+    let stats = store.stats(Timestamp(T0 + 6_000)).unwrap();
+    assert_eq!(
+        [
+            stats.pending,
+            stats.succeeded,
+            stats.failed,
+            stats.unknown,
+            stats.forgotten
+        ],
+        [1, 2, 1, 1, 1]
+    );
+    assert!(store.check().unwrap().is_ok());
+}
+
+fn golden_v3_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/store-v3.redb")
+}
+
+/// Schema 3's file, `testdata/store-v3.redb`: what schema 2's holds, in the layout of
+/// one index table, `idem.index`.
+#[test]
+#[ignore = "writes testdata/store-v3.redb, once for schema version 3; the file is never rewritten"]
+fn write_the_golden_store_file_of_schema_3() {
+    let path = golden_v3_path();
+    assert!(
+        !path.exists(),
+        "{} exists: a golden file is never rewritten",
+        path.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = dir.path().join("store-v3.redb");
+    {
+        let mut store = Store::open(&scratch).unwrap();
+        fill_every_state(&store);
+        store.compact().unwrap();
+    }
+    std::fs::copy(&scratch, &path).unwrap();
+}
+
+#[test]
+fn the_golden_store_file_of_schema_2_opens_reads_and_upgrades() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Timestamp(T0 + 6_000);
+    let (answers, store) = upgrades_with_the_same_answers(&golden_v2_path(), dir.path(), now);
+    // What the generator wrote, by hand.
+    let keys: Vec<(&str, State)> = answers
+        .all
+        .iter()
+        .map(|(id, record)| (id.key(), record.state()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("sale-0", State::Forgotten),
+            ("sale-1", State::Succeeded),
+            ("sale-2", State::Failed),
+            ("charge-3", State::Pending),
+            ("charge-4", State::Unknown),
+            ("charge-5", State::Succeeded),
+        ]
+    );
+    assert_eq!(
+        answers.by_state.iter().map(Vec::len).collect::<Vec<_>>(),
+        [1, 2, 1, 1, 1]
+    );
+    let stats = &answers.stats;
+    assert_eq!(
+        [
+            stats.pending,
+            stats.succeeded,
+            stats.failed,
+            stats.unknown,
+            stats.forgotten
+        ],
+        [1, 2, 1, 1, 1]
+    );
+    assert_eq!(stats.oldest_pending_age_ms, Some(4_000));
+    assert_eq!(stats.oldest_unknown_age_ms, Some(2_000));
+    assert_eq!(answers.generation, Generation(6));
+    assert_eq!(answers.clock_floor, Timestamp(T0 + 6_000));
+    match &answers.all[0].1.status {
+        Status::Tombstone { verdict, .. } => assert_eq!(*verdict, Verdict::Succeeded),
+        other => panic!("sale-0: {other:?}"),
+    }
+
+    // The upgraded store goes on: a replay, a tombstone's answer, a fresh key, sweeps.
+    let later = Timestamp(T0 + 60_000);
+    match store
+        .begin(&id("shop-7", "sale", "sale-1"), fp("sale-1"), later)
+        .unwrap()
+    {
+        Decision::Replay { outcome, .. } => assert_eq!(outcome, Outcome::new(201, "receipt 1")),
+        other => panic!("sale-1: {other:?}"),
+    }
+    assert!(matches!(
+        store
+            .begin(&id("shop-7", "sale", "sale-0"), fp("sale-0"), later)
+            .unwrap(),
+        Decision::Forgotten { .. }
+    ));
+    let fresh = id("shop-7", "sale", "sale-6");
+    let Decision::Claimed { generation, .. } = store.begin(&fresh, fp("sale-6"), later).unwrap()
+    else {
+        panic!("sale-6 is new")
+    };
+    assert_eq!(generation, Generation(7));
+    let stats = store.stats(later).unwrap();
+    assert_eq!((stats.pending, stats.records()), (2, 7));
+    let report = store.sweep(Timestamp(T0 + 2 * DAY), 100, false).unwrap();
+    assert_eq!((report.removed, report.tombstoned), (0, 3));
+    let stats = store.stats(Timestamp(T0 + 2 * DAY)).unwrap();
+    assert_eq!((stats.forgotten, stats.succeeded, stats.failed), (4, 0, 0));
+    assert!(store.check().unwrap().is_ok());
+    let report = store.sweep(Timestamp(T0 + 40 * DAY), 100, false).unwrap();
+    assert_eq!((report.removed, report.tombstoned), (4, 0));
+    let stats = store.stats(Timestamp(T0 + 40 * DAY)).unwrap();
+    assert_eq!((stats.records(), stats.pending, stats.unknown), (3, 2, 1));
+    assert!(store.check().unwrap().is_ok());
+}
+
+#[test]
+fn the_golden_store_file_of_schema_3_answers_as_schema_2s_did() {
+    let now = Timestamp(T0 + 6_000);
+    let dir = tempfile::tempdir().unwrap();
+    let v2 = dir.path().join("v2.redb");
+    std::fs::copy(golden_v2_path(), &v2).unwrap();
+    let schema_2 = answers(&Store::builder().read_only(true).open(&v2).unwrap(), now);
+
+    let golden = std::fs::read(golden_v3_path()).expect("testdata/store-v3.redb is committed");
+    let v3 = dir.path().join("v3.redb");
+    std::fs::write(&v3, &golden).unwrap();
+    let store = Store::builder().read_only(true).open(&v3).unwrap();
+    assert_eq!(answers(&store, now), schema_2);
+    drop(store);
+    assert_eq!(
+        std::fs::read(&v3).unwrap(),
+        golden,
+        "a read-only open wrote"
+    );
+
+    let store = Store::open(&v3).unwrap();
+    let names = table_names(&store);
+    assert!(names.contains(&"idem.index".to_string()), "{names:?}");
+    assert!(!names.iter().any(|n| n == "idem.expiry"), "{names:?}");
+    let report = store.check().unwrap();
+    assert!(report.is_ok(), "{:?}", report.problems);
+    assert_eq!(answers(&store, now), schema_2);
 }

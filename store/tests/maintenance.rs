@@ -8,7 +8,7 @@ use std::ops::ControlFlow;
 use common::{Rng, T0, fp, id, seed};
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Generation, Outcome, Record, RecordId, State, Status, Timestamp, Verdict};
-use idem_store::redb::{self, TableDefinition};
+use idem_store::redb::{self, ReadableTable, TableDefinition};
 use idem_store::{Error, ListFilter, Store, record_json};
 
 fn at(ms: u64) -> Timestamp {
@@ -224,7 +224,8 @@ fn list_filters_by_state_tenant_and_operation_with_a_limit() {
         }),
         ["a/x/k0", "a/x/k1", "a/x/k2", "b/x/k0"]
     );
-    // By state: oldest created first.
+    // By state: Pending and Unknown oldest created first; settled records soonest
+    // expiring first, here all at 1,000, so in key order.
     assert_eq!(
         keys(ListFilter {
             state: Some(State::Unknown),
@@ -239,7 +240,7 @@ fn list_filters_by_state_tenant_and_operation_with_a_limit() {
             limit: Some(2),
             ..ListFilter::default()
         }),
-        ["b/y/k2", "b/x/k2"]
+        ["b/x/k0", "b/x/k2"]
     );
     assert!(
         keys(ListFilter {
@@ -431,8 +432,9 @@ fn a_bad_import_line_is_named_and_nothing_is_imported() {
 
 #[test]
 fn check_finds_index_entries_that_disagree_with_records() {
-    const EXPIRY: TableDefinition<&[u8], ()> = TableDefinition::new("idem.expiry");
-    const META: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.meta");
+    // Schema 3 keeps the Succeeded records' entries (kind byte 4, by expiry) and the
+    // counters (kind byte 5) in one table.
+    const INDEX: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.index");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("idem.redb");
     {
@@ -447,11 +449,22 @@ fn check_finds_index_entries_that_disagree_with_records() {
         let db = redb::Database::create(&path).unwrap();
         let txn = db.begin_write().unwrap();
         {
-            let mut expiry = txn.open_table(EXPIRY).unwrap();
-            let first = expiry.pop_first().unwrap().unwrap().0.value().to_vec();
-            assert!(!first.is_empty());
-            let mut meta = txn.open_table(META).unwrap();
-            meta.insert(&b"generation"[..], &3u64.to_be_bytes()[..])
+            let mut index = txn.open_table(INDEX).unwrap();
+            let first = index
+                .range(&[4u8][..]..&[5u8][..])
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()
+                .0
+                .value()
+                .to_vec();
+            assert!(index.remove(first.as_slice()).unwrap().is_some());
+            index
+                .insert(&b"\x05generation"[..], &3u64.to_be_bytes()[..])
+                .unwrap();
+            index
+                .insert(&b"\x05count.failed"[..], &99u64.to_be_bytes()[..])
                 .unwrap();
         }
         txn.commit().unwrap();
@@ -460,9 +473,10 @@ fn check_finds_index_entries_that_disagree_with_records() {
     let report = store.check().unwrap();
     assert!(!report.is_ok());
     let problems: BTreeMap<&str, usize> = [
-        "missing from the expiry index",
-        "expiry index holds 3 entries for 4 settled records",
+        "missing from the succeeded index",
+        "succeeded index holds ",
         "is outside 1..=3 (the counter)",
+        "index count of failed records is 99, but ",
     ]
     .into_iter()
     .map(|needle| {
@@ -476,12 +490,16 @@ fn check_finds_index_entries_that_disagree_with_records() {
         )
     })
     .collect();
-    assert_eq!(problems["missing from the expiry index"], 1, "{report:?}");
     assert_eq!(
-        problems["expiry index holds 3 entries for 4 settled records"],
-        1
+        problems["missing from the succeeded index"], 1,
+        "{report:?}"
     );
+    assert_eq!(problems["succeeded index holds "], 1, "{report:?}");
     assert_eq!(problems["is outside 1..=3 (the counter)"], 3, "{report:?}");
+    assert_eq!(
+        problems["index count of failed records is 99, but "], 1,
+        "{report:?}"
+    );
 }
 
 #[test]

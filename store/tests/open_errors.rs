@@ -167,7 +167,7 @@ fn a_newer_schema_is_refused() {
         let txn = db.begin_write().unwrap();
         txn.open_table(META)
             .unwrap()
-            .insert(&b"schema"[..], &3u64.to_be_bytes()[..])
+            .insert(&b"schema"[..], &4u64.to_be_bytes()[..])
             .unwrap();
         txn.commit().unwrap();
     }
@@ -176,8 +176,8 @@ fn a_newer_schema_is_refused() {
         matches!(
             err,
             OpenError::NewerFormat {
-                found: 3,
-                supported: 2,
+                found: 4,
+                supported: 3,
                 ..
             }
         ),
@@ -186,7 +186,7 @@ fn a_newer_schema_is_refused() {
     assert_eq!(
         err.to_string(),
         format!(
-            "{}: schema version 3 is newer than this build reads (at most 2); use a newer idem",
+            "{}: schema version 4 is newer than this build reads (at most 3); use a newer idem",
             path.display()
         )
     );

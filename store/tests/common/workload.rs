@@ -90,8 +90,8 @@ fn dump<K: idem_store::redb::Key + 'static, V: idem_store::redb::Value + 'static
 /// The store's generation counter as held in `contents`.
 pub fn generation_in(contents: &Contents) -> u64 {
     contents
-        .get("idem.meta")
-        .and_then(|meta| meta.iter().find(|(k, _)| k == b"generation"))
+        .get("idem.index")
+        .and_then(|index| index.iter().find(|(k, _)| k == b"\x05generation"))
         .map_or(0, |(_, v)| {
             u64::from_be_bytes(v.as_slice().try_into().unwrap())
         })
