@@ -62,9 +62,13 @@ named=$out/idem_wasm_named.wasm
 cp "$pkg/web/idem_wasm_bg.wasm" "$named"
 # --converge repeats -Oz until the module stops shrinking (measured: 0.2 KB gzipped);
 # --gufa-optimizing infers the values that can reach each place in the whole module and
-# folds what is then constant or dead (0.2 KB gzipped more).
+# folds what is then constant or dead (0.2 KB gzipped more);
+# --one-caller-inline-max-function-size=30 inlines a function called from one place only
+# when it is small: inlining them all (the default) leaves each export's shim one large
+# body unlike any other, where separate functions repeat, and gzip finds repeats (measured:
+# 2.4 KB gzipped less, 3.5 KB raw more; 20 or 50 save less).
 for dir in web node; do
-  "$wasm_opt" -Oz --converge --gufa-optimizing --strip-debug --strip-producers --strip-target-features \
+  "$wasm_opt" -Oz --converge --gufa-optimizing --one-caller-inline-max-function-size=30 --strip-debug --strip-producers --strip-target-features \
     "$pkg/$dir/idem_wasm_bg.wasm" -o "$pkg/$dir/idem_wasm_bg.wasm"
 done
 

@@ -79,8 +79,10 @@ pub struct MachineSpec {
 pub struct Machine {
     // Sorted, for lookups without a hash map.
     states: Vec<String>,
-    initial: String,
-    moves: Vec<(String, String)>,
+    // Positions in `states`: a move compares as two integers, in the order of its names.
+    initial: usize,
+    // Sorted; `(from, to)`.
+    moves: Vec<(usize, usize)>,
 }
 
 /// A machine that cannot work, naming the problem.
@@ -145,25 +147,9 @@ impl fmt::Display for MachineError {
 
 impl core::error::Error for MachineError {}
 
-/// `items` in the order of `compare`, through the crate's one sort, moved into place by
-/// swaps (no second vector: each element type compiles to little code).
-fn sorted<T>(mut items: Vec<T>, compare: &mut dyn FnMut(&T, &T) -> core::cmp::Ordering) -> Vec<T> {
-    let order = crate::order::sorted_positions(items.len(), &mut |a, b| {
-        compare(&items[a], &items[b]).then(a.cmp(&b))
-    });
-    // `target[i]`: where the item now at `i` goes. Each swap puts one item in its place.
-    let mut target = alloc::vec![0; order.len()];
-    for (to, &from) in order.iter().enumerate() {
-        target[from] = to;
-    }
-    for i in 0..items.len() {
-        while target[i] != i {
-            let to = target[i];
-            items.swap(i, to);
-            target.swap(i, to);
-        }
-    }
-    items
+/// Where `name` is in the sorted `states`.
+fn position(states: &[String], name: &str) -> Option<usize> {
+    states.binary_search_by(|s| s.as_str().cmp(name)).ok()
 }
 
 fn check_name(name: &str, field: &'static str) -> Result<(), MachineError> {
@@ -186,7 +172,7 @@ impl Machine {
         let MachineSpec {
             mut states,
             initial,
-            mut moves,
+            moves,
         } = spec;
         if states.is_empty() {
             return Err(MachineError::NoStates);
@@ -194,35 +180,48 @@ impl Machine {
         for name in &states {
             check_name(name, "states")?;
         }
-        states = sorted(states, &mut |a: &String, b: &String| a.cmp(b));
+        // Through the crate's one sort, which orders positions (a few hundred bytes of wasm).
+        let order = crate::order::sorted_positions(states.len(), &mut |a, b| {
+            states[a].cmp(&states[b]).then(a.cmp(&b))
+        });
+        // Loops, not `collect`: each `collect` compiles to its own code.
+        let mut sorted = Vec::with_capacity(order.len());
+        for &i in &order {
+            sorted.push(core::mem::take(&mut states[i]));
+        }
+        let states = sorted;
         if let Some(pair) = states.windows(2).find(|w| w[0] == w[1]) {
             return Err(MachineError::DuplicateState(pair[0].clone()));
         }
-        let known = |name: &str, field| {
+        let position = |name: &str, field| {
             check_name(name, field)?;
-            if states.binary_search_by(|s| s.as_str().cmp(name)).is_err() {
-                return Err(MachineError::UnknownState {
-                    name: name.into(),
-                    field,
-                });
-            }
-            Ok(())
+            position(&states, name).ok_or_else(|| MachineError::UnknownState {
+                name: name.into(),
+                field,
+            })
         };
-        known(&initial, "initial")?;
+        let initial = position(&initial, "initial")?;
+        let mut pairs = Vec::with_capacity(moves.len());
         for (from, to) in &moves {
-            known(from, "moves")?;
-            known(to, "moves")?;
-            if from == to {
+            let pair = (position(from, "moves")?, position(to, "moves")?);
+            if pair.0 == pair.1 {
                 return Err(MachineError::SelfMove(from.clone()));
             }
+            pairs.push(pair);
         }
-        moves = sorted(moves, &mut |a: &(String, String), b: &(String, String)| {
-            a.cmp(b)
+        // States are sorted, so positions compare as the names do.
+        let order = crate::order::sorted_positions(pairs.len(), &mut |a, b| {
+            pairs[a].cmp(&pairs[b]).then(a.cmp(&b))
         });
+        let mut moves = Vec::with_capacity(order.len());
+        for &i in &order {
+            moves.push(pairs[i]);
+        }
         if let Some(pair) = moves.windows(2).find(|w| w[0] == w[1]) {
+            let (from, to) = pair[0];
             return Err(MachineError::DuplicateMove(
-                pair[0].0.clone(),
-                pair[0].1.clone(),
+                states[from].clone(),
+                states[to].clone(),
             ));
         }
         Ok(Machine {
@@ -235,23 +234,22 @@ impl Machine {
     /// The state an entity starts in.
     #[must_use]
     pub fn initial(&self) -> &str {
-        &self.initial
+        &self.states[self.initial]
     }
 
     /// True when `state` is one of the machine's states.
     #[must_use]
     pub fn has_state(&self, state: &str) -> bool {
-        self.states
-            .binary_search_by(|s| s.as_str().cmp(state))
-            .is_ok()
+        position(&self.states, state).is_some()
     }
 
     /// True when the move `from` → `to` is allowed.
     #[must_use]
     pub fn allows(&self, from: &str, to: &str) -> bool {
-        self.moves
-            .binary_search_by(|(f, t)| (f.as_str(), t.as_str()).cmp(&(from, to)))
-            .is_ok()
+        match (position(&self.states, from), position(&self.states, to)) {
+            (Some(from), Some(to)) => self.moves.binary_search(&(from, to)).is_ok(),
+            _ => false,
+        }
     }
 
     /// The machine as its spec (states and moves sorted).
@@ -259,8 +257,12 @@ impl Machine {
     pub fn spec(&self) -> MachineSpec {
         MachineSpec {
             states: self.states.clone(),
-            initial: self.initial.clone(),
-            moves: self.moves.clone(),
+            initial: self.initial().into(),
+            moves: self
+                .moves
+                .iter()
+                .map(|&(from, to)| (self.states[from].clone(), self.states[to].clone()))
+                .collect(),
         }
     }
 }

@@ -12,6 +12,7 @@
 //! | [`IdemClient`] | [`idem_core::ledger::Ledger`] |
 //! | [`MemoryReceiver`] | [`idem_core::memory::MemoryReceiver`] |
 //! | `fingerprintBytes`, `fingerprintFields`, `fingerprintJson`, `canonicalJson` | [`idem_core::Fingerprint`] |
+//! | [`Machine`] | [`idem_core::machine`] |
 //!
 //! # Time and randomness
 //!
@@ -33,12 +34,14 @@
 mod client;
 mod fingerprint;
 mod js;
+mod machine;
 mod receiver;
 pub mod sys;
 pub mod types;
 
 pub use client::IdemClient;
 pub use fingerprint::{canonical_json, fingerprint_bytes, fingerprint_fields, fingerprint_json};
+pub use machine::Machine;
 pub use receiver::MemoryReceiver;
 
 /// The allocator of the wasm build: TLSF (rlsf), 8 KB less wasm than Rust's default

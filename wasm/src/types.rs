@@ -22,6 +22,29 @@ export interface IdemClientOptions {
   seed?: number | bigint;
 }
 
+/** A state machine: states, the initial one, and the allowed moves as [from, to]. */
+export interface MachineOptions {
+  states: string[];
+  initial: string;
+  moves: [string, string][];
+}
+
+/** An entity's state and version, as `Machine.transition` takes and returns it. */
+export interface EntityView {
+  state: string;
+  /** Moves applied so far: 1 after the first. */
+  version: number;
+  /** When the last move was applied, ms since the epoch. */
+  updatedAt: number;
+}
+
+/** What `Machine.transition` decided; only `applied` means the move should be written. */
+export type MachineDecision =
+  | { decision: "applied"; entity: EntityView }
+  | { decision: "already_there"; entity: EntityView }
+  | { decision: "illegal"; from: string; to: string }
+  | { decision: "version_mismatch"; expected: number; current: number };
+
 /** Where an intent is in its life. */
 export type IntentState = "queued" | "in_flight" | "completed" | "failed" | "conflict" | "expired";
 
@@ -171,6 +194,15 @@ export type Fields = Record<string, Uint8Array | string> | Array<[string, Uint8A
 
 #[wasm_bindgen]
 extern "C" {
+    /// `MachineOptions`.
+    #[wasm_bindgen(typescript_type = "MachineOptions")]
+    pub type MachineOptions;
+    /// `EntityView`.
+    #[wasm_bindgen(typescript_type = "EntityView")]
+    pub type EntityInput;
+    /// `MachineDecision`.
+    #[wasm_bindgen(typescript_type = "MachineDecision")]
+    pub type MachineDecision;
     /// `IdemClientOptions`.
     #[wasm_bindgen(typescript_type = "IdemClientOptions")]
     pub type ClientOptions;

@@ -9,7 +9,7 @@ use idem_wasm::types::{
     ResolvedAsInput,
 };
 use idem_wasm::{
-    IdemClient, MemoryReceiver, canonical_json, fingerprint_bytes, fingerprint_fields,
+    IdemClient, Machine, MemoryReceiver, canonical_json, fingerprint_bytes, fingerprint_fields,
     fingerprint_json,
 };
 use js_sys::{Array, JSON, Reflect};
@@ -936,4 +936,71 @@ fn json_text_over_the_size_limit_is_refused_before_it_is_copied() {
             limit + 2
         )
     );
+}
+
+#[wasm_bindgen_test]
+fn a_machine_decides_moves_as_the_store_does() {
+    let machine = Machine::new(js(
+        r#"{"states": ["created", "paid", "refunded"], "initial": "created",
+            "moves": [["created", "paid"], ["paid", "refunded"]]}"#,
+    ))
+    .unwrap();
+    let paid = machine.transition(None, "paid", None, 5.0).unwrap();
+    assert_eq!(text(&paid, "decision"), "applied");
+    let entity = get(&paid, "entity");
+    assert_eq!(
+        JSON::stringify(&entity).unwrap().as_string().unwrap(),
+        r#"{"state":"paid","version":1,"updatedAt":5}"#
+    );
+    let again = machine
+        .transition(
+            Some(entity.clone().unchecked_into()),
+            "paid",
+            Some(7.0),
+            6.0,
+        )
+        .unwrap();
+    assert_eq!(text(&again, "decision"), "already_there");
+    let back = machine
+        .transition(Some(entity.clone().unchecked_into()), "created", None, 6.0)
+        .unwrap();
+    assert_eq!(
+        JSON::stringify(&back).unwrap().as_string().unwrap(),
+        r#"{"decision":"illegal","from":"paid","to":"created"}"#
+    );
+    let stale = machine
+        .transition(Some(entity.unchecked_into()), "refunded", Some(3.0), 6.0)
+        .unwrap();
+    assert_eq!(
+        JSON::stringify(&stale).unwrap().as_string().unwrap(),
+        r#"{"decision":"version_mismatch","expected":3,"current":1}"#
+    );
+    for (spec, message) in [
+        (
+            r#"{"states": ["a"], "initial": "b", "moves": []}"#,
+            "initial: \"b\" is not one of the states",
+        ),
+        (
+            r#"{"states": ["a"], "initial": "a", "moves": [["a"]]}"#,
+            "machine.moves[0]: expected a [from, to] pair",
+        ),
+        (
+            r#"{"states": "a", "initial": "a"}"#,
+            "machine.states: expected an array of strings",
+        ),
+        (
+            r#"{"states": ["a"], "initial": "a", "colour": 1}"#,
+            "unknown member",
+        ),
+    ] {
+        let err = match Machine::new(js(spec)) {
+            Err(e) => JsValue::from(e),
+            Ok(_) => panic!("{spec} was accepted"),
+        };
+        let shown = Reflect::get(&err, &"message".into())
+            .unwrap()
+            .as_string()
+            .unwrap();
+        assert!(shown.contains(message), "{shown} lacks {message}");
+    }
 }

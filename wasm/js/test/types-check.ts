@@ -1,6 +1,7 @@
 // Compiled by types.test.mjs with tsc --strict: the shipped .d.ts files describe the API.
 import init, {
   IdemClient,
+  Machine,
   MemoryReceiver,
   fingerprintBytes,
   fingerprintJson,
@@ -9,6 +10,7 @@ import init, {
   type Decision,
   type IntentState,
   type IntentView,
+  type MachineDecision,
   type ResolvedAs,
 } from "idem-wasm";
 import {
@@ -43,6 +45,9 @@ export async function check(): Promise<string> {
   if (decision.decision === "claimed") {
     receiver.complete({ tenant: "t", operation: "o", key }, decision.generation, "succeeded", { code: 200 }, 2);
   }
+  const machine = new Machine({ states: ["created", "paid"], initial: "created", moves: [["created", "paid"]] });
+  const move: MachineDecision = machine.transition(null, "paid", undefined, 1);
+  if (move.decision === "applied") machine.transition(move.entity, "paid", move.entity.version, 2);
   const storage: LedgerStorage = typeof indexedDB === "undefined" ? memoryStorage() : indexedDbStorage({ database: "x" });
   const sender = await IdemSender.open({
     url: (attempt) => `/orders/${attempt.operation}`,
