@@ -436,4 +436,14 @@ fn targets(idem: &Report, rows: &[Row]) {
             micros(fsync.p99_us)
         );
     }
+    if let (Some(contiguous), Some(scattered)) =
+        (find("fsync-contiguous", 1), find("fsync-scattered", 1))
+    {
+        println!(
+            "  a sync after 8 pages: {} contiguous (as a WAL appends), {} scattered (as a B-tree commit writes): {:.1}x",
+            micros(contiguous.median_us),
+            micros(scattered.median_us),
+            scattered.median_us / contiguous.median_us
+        );
+    }
 }

@@ -130,6 +130,8 @@ pub fn run(dir: &Path, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Re
     let most = plan.callers.iter().copied().max().unwrap_or(1);
     progress("fsync of this disk");
     rows.push(fsync_probe(dir, 50)?);
+    progress("fsync of eight pages, contiguous and scattered");
+    rows.extend(fsync_pages(dir, 8, 100)?);
     let store = Store::open(dir.join("writes.redb"))?;
     let bench = Writes {
         store: &store,
@@ -220,6 +222,72 @@ fn fsync_probe(dir: &Path, count: u32) -> Result<Row, BenchError> {
         1,
         &timing,
     ))
+}
+
+/// What one `fdatasync` costs after `pages` 4 KiB pages were written in place, once
+/// side by side and once scattered over a 16 MiB file (allocated and synced before).
+/// A redb commit writes its pages where the B-trees' free pages are, a WAL appends: on
+/// disks where a sync's cost grows with the number of separate extents, the same bytes
+/// cost more scattered.
+fn fsync_pages(dir: &Path, pages: u64, count: u32) -> Result<Vec<Row>, BenchError> {
+    use std::os::unix::fs::FileExt as _;
+    const FILE_PAGES: u64 = 4096;
+    let path = dir.join("fsync-pages");
+    let file = fs::File::create(&path)?;
+    let chunk = vec![0xa5u8; 1 << 20];
+    for n in 0..FILE_PAGES * 4096 / chunk.len() as u64 {
+        file.write_all_at(&chunk, n * chunk.len() as u64)?;
+    }
+    file.sync_all()?;
+    let page = [0x5au8; 4096];
+    let run = vec![0x5au8; 4096 * usize::try_from(pages).unwrap_or(1)];
+    // A fixed sequence (xorshift), so that every run scatters alike.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next_page = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % FILE_PAGES
+    };
+    let mut rows = Vec::new();
+    for scattered in [false, true] {
+        let mut calls = Vec::with_capacity(count as usize);
+        let start = Instant::now();
+        for n in 0..u64::from(count) {
+            let one = Instant::now();
+            if scattered {
+                for _ in 0..pages {
+                    file.write_all_at(&page, next_page() * 4096)?;
+                }
+            } else {
+                file.write_all_at(&run, (n * pages % (FILE_PAGES - pages)) * 4096)?;
+            }
+            file.sync_data()?;
+            calls.push(one.elapsed());
+        }
+        let timing = Timing {
+            total: start.elapsed(),
+            calls,
+        };
+        rows.push(if scattered {
+            Row::new(
+                "fsync-scattered",
+                &format!("fdatasync after {pages} scattered 4 KiB pages"),
+                1,
+                &timing,
+            )
+        } else {
+            Row::new(
+                "fsync-contiguous",
+                &format!("fdatasync after {pages} contiguous 4 KiB pages"),
+                1,
+                &timing,
+            )
+        });
+    }
+    drop(file);
+    fs::remove_file(&path)?;
+    Ok(rows)
 }
 
 /// The write measurements on one store.
