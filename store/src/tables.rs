@@ -543,6 +543,10 @@ fn visit_legacy(
 /// writable open's, which records the schema after this): builds [`INDEX`] from the
 /// records, moves the counters out of meta, counts the records by state, and deletes
 /// the old tables. The records themselves are not rewritten.
+///
+/// A record whose bytes do not decode is kept as it is, without an index entry and
+/// uncounted: it does not stop the file from opening, and `check` names it, as it did
+/// before the upgrade.
 pub(crate) fn upgrade(txn: &WriteTransaction) -> Result<(), Error> {
     let mut index = txn.open_table(INDEX)?;
     let mut counts = [0u64; 5];
@@ -551,7 +555,9 @@ pub(crate) fn upgrade(txn: &WriteTransaction) -> Result<(), Error> {
         for entry in records.iter()? {
             let (key, bytes) = entry?;
             let id_key = key.value();
-            let record = decode_record(id_key, bytes.value())?;
+            let Ok(record) = decode_record(id_key, bytes.value()) else {
+                continue;
+            };
             counts[state_index(record.state())] += 1;
             index.insert(index_key(id_key, &record).as_slice(), &[][..])?;
         }

@@ -725,3 +725,40 @@ fn the_golden_store_file_of_schema_3_answers_as_schema_2s_did() {
     assert!(report.is_ok(), "{:?}", report.problems);
     assert_eq!(answers(&store, now), schema_2);
 }
+
+/// A schema 2 file with one record whose bytes were damaged still upgrades: the other
+/// records are indexed and counted, the damaged one is kept as it is and `check` names
+/// it (as it did before the upgrade), instead of the file no longer opening writable.
+#[test]
+fn a_damaged_record_does_not_stop_the_upgrade_and_check_names_it() {
+    const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.records");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("damaged.redb");
+    std::fs::copy(golden_v2_path(), &path).unwrap();
+    {
+        let db = idem_store::redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut records = txn.open_table(RECORDS).unwrap();
+            let key = records
+                .iter()
+                .unwrap()
+                .map(|entry| entry.unwrap().0.value().to_vec())
+                .find(|key| key.windows(6).any(|w| w == b"sale-1"))
+                .expect("the golden file holds sale-1");
+            records.insert(key.as_slice(), &[0xff, 0x00][..]).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    let report = store.check().unwrap();
+    assert_eq!(report.records, 6);
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0].contains("sale-1"),
+        "{:?}",
+        report.problems
+    );
+    // sale-1 was one of the two Succeeded records; charge-5 is the other.
+    assert_eq!(store.stats(Timestamp(T0 + 6_000)).unwrap().succeeded, 1);
+}
