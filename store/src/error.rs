@@ -170,6 +170,17 @@ pub enum Error {
         "a store write was called from inside the work of execute, which holds the write transaction; write through the transaction the work is given"
     )]
     Reentrant,
+    /// While this store was open, a newer idem upgraded the file to a schema this build
+    /// does not read; nothing was read or written. Open the file with a newer idem.
+    #[error(
+        "the file's schema is now {found}, newer than this build reads (at most {supported}): another process upgraded it; use a newer idem"
+    )]
+    NewerSchema {
+        /// The schema the file has now.
+        found: u64,
+        /// The newest schema this build reads.
+        supported: u64,
+    },
     /// A commit failed. Its changes may or may not be durable; the store refuses further
     /// writes until it is reopened (redb's rule after a failed commit).
     #[error("commit failed, the outcome of this call is unknown; reopen the store")]

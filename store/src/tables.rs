@@ -409,6 +409,13 @@ impl<'t> IndexReader<'t> {
             None => None,
         };
         let layout = match (schema, open_read(txn, INDEX)?) {
+            // A read-only store stays open while another process may upgrade the file.
+            (Some(schema), _) if schema > SCHEMA_VERSION => {
+                return Err(Error::NewerSchema {
+                    found: schema,
+                    supported: SCHEMA_VERSION,
+                });
+            }
             (Some(schema), Some(index)) if schema >= FOLDED_SCHEMA => Layout::Folded(index),
             (Some(schema), None) if schema >= FOLDED_SCHEMA => {
                 return Err(Error::Corrupt {

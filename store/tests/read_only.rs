@@ -264,6 +264,36 @@ fn a_read_only_store_sees_what_another_handle_commits_after_it_opened() {
 }
 
 #[test]
+fn a_read_only_store_refuses_a_schema_a_newer_idem_upgraded_the_file_to() {
+    const META: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.meta");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.redb");
+    let writer = Store::open(&path).unwrap();
+    let reader = read_only(&path).unwrap();
+    assert_eq!(reader.stats(NOW).unwrap().records(), 0);
+    // What a newer idem's upgrade would record, in a transaction of this file.
+    writer
+        .execute(&id("shop", "op", "upgrade"), fp("u"), NOW, |txn| {
+            txn.open_table(META)?
+                .insert(&b"schema"[..], &4u64.to_be_bytes()[..])?;
+            Ok::<_, redb::Error>((Verdict::Succeeded, Outcome::new(200, "ok"), ()))
+        })
+        .unwrap();
+    let err = reader.generation().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NewerSchema {
+                found: 4,
+                supported: 3
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("use a newer idem"), "{err}");
+}
+
+#[test]
 fn a_read_only_file_opens_read_only() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("idem.redb");
