@@ -272,7 +272,7 @@ fn a_read_only_store_refuses_a_schema_a_newer_idem_upgraded_the_file_to() {
     let reader = read_only(&path).unwrap();
     assert_eq!(reader.stats(NOW).unwrap().records(), 0);
     // What a newer idem's upgrade would record, in a transaction of this file.
-    writer
+    let _ = writer
         .execute(&id("shop", "op", "upgrade"), fp("u"), NOW, |txn| {
             txn.open_table(META)?
                 .insert(&b"schema"[..], &4u64.to_be_bytes()[..])?;
