@@ -12,6 +12,7 @@
 //! [`RecordId::to_key_bytes`]: tenant, operation and key, each behind its length byte.
 //! Records of one tenant (and of one tenant and operation) are then contiguous.
 
+use alloc::borrow::Cow;
 use alloc::vec::Vec;
 use core::fmt;
 use serde::{Serialize, de::DeserializeOwned};
@@ -129,14 +130,24 @@ pub fn decode_body<T: DeserializeOwned>(body: &[u8], what: &'static str) -> Resu
     }
 }
 
-/// `body` with a 0 byte after it: the bytes of a value written before its last field
-/// existed, read as the newer value with that field absent (postcard writes a `None` and
-/// an empty list as the byte 0).
-pub(crate) fn with_absent_last_field(body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(body.len() + 1);
-    out.extend_from_slice(body);
-    out.push(0);
-    out
+/// The postcard bytes of a value whose version 2 added one last field to version 1: the
+/// bytes after the version byte, and for version 1 those bytes with a 0 after them, so
+/// that they read as version 2 with that field absent (postcard writes a `None` and an
+/// empty list as the byte 0).
+///
+/// # Errors
+///
+/// As [`split_version`], with 2 the newest version.
+pub(crate) fn body_with_last_field(bytes: &[u8]) -> Result<Cow<'_, [u8]>, DecodeError> {
+    match split_version(bytes, 2)? {
+        (1, body) => {
+            let mut out = Vec::with_capacity(body.len() + 1);
+            out.extend_from_slice(body);
+            out.push(0);
+            Ok(Cow::Owned(out))
+        }
+        (_, body) => Ok(Cow::Borrowed(body)),
+    }
 }
 
 impl Record {

@@ -177,6 +177,9 @@ pub struct Intent {
 
 /// The format version [`Intent::encode`] writes: 2 added `resolution`.
 pub(super) const INTENT_VERSION: u8 = 2;
+// The decoders read version 1 as version 2 without its last field
+// (`encoding::body_with_last_field`); a version 3 needs its own reader.
+const _: () = assert!(INTENT_VERSION == 2);
 
 /// One send to perform: put `key` in the `Idempotency-Key` header and send `payload`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -451,17 +454,10 @@ impl Intent {
     /// [`DecodeError`] for empty, newer-format, malformed or invalid bytes.
     pub fn decode(bytes: &[u8]) -> Result<Intent, DecodeError> {
         const WHAT: &str = "intent";
-        let (version, body) = encoding::split_version(bytes, INTENT_VERSION)?;
-        let padded;
-        let body = if version == 1 {
-            // Version 1 is version 2 without its last field, the resolution.
-            padded = encoding::with_absent_last_field(body);
-            &padded[..]
-        } else {
-            body
-        };
+        // Version 1 is version 2 without its last field, the resolution.
+        let body = encoding::body_with_last_field(bytes)?;
         let (mut intent, resolution): (Intent, Option<IntentResolution>) =
-            encoding::decode_body(body, WHAT)?;
+            encoding::decode_body(&body, WHAT)?;
         intent.resolution = resolution;
         if intent.check().is_err() {
             return Err(DecodeError::Invalid { what: WHAT });

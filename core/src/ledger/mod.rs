@@ -482,16 +482,9 @@ impl Ledger {
     pub fn restore(bytes: &[u8]) -> Result<Ledger, DecodeError> {
         const WHAT: &str = "ledger snapshot";
         let invalid = DecodeError::Invalid { what: WHAT };
-        let (version, body) = encoding::split_version(bytes, INTENT_VERSION)?;
-        let padded;
-        let body = if version == 1 {
-            // Version 1 is version 2 without its last field, the resolutions.
-            padded = encoding::with_absent_last_field(body);
-            &padded[..]
-        } else {
-            body
-        };
-        let mut snapshot: Snapshot = encoding::decode_body(body, WHAT)?;
+        // Version 1 is version 2 without its last field, the resolutions.
+        let body = encoding::body_with_last_field(bytes)?;
+        let mut snapshot: Snapshot = encoding::decode_body(&body, WHAT)?;
         for (key, resolution) in snapshot.resolutions {
             match position(&snapshot.intents, &key) {
                 Ok(at) if snapshot.intents[at].resolution.is_none() => {
