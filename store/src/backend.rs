@@ -19,6 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use redb::backends::FileBackend;
 use redb::{BackendError, DatabaseError, StorageBackend};
 
+use crate::journal::{self, Journaled};
+
 /// What errors name instead of a path when the store is on a backend.
 pub(crate) const BACKEND_LABEL: &str = "(storage backend)";
 
@@ -26,15 +28,21 @@ pub(crate) const BACKEND_LABEL: &str = "(storage backend)";
 #[derive(Debug, Clone)]
 pub(crate) struct Location {
     place: Place,
+    // A writable open puts a journal in front of the storage, which checkpoints once it
+    // holds this many bytes (see `journal`).
+    journal_limit: Option<u64>,
     io_failed: Arc<AtomicBool>,
 }
 
 #[derive(Debug, Clone)]
 enum Place {
-    /// A file, by the path it was opened from.
+    /// A file, by the path it was opened from; its journal, if any, is beside it.
     File(PathBuf),
-    /// The application's backend.
-    Backend(Arc<dyn StorageBackend>),
+    /// The application's backend, and the one for its journal.
+    Backend {
+        main: Arc<dyn StorageBackend>,
+        journal: Option<Arc<dyn StorageBackend>>,
+    },
 }
 
 impl Location {
@@ -42,23 +50,49 @@ impl Location {
     pub(crate) fn file(path: &Path) -> Location {
         Location {
             place: Place::File(path.to_path_buf()),
+            journal_limit: None,
             io_failed: Arc::default(),
         }
     }
 
-    /// The application's `backend`.
-    pub(crate) fn backend(backend: impl StorageBackend) -> Location {
+    /// The application's `backend`, with `journal` in front of it when given.
+    pub(crate) fn backend(
+        backend: impl StorageBackend,
+        journal: Option<Arc<dyn StorageBackend>>,
+    ) -> Location {
         Location {
-            place: Place::Backend(Arc::new(backend)),
+            place: Place::Backend {
+                main: Arc::new(backend),
+                journal,
+            },
+            journal_limit: None,
             io_failed: Arc::default(),
         }
+    }
+
+    /// Writable opens of this location put a journal in front of the storage, which
+    /// checkpoints past `limit` bytes; `None`: they do not.
+    pub(crate) fn journaled(mut self, limit: Option<u64>) -> Location {
+        self.journal_limit = limit;
+        self
+    }
+
+    /// True when the application gave a backend for the journal.
+    pub(crate) fn has_journal_backend(&self) -> bool {
+        matches!(
+            self.place,
+            Place::Backend {
+                journal: Some(_),
+                ..
+            }
+        )
     }
 
     /// The path of a store file; `None` on a backend.
     pub(crate) fn path(&self) -> Option<&Path> {
         match &self.place {
             Place::File(path) => Some(path),
-            Place::Backend(_) => None,
+            Place::Backend { .. } => None,
         }
     }
 
@@ -66,7 +100,7 @@ impl Location {
     pub(crate) fn label(&self) -> &Path {
         match &self.place {
             Place::File(path) => path,
-            Place::Backend(_) => Path::new(BACKEND_LABEL),
+            Place::Backend { .. } => Path::new(BACKEND_LABEL),
         }
     }
 
@@ -74,7 +108,7 @@ impl Location {
     pub(crate) fn size(&self) -> io::Result<u64> {
         match &self.place {
             Place::File(path) => Ok(std::fs::metadata(path)?.len()),
-            Place::Backend(backend) => backend.len(),
+            Place::Backend { main, .. } => main.len(),
         }
     }
 
@@ -86,7 +120,13 @@ impl Location {
     /// The storage for one redb open, read-only (the file opened for reading only) or
     /// not (the file opened for reading and writing, and created when missing, as
     /// [`redb::Builder::create`] does).
+    ///
+    /// A writable open of a journaled location goes through a [`Journaled`] storage, which
+    /// first replays what the journal holds. Any other open first replays a journal a
+    /// crashed process left ([`journal::recover_file`]), or, read-only, fails with
+    /// [`DatabaseError::RepairAborted`] when there is one to replay.
     pub(crate) fn open(&self, writable: bool) -> Result<Watched, DatabaseError> {
+        let journal_limit = self.journal_limit.filter(|_| writable);
         let backend: Arc<dyn StorageBackend> = match &self.place {
             Place::File(path) => {
                 let file: File = if writable {
@@ -99,9 +139,26 @@ impl Location {
                 } else {
                     OpenOptions::new().read(true).open(path)?
                 };
-                Arc::new(FileBackend::new(file)?)
+                match journal_limit {
+                    Some(limit) => Arc::new(Journaled::open_file(file, path, limit)?),
+                    None => {
+                        let main = FileBackend::new(file)?;
+                        journal::recover_file(&main, path, writable)?;
+                        Arc::new(main)
+                    }
+                }
             }
-            Place::Backend(backend) => Arc::clone(backend),
+            Place::Backend { main, journal } => match (journal, journal_limit) {
+                (Some(journal), Some(limit)) => Arc::new(
+                    Journaled::open(Arc::clone(main), Arc::clone(journal), limit, None)
+                        .map_err(|e| DatabaseError::Storage(e.into()))?,
+                ),
+                (Some(journal), None) => {
+                    journal::recover_backend(&**main, &**journal, writable)?;
+                    Arc::clone(main)
+                }
+                (None, _) => Arc::clone(main),
+            },
         };
         Ok(Watched {
             backend,
@@ -115,7 +172,7 @@ impl Location {
     /// that reports an error other than "unsupported" is given the benefit of the doubt;
     /// redb then reports its errors when it opens. A file always locks.
     pub(crate) fn locks_ranges(&self) -> bool {
-        let Place::Backend(backend) = &self.place else {
+        let Place::Backend { main: backend, .. } = &self.place else {
             return true;
         };
         let (start, end) = (Bound::Included(0), Bound::Excluded(1));

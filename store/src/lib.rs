@@ -259,6 +259,7 @@ mod handle;
 #[cfg(feature = "http")]
 pub mod http;
 mod inbox;
+mod journal;
 mod lock;
 mod maintain;
 mod open;
@@ -282,6 +283,7 @@ pub use error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
 pub use execute::Executed;
 pub use group::{CommitCounts, MAX_BATCH};
 pub use inbox::{Handled, Inbox};
+pub use journal::DEFAULT_JOURNAL_LIMIT;
 pub use maintain::{CheckReport, IntentCounts, SWEEP_BATCH, Stats, SweepReport};
 pub use open::{DEFAULT_LOCK_TIMEOUT, StoreBuilder};
 pub use outbox::{EnqueueError, IntentFilter, IntentView, Outbox, OutboxError};

@@ -30,6 +30,7 @@ use crate::backend::Location;
 use crate::cache::DEFAULT_REPLAY_CACHE;
 use crate::error::{Error, OpenError};
 use crate::handle::Handle;
+use crate::journal::{self, DEFAULT_JOURNAL_LIMIT};
 use crate::lock::begin_write;
 use crate::tables::{
     self, Counters, META, OLDEST_SCHEMA, RECORDS, SCHEMA_KEY, SCHEMA_VERSION, Tables,
@@ -78,6 +79,8 @@ pub struct StoreBuilder {
     verify_on_open: bool,
     read_only: bool,
     floored: bool,
+    journal: bool,
+    journal_limit: u64,
 }
 
 impl Default for StoreBuilder {
@@ -92,6 +95,8 @@ impl Default for StoreBuilder {
             verify_on_open: true,
             read_only: false,
             floored: true,
+            journal: true,
+            journal_limit: DEFAULT_JOURNAL_LIMIT,
         }
     }
 }
@@ -163,6 +168,43 @@ impl StoreBuilder {
         self
     }
 
+    /// Whether a store that has its file to itself
+    /// ([`ConcurrencyMode::ExclusiveWriter`]) with [`Durability::Immediate`] commits
+    /// through a journal. Default true; other modes never do.
+    ///
+    /// The journal, `<file>-journal` beside the store file, turns a commit's scattered
+    /// page writes into one append: each commit's pages are written into the store file
+    /// (unsynced) and appended to the journal, and only the journal is synced before the
+    /// answer; the store file is synced at a checkpoint, when the journal reaches
+    /// [`StoreBuilder::journal_limit`] or the store closes. About twice as many commits
+    /// per second on a disk where a sync of scattered pages costs more than one of
+    /// contiguous pages (most; the compare bench measures both). Every answered commit
+    /// stays fsync-durable: the next open, in any mode, first writes what the journal
+    /// holds into the file. A closed store leaves the journal empty, so the store file
+    /// alone is the whole store; while a process has the store open, or after a crash
+    /// until the next writable open, the two files belong together (copy neither alone).
+    pub fn journal(mut self, journal: bool) -> StoreBuilder {
+        self.journal = journal;
+        self
+    }
+
+    /// The journal's size in bytes past which a commit checkpoints (syncs the store file
+    /// and empties the journal) instead of appending. Default [`DEFAULT_JOURNAL_LIMIT`]
+    /// (4 MiB): about 130 single-input commits. At least 64 KiB.
+    pub fn journal_limit(mut self, bytes: u64) -> StoreBuilder {
+        self.journal_limit = bytes;
+        self
+    }
+
+    /// The journal limit of a writable open in `concurrency`, when it uses a journal.
+    fn journal_for(&self, concurrency: ConcurrencyMode) -> Option<u64> {
+        let journaled = self.journal
+            && !self.read_only
+            && concurrency == ConcurrencyMode::ExclusiveWriter
+            && matches!(self.durability, Durability::Immediate);
+        journaled.then_some(self.journal_limit)
+    }
+
     /// Open the file only to read it. Default false.
     ///
     /// A read-only store answers [`crate::Store::get`], [`crate::Store::list`], [`crate::Store::stats`],
@@ -217,7 +259,7 @@ impl StoreBuilder {
         if !existing {
             self.create_atomically(&path, concurrency, deadline)?;
         }
-        let location = Location::file(&path);
+        let location = Location::file(&path).journaled(self.journal_for(concurrency));
         self.precheck(&location, concurrency, deadline)?;
         let db = self.open_for_writing(&location, concurrency, deadline)?;
         self.initialize(&db, &path, deadline)?;
@@ -234,6 +276,18 @@ impl StoreBuilder {
             ));
         }
         self.check_durability(concurrency)?;
+        let location = if location.has_journal_backend() {
+            if concurrency != ConcurrencyMode::ExclusiveWriter
+                || !matches!(self.durability, Durability::Immediate)
+            {
+                return Err(OpenError::Options(
+                    "a journal needs ConcurrencyMode::ExclusiveWriter and Durability::Immediate",
+                ));
+            }
+            location.journaled(Some(self.journal_limit))
+        } else {
+            location
+        };
         let label = location.label();
         let deadline = Deadline::after(self.lock_timeout);
         let empty = location.size().map_err(|source| OpenError::Io {
@@ -392,6 +446,7 @@ impl StoreBuilder {
             path: path.into(),
             source,
         };
+        journal::remove_stale(path).map_err(io_error)?;
         let name = path
             .file_name()
             .map_or_else(|| "idem".into(), |n| n.to_string_lossy());
@@ -520,7 +575,7 @@ impl StoreBuilder {
 }
 
 /// Makes the directory entry of `path` durable.
-fn sync_parent(path: &Path) -> io::Result<()> {
+pub(crate) fn sync_parent(path: &Path) -> io::Result<()> {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => fs::File::open(dir)?.sync_all(),
         _ => fs::File::open(".")?.sync_all(),

@@ -22,6 +22,7 @@ use std::fmt;
 use std::io::{BufRead, Write};
 use std::ops::ControlFlow;
 use std::path::Path;
+use std::sync::Arc;
 
 use idem_core::machine::{Entity, EntityDecision, Machine};
 use idem_core::protocol::{Decision, Resolution};
@@ -105,7 +106,28 @@ impl StoreBuilder {
     /// As [`StoreBuilder::open`], and [`OpenError::Options`] for a multi-process mode on
     /// a backend without locks.
     pub fn open_on_backend(self, backend: impl StorageBackend) -> Result<Store, OpenError> {
-        self.open_backend(Location::backend(backend))
+        self.open_backend(Location::backend(backend, None))
+            .map(Store::from_opened)
+    }
+
+    /// [`StoreBuilder::open_on_backend`], with the store's journal
+    /// ([`StoreBuilder::journal`]) on a second backend: each commit appends its writes to
+    /// `journal` and syncs it alone, and `backend` is synced at checkpoints. Only in
+    /// [`redb::ConcurrencyMode::ExclusiveWriter`] with [`redb::Durability::Immediate`]
+    /// (else [`OpenError::Options`]). The two backends belong together: an open with
+    /// `backend` alone may miss the latest commits until an open with both has written
+    /// them in. A read-only open with a journal that holds commits fails with
+    /// [`OpenError::NeedsRecovery`].
+    ///
+    /// # Errors
+    ///
+    /// As [`StoreBuilder::open_on_backend`].
+    pub fn open_on_backend_with_journal(
+        self,
+        backend: impl StorageBackend,
+        journal: impl StorageBackend,
+    ) -> Result<Store, OpenError> {
+        self.open_backend(Location::backend(backend, Some(Arc::new(journal))))
             .map(Store::from_opened)
     }
 }

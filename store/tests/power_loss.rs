@@ -46,7 +46,7 @@ fn target() -> u64 {
 }
 
 fn mode_of(run: u64) -> ConcurrencyMode {
-    if run % 2 == 0 {
+    if run.is_multiple_of(2) {
         ConcurrencyMode::MultiWriter
     } else {
         ConcurrencyMode::ExclusiveWriter
@@ -58,7 +58,7 @@ fn run_seed(seed: u64, run: u64) -> u64 {
     Rng::new(seed ^ run.wrapping_mul(0x9e37_79b9_7f4a_7c15)).next_u64()
 }
 
-fn fingerprint_of(image: &[u8]) -> u64 {
+fn fingerprint_of(image: &impl Hash) -> u64 {
     let mut hasher = DefaultHasher::new();
     image.hash(&mut hasher);
     hasher.finish()
@@ -135,7 +135,9 @@ fn power_cuts_lose_nothing_answered_and_show_nothing_half_done() {
     let target = target();
     let counts = Counts::default();
     let started = Instant::now();
-    run_until(target, &counts, |run| workload_run(seed, run, &counts));
+    run_until(target, &counts, |run| {
+        workload_run(seed, run, &counts, false)
+    });
     eprintln!(
         "power cuts: {} images checked (plus {} second cuts during recovery) from {} cut moments of {} runs of {STEPS} steps, in {:.1?}",
         counts.images.load(Ordering::Relaxed),
@@ -147,13 +149,53 @@ fn power_cuts_lose_nothing_answered_and_show_nothing_half_done() {
     assert!(counts.images.load(Ordering::Relaxed) >= target.min(1));
 }
 
-/// One run of the workload on a fresh disk, with every recorded cut checked against the
-/// contents before and after the step it fell in.
-fn workload_run(seed: u64, run: u64, counts: &Counts) {
+/// The same workload on a store whose commits go through its journal (one-phase
+/// commits synced in the journal alone, the store's disk synced at checkpoints, here
+/// every few commits): cuts of both disks at once, the journal's records torn or lost
+/// like any write, and recoveries that replay the journal cut again.
+#[test]
+fn power_cuts_under_the_journal_lose_nothing_answered() {
+    let seed = seed("power_cuts_journal");
+    let target = target() / 2;
+    let counts = Counts::default();
+    let started = Instant::now();
+    run_until(target, &counts, |run| {
+        workload_run(seed, run, &counts, true)
+    });
+    eprintln!(
+        "journal power cuts: {} images checked (plus {} second cuts during recovery) from {} cut moments of {} runs of {STEPS} steps, in {:.1?}",
+        counts.images.load(Ordering::Relaxed),
+        counts.second_cuts.load(Ordering::Relaxed),
+        counts.points.load(Ordering::Relaxed),
+        counts.runs.load(Ordering::Relaxed),
+        started.elapsed()
+    );
+    assert!(counts.images.load(Ordering::Relaxed) >= target.min(1));
+}
+
+/// One run of the workload on a fresh disk (with `journaled`, a fresh pair), with every
+/// recorded cut checked against the contents before and after the step it fell in.
+fn workload_run(seed: u64, run: u64, counts: &Counts, journaled: bool) {
     let mode = mode_of(run);
     let run_seed = run_seed(seed, run);
-    let disk = SimDisk::default();
-    let store = workload::open(disk.clone(), mode).unwrap();
+    let (store, disk, blank) = if journaled {
+        let (disk, journal) = SimDisk::pair(Vec::new(), Vec::new());
+        let store = open_journaled(disk.clone(), journal).unwrap();
+        let blank = Image::Journaled {
+            main: Vec::new(),
+            journal: Vec::new(),
+        };
+        (store, disk, blank)
+    } else {
+        let disk = SimDisk::default();
+        let store = workload::open(disk.clone(), mode).unwrap();
+        (store, disk, Image::Alone(Vec::new(), mode))
+    };
+    let mode = if journaled {
+        "the journal".to_string()
+    } else {
+        format!("{mode:?}")
+    };
     // Cuts while a store is created are the subject of their own test.
     disk.record_cuts(Rng::new(run_seed ^ 1), WRITE_CUTS);
     let mut rng = Rng::new(run_seed ^ 2);
@@ -168,19 +210,19 @@ fn workload_run(seed: u64, run: u64, counts: &Counts) {
         for (i, cut) in disk.take_cuts().into_iter().enumerate() {
             counts.points.fetch_add(1, Ordering::Relaxed);
             for survival in survivals(&cut) {
-                let image = cut.image(survival, &mut rng);
+                let image = blank.of(&cut, survival, &mut rng);
                 if !seen.insert(fingerprint_of(&image)) {
                     continue;
                 }
                 let context = format!(
-                    "seed {seed} (IDEM_SEED={seed} IDEM_POWER_RUN={run}), run {run} in {mode:?}, step {step} ({name}), cut {i} ({}), {survival:?}",
+                    "seed {seed} (IDEM_SEED={seed} IDEM_POWER_RUN={run}), run {run} in {mode}, step {step} ({name}), cut {i} ({}), {survival:?}",
                     if cut.at_sync {
                         "at a sync"
                     } else {
                         "at a write"
                     }
                 );
-                recover(image, mode, &[&before, &after], &context, &mut rng, counts);
+                recover(image, &[&before, &after], &context, &mut rng, counts);
                 counts.images.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -189,23 +231,74 @@ fn workload_run(seed: u64, run: u64, counts: &Counts) {
     counts.runs.fetch_add(1, Ordering::Relaxed);
 }
 
+/// What survived a cut: a store's disk, opened in a mode, or a store's disk and its
+/// journal's.
+enum Image {
+    Alone(Vec<u8>, ConcurrencyMode),
+    Journaled { main: Vec<u8>, journal: Vec<u8> },
+}
+
+impl Hash for Image {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match self {
+            Image::Alone(image, _) => image.hash(state),
+            Image::Journaled { main, journal } => (main, journal).hash(state),
+        }
+    }
+}
+
+impl Image {
+    /// What survives `cut` of a disk like this one's, when `survival` decides.
+    fn of(&self, cut: &Cut, survival: Survival, rng: &mut Rng) -> Image {
+        match self {
+            Image::Alone(_, mode) => Image::Alone(cut.image(survival, rng), *mode),
+            Image::Journaled { .. } => Image::Journaled {
+                main: cut.image(survival, rng),
+                journal: cut
+                    .journal_image(survival, rng)
+                    .expect("a cut of a journaled store records its journal"),
+            },
+        }
+    }
+
+    /// A store on these bytes, and the disk whose list keeps the cuts.
+    fn open(&self, record: Option<Rng>) -> Result<(idem_store::Store, SimDisk), OpenError> {
+        let (store, disk) = match self {
+            Image::Alone(image, mode) => {
+                let disk = SimDisk::from_image(image.clone());
+                if let Some(rng) = record {
+                    disk.record_cuts(rng, 16_384);
+                }
+                (workload::open(disk.clone(), *mode), disk)
+            }
+            Image::Journaled { main, journal } => {
+                let (disk, journal) = SimDisk::pair(main.clone(), journal.clone());
+                if let Some(rng) = record {
+                    disk.record_cuts(rng, 16_384);
+                }
+                (open_journaled(disk.clone(), journal), disk)
+            }
+        };
+        Ok((store?, disk))
+    }
+}
+
+/// A store on `main` with its journal on `journal`, which checkpoints after a few
+/// commits (its smallest limit), so that runs cut checkpoints too.
+fn open_journaled(main: SimDisk, journal: SimDisk) -> Result<idem_store::Store, OpenError> {
+    idem_store::Store::builder()
+        .config(workload::config())
+        .journal_limit(0)
+        .open_on_backend_with_journal(main, journal)
+}
+
 /// Opens the store on what survived a cut and checks it: it opens, `check` passes, its
 /// contents are one of `allowed`, and it writes again with a new generation. One
 /// recovery in eight is itself cut, at a random moment, and that image checked too.
-fn recover(
-    image: Vec<u8>,
-    mode: ConcurrencyMode,
-    allowed: &[&Contents],
-    context: &str,
-    rng: &mut Rng,
-    counts: &Counts,
-) {
-    let disk = SimDisk::from_image(image);
+fn recover(image: Image, allowed: &[&Contents], context: &str, rng: &mut Rng, counts: &Counts) {
     let cut_again = rng.below(8) == 0;
-    if cut_again {
-        disk.record_cuts(Rng::new(rng.next_u64()), 16_384);
-    }
-    let store = workload::open(disk.clone(), mode)
+    let (store, disk) = image
+        .open(cut_again.then(|| Rng::new(rng.next_u64())))
         .unwrap_or_else(|e| panic!("{context}: the store does not open after the cut: {e}"));
     let report = store
         .check()
@@ -221,10 +314,9 @@ fn recover(
         if !cuts.is_empty() {
             let cut = &cuts[rng.below(cuts.len() as u64) as usize];
             let survival = Survival::ALL[rng.below(4) as usize];
-            let again = cut.image(survival, rng);
+            let again = image.of(cut, survival, rng);
             let context = format!("{context}, then cut again while recovering ({survival:?})");
-            let disk = SimDisk::from_image(again);
-            let store = workload::open(disk, mode).unwrap_or_else(|e| {
+            let (store, _) = again.open(None).unwrap_or_else(|e| {
                 panic!("{context}: the store does not open after the second cut: {e}")
             });
             let report = store.check().unwrap();

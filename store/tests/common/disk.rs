@@ -23,13 +23,19 @@
 //! writes: the state a power cut at that moment leaves, from which [`Cut::image`] makes the
 //! bytes that survive. A workload runs once, uninterrupted, and every recorded moment is a
 //! cut: nothing before a power cut depends on whether it comes.
+//!
+//! Two disks made by [`SimDisk::pair`] (a store's and its journal's) lose power together:
+//! a cut recorded by either is the state of both, kept in the main disk's list, and
+//! [`Cut::journal_image`] makes what survives on the journal's. (A pair records a cut
+//! with both disks locked, the recording one first; the store's journal writes and
+//! syncs either disk one call at a time, so no two cuts are recorded at once.)
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use idem_store::redb::{BackendError, StorageBackend};
 
@@ -61,6 +67,8 @@ pub struct Cut {
     pub tag: u64,
     /// True when recorded at a sync (else at a write).
     pub at_sync: bool,
+    /// Of a pair's main disk: the journal disk's state at the same moment.
+    journal: Option<Box<Cut>>,
 }
 
 impl fmt::Debug for Cut {
@@ -99,9 +107,15 @@ impl Survival {
 }
 
 impl Cut {
-    /// True when something was pending: the survivals differ.
+    /// True when something was pending (on either disk of a pair): the survivals differ.
     pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
+        !self.pending.is_empty() || self.journal.as_ref().is_some_and(|j| j.has_pending())
+    }
+
+    /// Of a pair's main disk, the bytes that survive on the journal disk when `survival`
+    /// decides which of its pending writes do.
+    pub fn journal_image(&self, survival: Survival, rng: &mut Rng) -> Option<Vec<u8>> {
+        self.journal.as_ref().map(|j| j.image(survival, rng))
     }
 
     /// The bytes that survive the cut when `survival` decides which pending writes do.
@@ -225,6 +239,10 @@ struct DiskState {
     faulted: bool,
     lose_on_failed_sync: bool,
     locks: Vec<(Bound<u64>, Bound<u64>)>,
+    // Of a pair's main disk: the journal disk.
+    journal: Option<SimDisk>,
+    // Of a pair's journal disk: the main disk, which keeps the cuts.
+    main: Option<Weak<Mutex<DiskState>>>,
 }
 
 /// The simulated disk; clones share it (the store gets one, the test keeps one).
@@ -266,7 +284,19 @@ impl SimDisk {
             faulted: false,
             lose_on_failed_sync: false,
             locks: Vec::new(),
+            journal: None,
+            main: None,
         })))
+    }
+
+    /// A store's disk and its journal's, holding `main` and `journal`, all synced, that
+    /// lose power together (see the module documentation).
+    pub fn pair(main: Vec<u8>, journal: Vec<u8>) -> (SimDisk, SimDisk) {
+        let main = SimDisk::from_image(main);
+        let journal = SimDisk::from_image(journal);
+        journal.state().main = Some(Arc::downgrade(&main.0));
+        main.state().journal = Some(journal.clone());
+        (main, journal)
     }
 
     fn state(&self) -> MutexGuard<'_, DiskState> {
@@ -275,13 +305,21 @@ impl SimDisk {
 
     /// Records a [`Cut`] at every sync from now on, and at a write with probability
     /// `per_65536 / 65536`, choosing with `rng`.
-    pub fn record_cuts(&self, rng: Rng, per_65536: u64) {
-        self.state().record = Some((rng, per_65536));
+    pub fn record_cuts(&self, mut rng: Rng, per_65536: u64) {
+        let mut state = self.state();
+        if let Some(journal) = &state.journal {
+            journal.state().record = Some((Rng::new(rng.next_u64()), per_65536));
+        }
+        state.record = Some((rng, per_65536));
     }
 
-    /// Stops recording cuts.
+    /// Stops recording cuts (on both disks of a pair).
     pub fn stop_recording(&self) {
-        self.state().record = None;
+        let mut state = self.state();
+        if let Some(journal) = &state.journal {
+            journal.state().record = None;
+        }
+        state.record = None;
     }
 
     /// Stamps every cut with the value `tag` holds when it is recorded.
@@ -297,7 +335,11 @@ impl SimDisk {
     /// The state a power cut now leaves.
     pub fn cut_now(&self) -> Cut {
         let mut state = self.state();
-        state.cut(false)
+        let mut cut = state.cut(false);
+        if let Some(journal) = &state.journal {
+            cut.journal = Some(Box::new(journal.state().cut(false)));
+        }
+        cut
     }
 
     /// Fails the write or sync numbered `nth` (0-based, counted from the disk's creation)
@@ -348,7 +390,26 @@ impl DiskState {
             pending,
             tag: self.tag.as_ref().map_or(0, |t| t.load(Ordering::SeqCst)),
             at_sync,
+            journal: None,
         }
+    }
+
+    /// Records the cut a power cut now leaves: of this disk, or, in a pair, of both,
+    /// in the main disk's list.
+    fn record(&mut self, at_sync: bool) {
+        if let Some(main) = self.main.as_ref().and_then(Weak::upgrade) {
+            let mine = self.cut(at_sync);
+            let mut main = main.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut cut = main.cut(at_sync);
+            cut.journal = Some(Box::new(mine));
+            main.cuts.push(cut);
+            return;
+        }
+        let mut cut = self.cut(at_sync);
+        if let Some(journal) = &self.journal {
+            cut.journal = Some(Box::new(journal.state().cut(at_sync)));
+        }
+        self.cuts.push(cut);
     }
 
     fn push(&mut self, op: Pending) {
@@ -398,8 +459,7 @@ impl StorageBackend for SimDisk {
         let n = state.syncs;
         state.syncs += 1;
         if state.record.is_some() {
-            let cut = state.cut(true);
-            state.cuts.push(cut);
+            state.record(true);
         }
         if state.fails(IoKind::Sync, n) {
             if state.lose_on_failed_sync {
@@ -434,8 +494,7 @@ impl StorageBackend for SimDisk {
             None => false,
         };
         if record {
-            let cut = state.cut(false);
-            state.cuts.push(cut);
+            state.record(false);
         }
         Ok(())
     }

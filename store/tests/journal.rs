@@ -1,0 +1,231 @@
+//! The journal of a store file (`StoreBuilder::journal`): what a crash leaves in it is
+//! written into the file by the next open, in any mode; a read-only open asks for that
+//! first; a closed store leaves it empty; a new store never takes the journal of a
+//! deleted one; and its file keeps its size.
+//!
+//! A crash of the machine is made by copying files: the store file as the last
+//! checkpoint left it (its later writes, never synced, lost) and the journal as the
+//! commits left it (each synced before its answer), while the store that wrote them is
+//! leaked, never closed, so that it never checkpoints.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{T0, fp, id};
+use idem_core::{Outcome, Timestamp, Verdict};
+use idem_store::redb::ConcurrencyMode;
+use idem_store::{DEFAULT_JOURNAL_LIMIT, Executed, ListFilter, OpenError, Store};
+
+fn journal_of(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push("-journal");
+    PathBuf::from(name)
+}
+
+fn exclusive() -> idem_store::StoreBuilder {
+    Store::builder().concurrency(ConcurrencyMode::ExclusiveWriter)
+}
+
+fn execute(store: &Store, key: &str) {
+    let ran = store
+        .execute(&id("shop", "pay", key), fp(key), Timestamp(T0), |_| {
+            Ok::<_, std::convert::Infallible>((
+                Verdict::Succeeded,
+                Outcome::new(200, key.as_bytes().to_vec()),
+                (),
+            ))
+        })
+        .unwrap();
+    assert!(matches!(ran, Executed::Ran { .. }), "{key}: {ran:?}");
+}
+
+fn keys(store: &Store) -> Vec<String> {
+    let mut keys = Vec::new();
+    store
+        .list(&ListFilter::default(), |id, _| {
+            keys.push(id.key().to_string());
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    keys.sort();
+    keys
+}
+
+fn names(range: std::ops::Range<u32>) -> Vec<String> {
+    range.map(|i| format!("k{i:04}")).collect()
+}
+
+/// What the store file holds after the crash.
+#[derive(Clone, Copy)]
+enum File {
+    /// What the close before the commits synced: a power cut lost every later write.
+    AsClosed,
+    /// Every write: the process was killed, the machine kept its page cache.
+    AsWritten,
+}
+
+/// A store file at `dir/store.redb` as a crash leaves it after `before` keys were
+/// committed and closed and `after` more were answered through the journal: the file
+/// as `file` says, and the journal as the answers left it.
+fn crashed(dir: &Path, before: u32, after: u32, limit: u64, file: File) -> PathBuf {
+    let path = dir.join("store.redb");
+    let store = exclusive().journal_limit(limit).open(&path).unwrap();
+    for key in names(0..before) {
+        execute(&store, &key);
+    }
+    drop(store);
+    let file_at_close = fs::read(&path).unwrap();
+    let store = exclusive().journal_limit(limit).open(&path).unwrap();
+    for key in names(before..before + after) {
+        execute(&store, &key);
+    }
+    let journal = fs::read(journal_of(&path)).unwrap();
+    let file_at_cut = match file {
+        File::AsClosed => file_at_close,
+        File::AsWritten => fs::read(&path).unwrap(),
+    };
+    // Never closed: it never checkpoints (and keeps its locks on files no longer used).
+    std::mem::forget(store);
+    let cut = dir.join("after-the-cut");
+    fs::create_dir(&cut).unwrap();
+    let restored = cut.join("store.redb");
+    fs::write(&restored, file_at_cut).unwrap();
+    fs::write(journal_of(&restored), journal).unwrap();
+    restored
+}
+
+#[test]
+fn the_next_open_writes_what_the_journal_holds_into_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = crashed(dir.path(), 5, 20, DEFAULT_JOURNAL_LIMIT, File::AsClosed);
+    // The file alone misses the commits only the journal holds: the journal is what
+    // kept them. (Opened from a copy without the journal beside it.)
+    let alone = dir.path().join("file-alone.redb");
+    fs::copy(&path, &alone).unwrap();
+    assert_eq!(keys(&Store::open(&alone).unwrap()), names(0..5));
+
+    let store = exclusive().open(&path).unwrap();
+    assert_eq!(keys(&store), names(0..25));
+    assert!(store.check().unwrap().is_ok());
+    execute(&store, "after");
+    drop(store);
+    // Closed, the file alone is the whole store.
+    let alone = dir.path().join("file-after-close.redb");
+    fs::copy(&path, &alone).unwrap();
+    let keys_after = keys(&Store::open(&alone).unwrap());
+    assert_eq!(keys_after.len(), 26);
+}
+
+#[test]
+fn a_killed_process_leaves_a_journal_whose_replay_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // The smallest journal checkpoints every few commits. (What a power cut leaves
+    // across checkpoints is `power_loss.rs`'s subject: it alone sees the file as the
+    // last checkpoint synced it.)
+    let path = crashed(dir.path(), 3, 60, 0, File::AsWritten);
+    let store = exclusive().journal_limit(0).open(&path).unwrap();
+    assert_eq!(keys(&store), names(0..63));
+    assert!(store.check().unwrap().is_ok());
+}
+
+#[test]
+fn an_open_in_another_mode_writes_the_journal_in_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = crashed(dir.path(), 2, 10, DEFAULT_JOURNAL_LIMIT, File::AsClosed);
+    // The default multi-process mode uses no journal, and still reads what one holds.
+    let store = Store::open(&path).unwrap();
+    assert_eq!(keys(&store), names(0..12));
+    assert!(store.check().unwrap().is_ok());
+    execute(&store, "multi");
+    drop(store);
+    let store = exclusive().open(&path).unwrap();
+    assert_eq!(keys(&store).len(), 13);
+}
+
+#[test]
+fn a_read_only_open_asks_for_the_recovery_the_journal_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = crashed(dir.path(), 2, 10, DEFAULT_JOURNAL_LIMIT, File::AsClosed);
+    let file_before = fs::read(&path).unwrap();
+    let err = Store::builder().read_only(true).open(&path).unwrap_err();
+    assert!(
+        matches!(err, OpenError::NeedsRecovery { .. }),
+        "a read-only open of a file whose journal holds commits: {err}"
+    );
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        file_before,
+        "the read-only open wrote"
+    );
+    drop(exclusive().open(&path).unwrap());
+    let store = Store::builder().read_only(true).open(&path).unwrap();
+    assert_eq!(keys(&store), names(0..12));
+}
+
+#[test]
+fn a_new_store_never_takes_the_journal_a_deleted_one_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = crashed(dir.path(), 2, 10, DEFAULT_JOURNAL_LIMIT, File::AsClosed);
+    fs::remove_file(&path).unwrap();
+    assert!(journal_of(&path).exists());
+    let store = exclusive().open(&path).unwrap();
+    assert_eq!(keys(&store), Vec::<String>::new());
+    assert!(store.check().unwrap().is_ok());
+    execute(&store, "fresh");
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(keys(&store), vec!["fresh".to_string()]);
+}
+
+#[test]
+fn a_second_open_waits_for_the_process_that_holds_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let store = exclusive().open(&path).unwrap();
+    execute(&store, "held");
+    for builder in [exclusive(), Store::builder(), exclusive().journal(false)] {
+        let err = builder
+            .lock_timeout(Duration::from_millis(50))
+            .open(&path)
+            .unwrap_err();
+        assert!(matches!(err, OpenError::Locked { .. }), "{err}");
+    }
+    drop(store);
+    assert_eq!(keys(&Store::open(&path).unwrap()), vec!["held".to_string()]);
+}
+
+#[test]
+fn the_journal_keeps_its_size_and_a_closed_one_holds_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let limit = 256 << 10;
+    let store = exclusive().journal_limit(limit).open(&path).unwrap();
+    let journal = journal_of(&path);
+    assert_eq!(fs::metadata(&journal).unwrap().len(), limit);
+    for key in names(0..100) {
+        execute(&store, &key);
+    }
+    // Checkpoints reuse the file from its start.
+    assert_eq!(fs::metadata(&journal).unwrap().len(), limit);
+    drop(store);
+    // A read-only open would refuse a journal holding commits.
+    let store = Store::builder().read_only(true).open(&path).unwrap();
+    assert_eq!(keys(&store).len(), 100);
+}
+
+#[test]
+fn without_the_journal_an_exclusive_store_syncs_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let store = exclusive().journal(false).open(&path).unwrap();
+    execute(&store, "plain");
+    assert!(!journal_of(&path).exists());
+    drop(store);
+    // The default mode never journals either.
+    let store = Store::open(&path).unwrap();
+    execute(&store, "multi");
+    assert!(!journal_of(&path).exists());
+}
