@@ -140,8 +140,13 @@ fn io_targets(rows: &[IoRow], wal: [f64; 2]) {
     let find = |id: &str| rows.iter().find(|r| r.id == id);
     for (id, what, sqlite) in [
         (
+            "io_execute_journal",
+            "execute, single process, synced (journal)",
+            wal[0],
+        ),
+        (
             "io_execute_single_process",
-            "execute, single process",
+            "execute, single process without the journal",
             wal[0],
         ),
         ("io_execute", "execute, multi-process mode", wal[0]),
@@ -373,6 +378,12 @@ fn targets(idem: &Report, rows: &[Row]) {
         (
             "execute, single process",
             "execute_single_process",
+            "sqlite_execute_full",
+            1.0,
+        ),
+        (
+            "execute, single process without the journal",
+            "execute_single_process_no_journal",
             "sqlite_execute_full",
             1.0,
         ),

@@ -301,6 +301,7 @@ pub fn run(dir: &Path, plan: IoPlan) -> Result<Vec<IoRow>, BenchError> {
         let each = |store: &Store| execute(store, &keys, &outcome);
         rows.push(count(id, what, &store, &counter, plan, each)?);
     }
+    rows.extend(journaled(dir, plan, &outcome)?);
     let (store, counter) = open(dir, "io_two_phase", ConcurrencyMode::MultiWriter)?;
     let keys = KeySequence::default();
     rows.push(count(
@@ -344,6 +345,80 @@ pub fn run(dir: &Path, plan: IoPlan) -> Result<Vec<IoRow>, BenchError> {
             inputs: after.batched_inputs - before.1.batched_inputs,
             commits: after.commits - before.1.commits,
             calls: counter.now() - before.0,
+        });
+    }
+    Ok(rows)
+}
+
+/// The single-process paths with the store's journal (what a store file in
+/// ExclusiveWriter mode uses): the journal's calls (each commit's one sync) and the store
+/// file's (written at each commit, synced at checkpoints), counted apart, over the same
+/// commits.
+fn journaled(dir: &Path, plan: IoPlan, outcome: &Outcome) -> Result<Vec<IoRow>, BenchError> {
+    let IoPlan { warm_up, inputs } = plan;
+    let mut rows = Vec::new();
+    for grouped_64 in [false, true] {
+        let name = if grouped_64 {
+            "io_grouped_journal"
+        } else {
+            "io_execute_journal"
+        };
+        let (main, file_counter) = Counting::create(&dir.join(format!("{name}.redb")))?;
+        let (journal, journal_counter) =
+            Counting::create(&dir.join(format!("{name}.redb-journal")))?;
+        let store = Store::builder()
+            .concurrency(ConcurrencyMode::ExclusiveWriter)
+            .open_on_backend_with_journal(main, journal)?;
+        let keys = KeySequence::default();
+        let run = |n: u32| -> Result<(), BenchError> {
+            if grouped_64 {
+                grouped(&store, &keys, outcome, 64, n)
+            } else {
+                (0..n).try_for_each(|_| execute(&store, &keys, outcome))
+            }
+        };
+        run(if grouped_64 {
+            warm_up.div_ceil(64)
+        } else {
+            warm_up
+        })?;
+        let before = (
+            journal_counter.now(),
+            file_counter.now(),
+            store.commit_counts(),
+        );
+        run(inputs)?;
+        let after = store.commit_counts();
+        let (what, commits, counted) = if grouped_64 {
+            (
+                "execute_grouped, 64 callers (single process, journal)",
+                after.commits - before.2.commits,
+                after.batched_inputs - before.2.batched_inputs,
+            )
+        } else {
+            (
+                "execute, one per transaction (single process, journal)",
+                after.commits - before.2.commits,
+                u64::from(inputs),
+            )
+        };
+        rows.push(IoRow {
+            id: name,
+            measurement: format!("{what}: journal"),
+            inputs: counted,
+            commits,
+            calls: journal_counter.now() - before.0,
+        });
+        rows.push(IoRow {
+            id: if grouped_64 {
+                "io_grouped_journal_file"
+            } else {
+                "io_execute_journal_file"
+            },
+            measurement: format!("{what}: store file"),
+            inputs: counted,
+            commits,
+            calls: file_counter.now() - before.1,
         });
     }
     Ok(rows)
@@ -556,6 +631,18 @@ mod tests {
         // Durable commits: at least one sync each, and at least a page written.
         assert!(single.calls.syncs >= single.commits, "{single:?}");
         assert!(single.bytes_per_commit() >= PAGE as f64, "{single:?}");
+        // With the journal: one journal sync per commit, the store file synced only at
+        // checkpoints (none in 20 small commits), fewer bytes in the journal than in
+        // the file.
+        let journal = find("io_execute_journal");
+        let file = find("io_execute_journal_file");
+        assert_eq!((journal.inputs, journal.commits), (20, 20));
+        assert_eq!(journal.calls.syncs, journal.commits, "{journal:?}");
+        assert_eq!(file.calls.syncs, 0, "{file:?}");
+        assert!(
+            journal.calls.bytes_written < file.calls.bytes_written,
+            "{journal:?} {file:?}"
+        );
         let two_phase = find("io_two_phase");
         assert_eq!((two_phase.inputs, two_phase.commits), (20, 40));
         let grouped = find("io_grouped");

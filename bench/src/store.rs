@@ -138,6 +138,7 @@ pub fn run(dir: &Path, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Re
         outcome: Outcome::new(200, vec![b'x'; 64]),
         keys: plan.keys_per_caller,
         single_process: false,
+        journal: false,
     };
 
     progress("begin + complete, one input per transaction");
@@ -173,11 +174,29 @@ pub fn run(dir: &Path, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Re
         outcome,
         keys: plan.keys_per_caller,
         single_process: true,
+        journal: true,
     };
     progress("execute, one transaction each, single process");
     rows.push(bench.execute_alone(1, plan.keys_per_caller)?);
     progress(&format!("execute_grouped, {most} callers, single process"));
     rows.push(bench.execute_grouped(most)?);
+    let outcome = bench.outcome.clone();
+    drop(store);
+
+    // The same without the journal: redb syncs each commit's scattered pages.
+    let store = Store::builder()
+        .concurrency(ConcurrencyMode::ExclusiveWriter)
+        .journal(false)
+        .open(dir.join("single-process-no-journal.redb"))?;
+    let bench = Writes {
+        store: &store,
+        outcome,
+        keys: plan.keys_per_caller,
+        single_process: true,
+        journal: false,
+    };
+    progress("execute, one transaction each, single process, no journal");
+    rows.push(bench.execute_alone(1, plan.keys_per_caller)?);
     drop(store);
 
     progress("group commit overhead, no fsync");
@@ -297,6 +316,8 @@ struct Writes<'s> {
     keys: u32,
     // The store is in ConcurrencyMode::ExclusiveWriter.
     single_process: bool,
+    // A single-process store with its journal (the default there).
+    journal: bool,
 }
 
 impl Writes<'_> {
@@ -351,7 +372,12 @@ impl Writes<'_> {
             ran(&id, executed)
         })?;
         let commits = self.store.commit_counts().commits - before.commits;
-        let (id, name) = if self.single_process {
+        let (id, name) = if self.single_process && !self.journal {
+            (
+                "execute_single_process_no_journal",
+                "execute, one transaction per call, single process, no journal",
+            )
+        } else if self.single_process {
             (
                 "execute_single_process",
                 "execute, one transaction per call, single process",
@@ -753,6 +779,7 @@ mod tests {
             ("execute_no_fsync", 1),
             ("execute_grouped_no_fsync", 1),
             ("execute_single_process", 1),
+            ("execute_single_process_no_journal", 1),
             ("execute_grouped_single_process", 3),
             ("replay_begin_first", 1),
             ("replay_begin", 1),

@@ -1,6 +1,8 @@
 //! Crash test: a child process runs `execute` in a loop on a real file and reports each
 //! key after the call returned; the parent SIGKILLs it at random moments, reopens the
 //! file, and checks that nothing acknowledged was lost and nothing half-done is visible.
+//! The child uses the default multi-process mode, or the exclusive mode with its journal
+//! (reopened in either mode: any open first replays what a killed writer left in it).
 
 mod common;
 
@@ -15,7 +17,7 @@ use common::{
 };
 use idem_core::protocol::Decision;
 use idem_core::{Outcome, State, Status, Timestamp, Verdict};
-use idem_store::redb::WriteTransaction;
+use idem_store::redb::{ConcurrencyMode, WriteTransaction};
 use idem_store::{ExecuteError, Executed, ListFilter, Store};
 
 // The business tables are common::ACCOUNTS (credits per key: every settled key must
@@ -52,7 +54,10 @@ fn crash_child() {
     let var = |name: &str| -> u64 { std::env::var(name).unwrap().parse().unwrap() };
     let mut next = var("IDEM_CRASH_FIRST");
     let mut rng = Rng::new(var("IDEM_CRASH_SEED"));
-    let store = Store::open(&path).unwrap();
+    let store = open(
+        Path::new(&path),
+        std::env::var("IDEM_CRASH_JOURNAL").is_ok(),
+    );
     report("ready");
     loop {
         let roll = rng.below(10);
@@ -78,9 +83,31 @@ fn crash_child() {
     }
 }
 
+/// The store at `path`: in the default multi-process mode, or with `journal` in the
+/// exclusive mode, which commits through the journal.
+fn open(path: &Path, journal: bool) -> Store {
+    if journal {
+        Store::builder()
+            .concurrency(ConcurrencyMode::ExclusiveWriter)
+            .open(path)
+            .unwrap()
+    } else {
+        Store::open(path).unwrap()
+    }
+}
+
 #[test]
 fn sigkill_at_random_moments_loses_nothing_acknowledged() {
-    let seed = seed("sigkill_at_random_moments");
+    sigkill_run("sigkill_at_random_moments", false);
+}
+
+#[test]
+fn sigkill_of_a_writer_with_the_journal_loses_nothing_acknowledged() {
+    sigkill_run("sigkill_with_the_journal", true);
+}
+
+fn sigkill_run(test: &str, journal: bool) {
+    let seed = seed(test);
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("crash.redb");
@@ -89,14 +116,15 @@ fn sigkill_at_random_moments_loses_nothing_acknowledged() {
     let mut counter = 0u64;
     let mut rounds_with_progress = 0;
     for round in 0..KILLS {
-        let mut child = spawn_child(
-            "crash_child",
-            &[
-                ("IDEM_CRASH_DB", path.display().to_string()),
-                ("IDEM_CRASH_FIRST", first.to_string()),
-                ("IDEM_CRASH_SEED", rng.next_u64().to_string()),
-            ],
-        );
+        let mut env = vec![
+            ("IDEM_CRASH_DB", path.display().to_string()),
+            ("IDEM_CRASH_FIRST", first.to_string()),
+            ("IDEM_CRASH_SEED", rng.next_u64().to_string()),
+        ];
+        if journal {
+            env.push(("IDEM_CRASH_JOURNAL", "1".into()));
+        }
+        let mut child = spawn_child("crash_child", &env);
         let lines = reports(child.stdout.take().unwrap());
         // Half the kills land while the child starts and opens (and recovers) the file,
         // or early in its loop; the other half somewhere in its loop, however slowly it
@@ -124,7 +152,10 @@ fn sigkill_at_random_moments_loses_nothing_acknowledged() {
             }
         }
         rounds_with_progress += usize::from(ran > 0);
-        let after = verify(&path, &acknowledged, counter, ran > 0, seed, round);
+        // With the journal, every other check reopens in the exclusive mode too.
+        let reopen = journal && round % 2 == 0;
+        let store = open(&path, reopen);
+        let after = verify(&store, &acknowledged, counter, ran > 0, seed, round);
         counter = after;
     }
     eprintln!(
@@ -136,7 +167,7 @@ fn sigkill_at_random_moments_loses_nothing_acknowledged() {
         "too few kills landed in the loop to mean anything (seed {seed})"
     );
     // Generations keep increasing after the last kill too.
-    let store = Store::open(&path).unwrap();
+    let store = open(&path, journal);
     let key = id("crash", "credit", "after-the-last-kill");
     let Executed::Ran { record, .. } = store
         .execute(&key, fp("x"), Timestamp(T0), |txn| {
@@ -149,9 +180,9 @@ fn sigkill_at_random_moments_loses_nothing_acknowledged() {
     assert!(record.generation.0 > counter, "seed {seed}");
 }
 
-/// Reopens the file after a kill and checks every invariant; returns the counter.
+/// Checks every invariant of the store reopened after a kill; returns the counter.
 fn verify(
-    path: &Path,
+    store: &Store,
     acknowledged: &BTreeSet<u64>,
     counter_before: u64,
     claimed_since: bool,
@@ -159,7 +190,6 @@ fn verify(
     round: usize,
 ) -> u64 {
     let context = format!("round {round}, seed {seed}");
-    let store = Store::open(path).unwrap();
     let check = store.check().unwrap();
     assert!(check.is_ok(), "{context}: {check:?}");
 
@@ -170,7 +200,7 @@ fn verify(
             ControlFlow::Continue(())
         })
         .unwrap();
-    let (accounts, total) = accounts(&store);
+    let (accounts, total) = accounts(store);
 
     // Every key the child acknowledged is settled with its outcome.
     for &k in acknowledged {
