@@ -77,6 +77,11 @@ impl Location {
         self
     }
 
+    /// True when writable opens put a journal in front of the storage.
+    pub(crate) fn is_journaled(&self) -> bool {
+        self.journal_limit.is_some()
+    }
+
     /// True when the application gave a backend for the journal.
     pub(crate) fn has_journal_backend(&self) -> bool {
         matches!(

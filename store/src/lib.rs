@@ -184,6 +184,13 @@
 //! [`redb::Durability::None`] must use [`redb::ConcurrencyMode::ExclusiveWriter`], and
 //! then has the file to itself.
 //!
+//! A process that has the file to itself ([`redb::ConcurrencyMode::ExclusiveWriter`],
+//! with the default durability) commits through a journal, `<file>-journal`
+//! ([`StoreBuilder::journal`]): each commit appends its pages there and syncs the journal
+//! alone, one contiguous write instead of redb's scattered pages, and the file is
+//! synced at checkpoints. Every open, in any mode, first writes what a crash left in
+//! the journal into the file.
+//!
 //! # Reading without writing
 //!
 //! A store opened with [`StoreBuilder::read_only`] reads through a read-only redb handle:
@@ -204,7 +211,9 @@
 //! by state, the store-wide generation counter, which only ever increases, across
 //! restarts and imports, and the clock floor; a meta table holds the schema version.
 //! Files of older schemas are upgraded by the first writable open and read as they are
-//! by a read-only one.
+//! by a read-only one. While a process has the file open exclusively, and after it
+//! crashed until the next writable open, the journal beside the file holds commits the
+//! file may not: the two belong together. A closed store's journal holds nothing.
 //!
 //! The same store can live on any redb [`redb::StorageBackend`] instead of a file (memory,
 //! a raw flash partition, a simulated disk in a test): see

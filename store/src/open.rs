@@ -260,9 +260,8 @@ impl StoreBuilder {
             self.create_atomically(&path, concurrency, deadline)?;
         }
         let location = Location::file(&path).journaled(self.journal_for(concurrency));
-        self.precheck(&location, concurrency, deadline)?;
-        let db = self.open_for_writing(&location, concurrency, deadline)?;
-        self.initialize(&db, &path, deadline)?;
+        let current = self.precheck(&location, concurrency, deadline)?;
+        let db = self.writable(&location, current, concurrency, deadline)?;
         Ok(self.opened(Handle::Writable(db), location, concurrency))
     }
 
@@ -301,11 +300,8 @@ impl StoreBuilder {
             let db = self.read_only_store(&location, concurrency, deadline)?;
             return Ok(self.opened(Handle::ReadOnly(db), location, concurrency));
         }
-        if !empty {
-            self.precheck(&location, concurrency, deadline)?;
-        }
-        let db = self.open_for_writing(&location, concurrency, deadline)?;
-        self.initialize(&db, label, deadline)?;
+        let current = !empty && self.precheck(&location, concurrency, deadline)?;
+        let db = self.writable(&location, current, concurrency, deadline)?;
         Ok(self.opened(Handle::Writable(db), location, concurrency))
     }
 
@@ -344,22 +340,51 @@ impl StoreBuilder {
 
     /// Reads the schema of an existing store through a read-only open, which writes
     /// nothing, so a newer or damaged file is refused untouched.
+    ///
+    /// True when the file is of this build's schema (false: it has none yet, is older,
+    /// or needs a recovery first).
     fn precheck(
         &self,
         location: &Location,
         concurrency: ConcurrencyMode,
         deadline: Deadline,
-    ) -> Result<(), OpenError> {
+    ) -> Result<bool, OpenError> {
         let label = location.label();
         match self.open_without_writing(location, concurrency, deadline)? {
             Some(db) => {
-                let schema = guarded(label, || read_schema(&db))?;
-                check_schema(label, schema.map_err(|e| storage(label, e))?)
+                let schema = guarded(label, || read_schema(&db))?.map_err(|e| storage(label, e))?;
+                let current = matches!(schema, Ok(Some(SCHEMA_VERSION)));
+                check_schema(label, schema)?;
+                Ok(current)
             }
             // An unclean shutdown: only a writable open repairs it, and then the schema
             // is checked inside the writable open.
-            None => Ok(()),
+            None => Ok(false),
         }
+    }
+
+    /// The writable open of `location`, initialized ([`StoreBuilder::initialize`]).
+    ///
+    /// A file not known to be of this build's schema (`current` false) that is to be
+    /// written through a journal is first initialized by an open without one, whose
+    /// commit syncs the file itself: the schema that makes builds which know no journal
+    /// refuse the file is durable in it before the journal holds any of its commits.
+    fn writable(
+        &self,
+        location: &Location,
+        current: bool,
+        concurrency: ConcurrencyMode,
+        deadline: Deadline,
+    ) -> Result<Database, OpenError> {
+        let label = location.label();
+        if location.is_journaled() && !current {
+            let plain = location.clone().journaled(None);
+            let db = self.open_for_writing(&plain, concurrency, deadline)?;
+            self.initialize(&db, label, deadline)?;
+        }
+        let db = self.open_for_writing(location, concurrency, deadline)?;
+        self.initialize(&db, label, deadline)?;
+        Ok(db)
     }
 
     /// The store for [`StoreBuilder::read_only`] on a file.
@@ -561,8 +586,8 @@ impl StoreBuilder {
             // old tables (`tables::upgrade`), and the version is recorded in the same
             // transaction: a crash before the commit leaves the old file as it was.
             None | Some(_) => {
-                if schema.is_some() {
-                    tables::upgrade(&txn).map_err(to_open_error)?;
+                if let Some(from) = schema {
+                    tables::upgrade(&txn, from).map_err(to_open_error)?;
                 }
                 {
                     let mut tables = Tables::open(&txn, &counters).map_err(to_open_error)?;

@@ -91,10 +91,14 @@ use crate::error::Error;
 ///
 /// Schema 2 added tombstones: records of format 2 and the `idem.state.forgotten` index.
 /// Schema 3 folded the expiry and state indexes and the counters into `idem.index`
-/// (see the module's documentation). A schema 1 or 2 file is read as it is and
-/// upgraded by the first writable open, in one transaction; from then on builds that
-/// read only older schemas refuse the file instead of misreading it.
-pub(crate) const SCHEMA_VERSION: u64 = 3;
+/// (see the module's documentation). Schema 4 has the tables of schema 3, and a store
+/// file of schema 4 may have a journal beside it (`<file>-journal`, see `journal.rs`)
+/// holding commits not yet written into the file, which a build that knows no journal
+/// would miss. A file of an older schema is read as it is and upgraded by the first
+/// writable open, in one transaction (from schema 3, only the version changes); from
+/// then on builds that read only older schemas refuse the file instead of misreading
+/// it.
+pub(crate) const SCHEMA_VERSION: u64 = 4;
 
 /// The oldest schema version this build reads.
 pub(crate) const OLDEST_SCHEMA: u64 = 1;
@@ -546,15 +550,20 @@ fn visit_legacy(
     Ok(())
 }
 
-/// Rewrites a schema 1 or 2 file's indexes in schema 3's layout, in `txn` (the
-/// writable open's, which records the schema after this): builds [`INDEX`] from the
+/// Rewrites the indexes of a file of schema `from` in this schema's layout, in `txn`
+/// (the writable open's, which records the schema after this); nothing from schema 3
+/// on, whose tables are this schema's. From schema 1 or 2: builds [`INDEX`] from the
 /// records, moves the counters out of meta, counts the records by state, and deletes
 /// the old tables. The records themselves are not rewritten.
 ///
 /// A record whose bytes do not decode is kept as it is, without an index entry and
 /// uncounted: it does not stop the file from opening, and `check` names it, as it did
 /// before the upgrade.
-pub(crate) fn upgrade(txn: &WriteTransaction) -> Result<(), Error> {
+pub(crate) fn upgrade(txn: &WriteTransaction, from: u64) -> Result<(), Error> {
+    if from >= FOLDED_SCHEMA {
+        // The tables are already this schema's.
+        return Ok(());
+    }
     let mut index = txn.open_table(INDEX)?;
     let mut counts = [0u64; 5];
     {

@@ -97,7 +97,7 @@ fn a_newer_schema_on_a_backend_is_refused_untouched() {
         let txn = db.begin_write().unwrap();
         txn.open_table(META)
             .unwrap()
-            .insert(&b"schema"[..], &4u64.to_be_bytes()[..])
+            .insert(&b"schema"[..], &5u64.to_be_bytes()[..])
             .unwrap();
         txn.commit().unwrap();
     }
@@ -107,8 +107,8 @@ fn a_newer_schema_on_a_backend_is_refused_untouched() {
         matches!(
             err,
             OpenError::NewerFormat {
-                found: 4,
-                supported: 3,
+                found: 5,
+                supported: 4,
                 ..
             }
         ),
@@ -116,7 +116,7 @@ fn a_newer_schema_on_a_backend_is_refused_untouched() {
     );
     assert_eq!(
         err.to_string(),
-        "(storage backend): schema version 4 is newer than this build reads (at most 3); use a newer idem"
+        "(storage backend): schema version 5 is newer than this build reads (at most 4); use a newer idem"
     );
     assert_eq!(disk.live_image(), before, "the backend's bytes changed");
     assert!(!disk.has_pending(), "the refused open wrote");

@@ -14,9 +14,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{T0, fp, id};
+use common::disk::{SimDisk, Survival};
+use common::{Rng, T0, fp, id};
 use idem_core::{Outcome, Timestamp, Verdict};
-use idem_store::redb::ConcurrencyMode;
+use idem_store::redb::{ConcurrencyMode, ReadableDatabase, TableDefinition};
 use idem_store::{DEFAULT_JOURNAL_LIMIT, Executed, ListFilter, OpenError, Store};
 
 fn journal_of(path: &Path) -> PathBuf {
@@ -228,4 +229,35 @@ fn without_the_journal_an_exclusive_store_syncs_its_file() {
     let store = Store::open(&path).unwrap();
     execute(&store, "multi");
     assert!(!journal_of(&path).exists());
+}
+
+/// The schema version the synced bytes `image` of a store hold.
+fn durable_schema(image: Vec<u8>) -> u64 {
+    const META: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.meta");
+    let db = idem_store::redb::Database::builder()
+        .open_read_only_with_backend(SimDisk::from_image(image))
+        .unwrap();
+    let txn = db.begin_read().unwrap();
+    let meta = txn.open_table(META).unwrap();
+    let bytes = meta.get(&b"schema"[..]).unwrap().unwrap();
+    u64::from_be_bytes(bytes.value().try_into().unwrap())
+}
+
+/// A file of schema 3 (whose builds know no journal) opened with the journal: the
+/// upgrade to schema 4 is synced in the file itself before any commit sits in the
+/// journal alone, so that a build of schema 3 refuses the file rather than reading it
+/// without the journal's commits.
+#[test]
+fn an_older_file_is_upgraded_in_the_file_itself_before_the_journal_holds_a_commit() {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/store-v3.redb");
+    let v3 = fs::read(golden).expect("testdata/store-v3.redb is committed");
+    assert_eq!(durable_schema(v3.clone()), 3);
+    let (main, journal) = SimDisk::pair(v3, Vec::new());
+    let store = Store::builder()
+        .open_on_backend_with_journal(main.clone(), journal)
+        .unwrap();
+    execute(&store, "first");
+    // A power cut now: what the file alone holds, none of its unsynced writes kept.
+    let synced = main.cut_now().image(Survival::Nothing, &mut Rng::new(1));
+    assert_eq!(durable_schema(synced), 4);
 }

@@ -167,7 +167,7 @@ fn a_newer_schema_is_refused() {
         let txn = db.begin_write().unwrap();
         txn.open_table(META)
             .unwrap()
-            .insert(&b"schema"[..], &4u64.to_be_bytes()[..])
+            .insert(&b"schema"[..], &5u64.to_be_bytes()[..])
             .unwrap();
         txn.commit().unwrap();
     }
@@ -176,8 +176,8 @@ fn a_newer_schema_is_refused() {
         matches!(
             err,
             OpenError::NewerFormat {
-                found: 4,
-                supported: 3,
+                found: 5,
+                supported: 4,
                 ..
             }
         ),
@@ -186,7 +186,7 @@ fn a_newer_schema_is_refused() {
     assert_eq!(
         err.to_string(),
         format!(
-            "{}: schema version 4 is newer than this build reads (at most 3); use a newer idem",
+            "{}: schema version 5 is newer than this build reads (at most 4); use a newer idem",
             path.display()
         )
     );

@@ -275,7 +275,7 @@ fn a_read_only_store_refuses_a_schema_a_newer_idem_upgraded_the_file_to() {
     let _ = writer
         .execute(&id("shop", "op", "upgrade"), fp("u"), NOW, |txn| {
             txn.open_table(META)?
-                .insert(&b"schema"[..], &4u64.to_be_bytes()[..])?;
+                .insert(&b"schema"[..], &5u64.to_be_bytes()[..])?;
             Ok::<_, redb::Error>((Verdict::Succeeded, Outcome::new(200, "ok"), ()))
         })
         .unwrap();
@@ -284,8 +284,8 @@ fn a_read_only_store_refuses_a_schema_a_newer_idem_upgraded_the_file_to() {
         matches!(
             err,
             Error::NewerSchema {
-                found: 4,
-                supported: 3
+                found: 5,
+                supported: 4
             }
         ),
         "{err:?}"
