@@ -147,19 +147,20 @@ impl Location {
                 match journal_limit {
                     Some(limit) => Arc::new(Journaled::open_file(file, path, limit)?),
                     None => {
+                        let owner = journal::owner_of(&file)?;
                         let main = FileBackend::new(file)?;
-                        journal::recover_file(&main, path, writable)?;
+                        journal::recover_file(&main, path, owner, writable)?;
                         Arc::new(main)
                     }
                 }
             }
             Place::Backend { main, journal } => match (journal, journal_limit) {
                 (Some(journal), Some(limit)) => Arc::new(
-                    Journaled::open(Arc::clone(main), Arc::clone(journal), limit, None)
+                    Journaled::open(Arc::clone(main), Arc::clone(journal), limit, [0; 16], None)
                         .map_err(|e| DatabaseError::Storage(e.into()))?,
                 ),
                 (Some(journal), None) => {
-                    journal::recover_backend(&**main, &**journal, writable)?;
+                    journal::recover_backend(&**main, &**journal, [0; 16], writable)?;
                     Arc::clone(main)
                 }
                 (None, _) => Arc::clone(main),

@@ -24,7 +24,18 @@
 //! short fails its checksum and ends the replay.
 //!
 //! A checkpoint syncs the store file first and only then empties the journal, by writing
-//! a new header whose salt no older record carries. A cut between the two replays the
+//! a new header whose salt no older record carries.
+//!
+//! # When the disk fails, or the journal is not the file's
+//!
+//! After any failed write or sync of either file, the journal writes nothing more: every
+//! later sync fails, and closing does not checkpoint (a failed fsync may have dropped
+//! the file's unsynced pages; a second one would report success, and emptying the
+//! journal then would lose the commits it alone holds). The next open replays it.
+//!
+//! The header names the store file it belongs to. A journal holding records for another
+//! file (the one that crashed was replaced, say by a restored backup, and its journal
+//! left beside it) is refused, never replayed over the new one. A cut between the two replays the
 //! older records over a file that also holds the commit being checkpointed: the result
 //! is the state after the last record with part of that (unacknowledged) commit's
 //! writes, again a state a power cut after the last record's sync can leave.
@@ -32,7 +43,9 @@
 //! # Layout
 //!
 //! The header ([`HEADER_LEN`] bytes, one sector, written whole): `idem-jnl`, the format
-//! version (u32), the salt (u64), the CRC-32 of the 20 bytes before it. Then records,
+//! version (u32), the salt (u64), the store file's identity (16 bytes: its device and
+//! inode on Unix, zeros where there is none), the CRC-32 of the 36 bytes before it.
+//! Then records,
 //! back to back: `IJRC`, the CRC-32 of the rest of the record, the salt (u64), the
 //! record's number from 0 (u64), the payload length (u32), 4 zero bytes, and the payload:
 //! operations, each a tag byte then, for a write (1), its offset (u64), length (u32) and
@@ -59,6 +72,8 @@ pub const DEFAULT_JOURNAL_LIMIT: u64 = 4 << 20;
 const MIN_JOURNAL_LIMIT: u64 = HEADER_LEN + (64 << 10);
 
 const MAGIC: &[u8; 8] = b"idem-jnl";
+/// The largest journal limit: a record's length is a u32.
+const MAX_JOURNAL_LIMIT: u64 = u32::MAX as u64;
 const VERSION: u32 = 1;
 const RECORD_MAGIC: &[u8; 4] = b"IJRC";
 const RECORD_HEADER: usize = 32;
@@ -80,9 +95,33 @@ pub(crate) struct Journaled {
     journal: Arc<dyn StorageBackend>,
     limit: u64,
     state: Mutex<State>,
+    // The store file's identity, written in the journal's header.
+    owner: Owner,
     // The journal file's lock, held while the store is open: no other process replays
     // the journal under this one.
     _lock: Option<File>,
+}
+
+/// What identifies a store file across opens: its device and inode on Unix; zeros
+/// where there is none (a backend, or another system), which matches every journal.
+pub(crate) type Owner = [u8; 16];
+
+/// The identity of the open store file `file`.
+pub(crate) fn owner_of(file: &File) -> io::Result<Owner> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let meta = file.metadata()?;
+        let mut owner = [0; 16];
+        owner[..8].copy_from_slice(&meta.dev().to_le_bytes());
+        owner[8..].copy_from_slice(&meta.ino().to_le_bytes());
+        Ok(owner)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        Ok([0; 16])
+    }
 }
 
 #[derive(Debug)]
@@ -96,6 +135,8 @@ struct State {
     record: Vec<u8>,
     // The operations since the last sync outgrew the journal: the next sync checkpoints.
     overflowed: bool,
+    // A write or sync of either file failed: nothing more is written (see the module).
+    failed: bool,
 }
 
 impl State {
@@ -110,17 +151,18 @@ impl State {
 }
 
 impl Journaled {
-    /// `main` with its journal on `journal`: replays what the journal holds over `main`
-    /// ([`recover`]), then starts an empty journal.
+    /// `main`, the store file `owner` names, with its journal on `journal`: replays what
+    /// the journal holds over `main` ([`recover`]), then starts an empty journal.
     pub(crate) fn open(
         main: Arc<dyn StorageBackend>,
         journal: Arc<dyn StorageBackend>,
         limit: u64,
+        owner: Owner,
         lock: Option<File>,
     ) -> io::Result<Journaled> {
-        let limit = limit.max(MIN_JOURNAL_LIMIT);
+        let limit = limit.clamp(MIN_JOURNAL_LIMIT, MAX_JOURNAL_LIMIT);
         preallocate(&*journal, limit)?;
-        let salt = recover(&*main, &*journal)?;
+        let salt = recover(&*main, &*journal, owner)?;
         let mut record = Vec::with_capacity(64 << 10);
         record.resize(RECORD_HEADER, 0);
         Ok(Journaled {
@@ -133,7 +175,9 @@ impl Journaled {
                 end: HEADER_LEN,
                 record,
                 overflowed: false,
+                failed: false,
             }),
+            owner,
             _lock: lock,
         })
     }
@@ -149,8 +193,9 @@ impl Journaled {
         let (journal, lock) = open_journal_file(path, true)
             .map_err(storage_io)?
             .ok_or(DatabaseError::DatabaseAlreadyOpen)?;
+        let owner = owner_of(&main).map_err(storage_io)?;
         let main: Arc<dyn StorageBackend> = Arc::new(FileBackend::new(main)?);
-        Journaled::open(main, journal, limit, Some(lock)).map_err(storage_io)
+        Journaled::open(main, journal, limit, owner, Some(lock)).map_err(storage_io)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -161,11 +206,29 @@ impl Journaled {
     fn checkpoint(&self, state: &mut State) -> io::Result<()> {
         self.main.sync_data()?;
         state.salt = state.salt.wrapping_add(1);
-        reset(&*self.journal, state.salt)?;
+        reset(&*self.journal, state.salt, self.owner)?;
         state.seq = 0;
         state.end = HEADER_LEN;
         state.clear();
         Ok(())
+    }
+
+    /// Runs `io` on the files, unless an earlier call failed; a failure stops every later
+    /// one (see the module documentation).
+    fn guarded<T>(
+        state: &mut State,
+        io: impl FnOnce(&mut State) -> io::Result<T>,
+    ) -> io::Result<T> {
+        if state.failed {
+            return Err(io::Error::other(
+                "an earlier write or sync of the store or its journal failed: reopen the store",
+            ));
+        }
+        let result = io(state);
+        if result.is_err() {
+            state.failed = true;
+        }
+        result
     }
 
     /// Keeps `op` (encoded by `encode`, `len` bytes) for the next record, unless the
@@ -195,60 +258,68 @@ impl StorageBackend for Journaled {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut state = self.state();
-        self.main.set_len(len)?;
-        self.keep(&mut state, 9, |record| {
-            record.push(SET_LEN);
-            record.extend_from_slice(&len.to_le_bytes());
-        });
-        Ok(())
+        Self::guarded(&mut state, |state| {
+            self.main.set_len(len)?;
+            self.keep(state, 9, |record| {
+                record.push(SET_LEN);
+                record.extend_from_slice(&len.to_le_bytes());
+            });
+            Ok(())
+        })
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        let Ok(len) = u32::try_from(data.len()) else {
+        if u32::try_from(data.len()).is_err() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "a write of 4 GiB or more",
             ));
-        };
+        }
         let mut state = self.state();
-        self.main.write(offset, data)?;
-        let _ = len;
-        // Encoded, a write never takes more than this (see `encode_write`).
-        self.keep(&mut state, 13 + data.len(), |record| {
-            encode_write(record, offset, data);
-        });
-        Ok(())
+        Self::guarded(&mut state, |state| {
+            self.main.write(offset, data)?;
+            // Encoded, a write never takes more than this (see `encode_write`).
+            self.keep(state, 13 + data.len(), |record| {
+                encode_write(record, offset, data);
+            });
+            Ok(())
+        })
     }
 
     fn sync_data(&self) -> io::Result<()> {
         let mut state = self.state();
-        if !state.has_operations() {
-            return Ok(());
-        }
-        let size = state.record.len() as u64;
-        if state.overflowed || state.end + size > self.limit {
-            return self.checkpoint(&mut state);
-        }
-        let (salt, seq) = (state.salt, state.seq);
-        seal(&mut state.record, salt, seq);
-        self.journal.write(state.end, &state.record)?;
-        self.journal.sync_data()?;
-
-        state.end += size;
-        state.seq += 1;
-        state.clear();
-        Ok(())
+        Self::guarded(&mut state, |state| {
+            if !state.has_operations() {
+                return Ok(());
+            }
+            let size = state.record.len() as u64;
+            if state.overflowed || state.end + size > self.limit {
+                return self.checkpoint(state);
+            }
+            let (salt, seq) = (state.salt, state.seq);
+            seal(&mut state.record, salt, seq);
+            self.journal.write(state.end, &state.record)?;
+            self.journal.sync_data()?;
+            state.end += size;
+            state.seq += 1;
+            state.clear();
+            Ok(())
+        })
     }
 
     fn close(&self) -> io::Result<()> {
         let mut state = self.state();
-        let checkpointed = if state.end > HEADER_LEN || state.has_operations() {
-            self.checkpoint(&mut state)
+        // After a failure, the journal is left as it is for the next open to replay.
+        let checkpointed = if state.failed {
+            Ok(())
+        } else if state.end > HEADER_LEN || state.has_operations() {
+            Self::guarded(&mut state, |state| self.checkpoint(state))
         } else {
             Ok(())
         };
         let closed = self.main.close();
-        checkpointed.and(closed)
+        let journal_closed = self.journal.close();
+        checkpointed.and(closed).and(journal_closed)
     }
 
     fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
@@ -351,14 +422,15 @@ fn seal(record: &mut [u8], salt: u64, seq: u64) {
     record[4..8].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// The header of a journal with `salt`.
-fn header(salt: u64) -> [u8; HEADER_LEN as usize] {
+/// The header of a journal with `salt`, of the store file `owner` names.
+fn header(salt: u64, owner: Owner) -> [u8; HEADER_LEN as usize] {
     let mut header = [0; HEADER_LEN as usize];
     header[0..8].copy_from_slice(MAGIC);
     header[8..12].copy_from_slice(&VERSION.to_le_bytes());
     header[12..20].copy_from_slice(&salt.to_le_bytes());
-    let crc = crc32fast::hash(&header[0..20]);
-    header[20..24].copy_from_slice(&crc.to_le_bytes());
+    header[20..36].copy_from_slice(&owner);
+    let crc = crc32fast::hash(&header[0..36]);
+    header[36..40].copy_from_slice(&crc.to_le_bytes());
     header
 }
 
@@ -382,9 +454,9 @@ fn preallocate(journal: &dyn StorageBackend, limit: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Empties the journal: a new header with `salt`, synced.
-fn reset(journal: &dyn StorageBackend, salt: u64) -> io::Result<()> {
-    journal.write(0, &header(salt))?;
+/// Empties the journal: a new header with `salt` and `owner`, synced.
+fn reset(journal: &dyn StorageBackend, salt: u64, owner: Owner) -> io::Result<()> {
+    journal.write(0, &header(salt, owner))?;
     journal.sync_data()
 }
 
@@ -396,8 +468,9 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default())
 }
 
-/// The journal's bytes, when it holds a header of this format, and its salt.
-fn read_journal(journal: &dyn StorageBackend) -> io::Result<Option<(Vec<u8>, u64)>> {
+/// The journal's bytes, when it holds a header of this format, its salt and the store
+/// file it belongs to.
+fn read_journal(journal: &dyn StorageBackend) -> io::Result<Option<(Vec<u8>, u64, Owner)>> {
     let len = journal.len()?;
     if len < HEADER_LEN {
         return Ok(None);
@@ -412,12 +485,14 @@ fn read_journal(journal: &dyn StorageBackend) -> io::Result<Option<(Vec<u8>, u64
     journal.read(0, &mut bytes)?;
     let valid = &bytes[0..8] == MAGIC
         && u32_at(&bytes, 8) == VERSION
-        && u32_at(&bytes, 20) == crc32fast::hash(&bytes[0..20]);
+        && u32_at(&bytes, 36) == crc32fast::hash(&bytes[0..36]);
     if !valid {
         return Ok(None);
     }
     let salt = u64_at(&bytes, 12);
-    Ok(Some((bytes, salt)))
+    let mut owner = [0; 16];
+    owner.copy_from_slice(&bytes[20..36]);
+    Ok(Some((bytes, salt, owner)))
 }
 
 /// The payloads of the journal's whole records, in order: those with `salt` and the next
@@ -486,12 +561,30 @@ fn fresh_salt() -> u64 {
     nanos ^ (u64::from(std::process::id()) << 32)
 }
 
-/// Replays the journal's whole records over `main`, syncs `main` when any were, and
-/// empties the journal with a new salt, which it returns.
-pub(crate) fn recover(main: &dyn StorageBackend, journal: &dyn StorageBackend) -> io::Result<u64> {
+/// Replays the journal's whole records over `main`, the store file `owner` names, syncs
+/// `main` when any were, and empties the journal with a new salt, which it returns.
+///
+/// A journal whose records belong to another store file is refused
+/// ([`io::ErrorKind::InvalidData`], which an open reports as a corrupt store).
+pub(crate) fn recover(
+    main: &dyn StorageBackend,
+    journal: &dyn StorageBackend,
+    owner: Owner,
+) -> io::Result<u64> {
     let salt = match read_journal(journal)? {
-        Some((bytes, salt)) => {
+        Some((bytes, salt, belongs_to)) => {
             let found = records(&bytes, salt);
+            if !found.is_empty() && !same_owner(belongs_to, owner) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "its journal holds {} commits of another store file (device and inode {}; this file's are {}). If this file replaced the one that crashed, move the journal away to open it without them; if the two were copied together, open them where they were",
+                        found.len(),
+                        describe(belongs_to),
+                        describe(owner)
+                    ),
+                ));
+            }
             for payload in &found {
                 apply(main, payload)?;
             }
@@ -502,26 +595,37 @@ pub(crate) fn recover(main: &dyn StorageBackend, journal: &dyn StorageBackend) -
         }
         None => fresh_salt(),
     };
-    reset(journal, salt)?;
+    reset(journal, salt, owner)?;
     Ok(salt)
+}
+
+/// Whether a journal of `belongs_to` may be replayed over the file `owner` names: the
+/// same file, or one side without an identity (a backend).
+fn same_owner(belongs_to: Owner, owner: Owner) -> bool {
+    belongs_to == owner || belongs_to == [0; 16] || owner == [0; 16]
+}
+
+fn describe(owner: Owner) -> String {
+    format!("{}:{}", u64_at(&owner, 0), u64_at(&owner, 8))
 }
 
 /// Whether the journal holds records not yet written into the store file.
 pub(crate) fn holds_records(journal: &dyn StorageBackend) -> io::Result<bool> {
     Ok(match read_journal(journal)? {
-        Some((bytes, salt)) => !records(&bytes, salt).is_empty(),
+        Some((bytes, salt, _)) => !records(&bytes, salt).is_empty(),
         None => false,
     })
 }
 
 /// The journal of the store file at `path` and its lock: `None` when another process
-/// holds it. Created when missing and `writable` (with its directory entry synced).
+/// holds it. Created when missing and `writable`; a writable open syncs its directory
+/// entry, whoever created it (a process that created it may have died before syncing
+/// it), before anything is appended to it.
 fn open_journal_file(
     path: &Path,
     writable: bool,
 ) -> io::Result<Option<(Arc<dyn StorageBackend>, File)>> {
     let journal = journal_path(path);
-    let created = writable && !journal.exists();
     let file = OpenOptions::new()
         .read(true)
         .write(writable)
@@ -537,7 +641,7 @@ fn open_journal_file(
     if !same_file(&file, &journal) {
         return Ok(None);
     }
-    if created {
+    if writable {
         crate::open::sync_parent(&journal)?;
     }
     let backend = FileBackend::new(file.try_clone()?).map_err(database_io)?;
@@ -605,29 +709,26 @@ fn database_io(e: DatabaseError) -> io::Error {
     }
 }
 
-/// Before a store file at `path` (already opened as `main`) is opened without a journal:
-/// replays a journal a crashed process left, when `writable`.
-/// [`DatabaseError::DatabaseAlreadyOpen`] while another process holds the journal and
-/// the open is writable; [`DatabaseError::RepairAborted`] when the open is read-only and
-/// the journal holds records no process is writing (only a writable open replays them).
+/// Before a store file at `path` (already opened as `main`, the file `owner` names) is
+/// opened without a journal: replays a journal a crashed process left, when `writable`.
+/// [`DatabaseError::DatabaseAlreadyOpen`] while another process holds the journal;
+/// [`DatabaseError::RepairAborted`] when the open is read-only and the journal holds
+/// records (only a writable open replays them).
 pub(crate) fn recover_file(
     main: &dyn StorageBackend,
     path: &Path,
+    owner: Owner,
     writable: bool,
 ) -> Result<(), DatabaseError> {
     if !journal_path(path).exists() {
         return Ok(());
     }
+    // Held: a process has the file open through its journal (and the file to itself),
+    // or is replaying it; either way the open waits, as for redb's own lock.
     let Some((journal, _lock)) = open_journal_file(path, writable).map_err(storage_io)? else {
-        // A process writes the file through its journal. Only a writable open waits for
-        // it: a read-only one reads the file as that process left it in the page cache.
-        return if writable {
-            Err(DatabaseError::DatabaseAlreadyOpen)
-        } else {
-            Ok(())
-        };
+        return Err(DatabaseError::DatabaseAlreadyOpen);
     };
-    recover_backend(main, &*journal, writable)
+    recover_backend(main, &*journal, owner, writable)
 }
 
 /// Before a store is opened without a journal: replays what `journal` holds over `main`
@@ -636,6 +737,7 @@ pub(crate) fn recover_file(
 pub(crate) fn recover_backend(
     main: &dyn StorageBackend,
     journal: &dyn StorageBackend,
+    owner: Owner,
     writable: bool,
 ) -> Result<(), DatabaseError> {
     if !holds_records(journal).map_err(storage_io)? {
@@ -644,7 +746,7 @@ pub(crate) fn recover_backend(
     if !writable {
         return Err(DatabaseError::RepairAborted);
     }
-    recover(main, journal).map_err(storage_io)?;
+    recover(main, journal, owner).map_err(storage_io)?;
     Ok(())
 }
 
@@ -725,6 +827,7 @@ mod tests {
             Arc::clone(main) as Arc<dyn StorageBackend>,
             Arc::clone(journal) as Arc<dyn StorageBackend>,
             MIN_JOURNAL_LIMIT,
+            [0; 16],
             None,
         )
         .unwrap()
@@ -756,12 +859,12 @@ mod tests {
         let full = InMemoryBackend::new();
         full.set_len(journal_bytes.len() as u64).unwrap();
         full.write(0, &journal_bytes).unwrap();
-        let next = recover(&lost, &full).unwrap();
+        let next = recover(&lost, &full, [0; 16]).unwrap();
         assert_eq!(image(&lost), synced);
         assert_eq!(next, salt.wrapping_add(1));
         // Recovered, the journal is empty: a second recovery writes nothing.
         let untouched = InMemoryBackend::new();
-        recover(&untouched, &full).unwrap();
+        recover(&untouched, &full, [0; 16]).unwrap();
         assert_eq!(untouched.len().unwrap(), 0);
 
         // The third record torn: the first two are replayed, the third is not.
@@ -771,7 +874,7 @@ mod tests {
         cut.set_len(torn.len() as u64).unwrap();
         cut.write(0, &torn).unwrap();
         let lost = InMemoryBackend::new();
-        recover(&lost, &cut).unwrap();
+        recover(&lost, &cut, [0; 16]).unwrap();
         let replayed = image(&lost);
         assert_eq!(&replayed[0..10], &[3; 10]);
         assert_eq!(
@@ -804,7 +907,7 @@ mod tests {
         let copy = InMemoryBackend::new();
         copy.set_len(after_checkpoint.len() as u64).unwrap();
         copy.write(0, &after_checkpoint).unwrap();
-        recover(&lost, &copy).unwrap();
+        recover(&lost, &copy, [0; 16]).unwrap();
         assert_eq!(
             lost.len().unwrap(),
             0,

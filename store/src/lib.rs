@@ -188,8 +188,8 @@
 //! with the default durability) commits through a journal, `<file>-journal`
 //! ([`StoreBuilder::journal`]): each commit appends its pages there and syncs the journal
 //! alone, one contiguous write instead of redb's scattered pages, and the file is
-//! synced at checkpoints. Every open, in any mode, first writes what a crash left in
-//! the journal into the file.
+//! synced at checkpoints. Every writable open, in any mode, first writes what a crash
+//! left in the journal into the file (a read-only open asks for that open first).
 //!
 //! # Reading without writing
 //!

@@ -176,13 +176,17 @@ impl StoreBuilder {
     /// page writes into one append: each commit's pages are written into the store file
     /// (unsynced) and appended to the journal, and only the journal is synced before the
     /// answer; the store file is synced at a checkpoint, when the journal reaches
-    /// [`StoreBuilder::journal_limit`] or the store closes. About twice as many commits
-    /// per second on a disk where a sync of scattered pages costs more than one of
-    /// contiguous pages (most; the compare bench measures both). Every answered commit
-    /// stays fsync-durable: the next open, in any mode, first writes what the journal
-    /// holds into the file. A closed store leaves the journal empty, so the store file
-    /// alone is the whole store; while a process has the store open, or after a crash
-    /// until the next writable open, the two files belong together (copy neither alone).
+    /// [`StoreBuilder::journal_limit`] or the store closes. More commits per second
+    /// wherever a sync of scattered pages costs more than one of contiguous pages (1.3 to
+    /// 1.4 times as many on the test machine; the compare bench measures both). Every
+    /// answered commit stays fsync-durable: the next writable open, in any mode, first
+    /// writes what the journal holds into the file, and until then a read-only open
+    /// fails with [`OpenError::NeedsRecovery`]. A closed store leaves the journal empty
+    /// (unless a write or sync failed: then it is kept for the next open), so the store
+    /// file alone is the whole store. While a process has the store open, or after a
+    /// crash until the next writable open, the two files belong together: the journal
+    /// names its file (device and inode) and is refused beside another, so recover a
+    /// crashed store where it is before copying it.
     pub fn journal(mut self, journal: bool) -> StoreBuilder {
         self.journal = journal;
         self
@@ -190,7 +194,7 @@ impl StoreBuilder {
 
     /// The journal's size in bytes past which a commit checkpoints (syncs the store file
     /// and empties the journal) instead of appending. Default [`DEFAULT_JOURNAL_LIMIT`]
-    /// (4 MiB): about 130 single-input commits. At least 64 KiB.
+    /// (4 MiB): about 350 single-input commits. At least 64 KiB, at most 4 GiB.
     pub fn journal_limit(mut self, bytes: u64) -> StoreBuilder {
         self.journal_limit = bytes;
         self

@@ -1,12 +1,15 @@
 //! The journal of a store file (`StoreBuilder::journal`): what a crash leaves in it is
-//! written into the file by the next open, in any mode; a read-only open asks for that
-//! first; a closed store leaves it empty; a new store never takes the journal of a
-//! deleted one; and its file keeps its size.
+//! written into the file by the next writable open, in any mode; a read-only open asks
+//! for that first; a closed store leaves it empty, unless a sync failed; a new store
+//! never takes the journal of a deleted one, nor a file the journal of another; and its
+//! file keeps its size.
 //!
 //! A crash of the machine is made by copying files: the store file as the last
 //! checkpoint left it (its later writes, never synced, lost) and the journal as the
 //! commits left it (each synced before its answer), while the store that wrote them is
-//! leaked, never closed, so that it never checkpoints.
+//! leaked, never closed, so that it never checkpoints. The copies are new files, and a
+//! journal names the file it belongs to, so the copied journal's header is made to name
+//! the copy, as it names the file after a power cut in place (`adopt`).
 
 mod common;
 
@@ -14,7 +17,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::disk::{SimDisk, Survival};
+use common::disk::{IoKind, SimDisk, Survival};
 use common::{Rng, T0, fp, id};
 use idem_core::{Outcome, Timestamp, Verdict};
 use idem_store::redb::{ConcurrencyMode, ReadableDatabase, TableDefinition};
@@ -28,6 +31,18 @@ fn journal_of(path: &Path) -> PathBuf {
 
 fn exclusive() -> idem_store::StoreBuilder {
     Store::builder().concurrency(ConcurrencyMode::ExclusiveWriter)
+}
+
+/// The journal `journal` rewritten to belong to the store file at `file` (its header's
+/// identity, device and inode, and the header's CRC; the layout is in `journal.rs`).
+fn adopt(mut journal: Vec<u8>, file: &Path) -> Vec<u8> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(file).unwrap();
+    journal[20..28].copy_from_slice(&meta.dev().to_le_bytes());
+    journal[28..36].copy_from_slice(&meta.ino().to_le_bytes());
+    let crc = crc32fast::hash(&journal[0..36]);
+    journal[36..40].copy_from_slice(&crc.to_le_bytes());
+    journal
 }
 
 fn execute(store: &Store, key: &str) {
@@ -94,7 +109,7 @@ fn crashed(dir: &Path, before: u32, after: u32, limit: u64, file: File) -> PathB
     fs::create_dir(&cut).unwrap();
     let restored = cut.join("store.redb");
     fs::write(&restored, file_at_cut).unwrap();
-    fs::write(journal_of(&restored), journal).unwrap();
+    fs::write(journal_of(&restored), adopt(journal, &restored)).unwrap();
     restored
 }
 
@@ -260,4 +275,108 @@ fn an_older_file_is_upgraded_in_the_file_itself_before_the_journal_holds_a_commi
     // A power cut now: what the file alone holds, none of its unsynced writes kept.
     let synced = main.cut_now().image(Survival::Nothing, &mut Rng::new(1));
     assert_eq!(durable_schema(synced), 4);
+}
+
+/// A journal holding commits of another store file (the one that crashed was replaced,
+/// here by a restored backup, and its journal left beside the new one) is refused, and
+/// both files are left as they are; with the journal moved away, the file opens.
+#[test]
+fn a_journal_of_another_file_is_refused_and_nothing_is_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = crashed(dir.path(), 2, 10, DEFAULT_JOURNAL_LIMIT, File::AsClosed);
+    let journal = journal_of(&path);
+    // The backup: the same bytes, a new file.
+    let backup = dir.path().join("backup.redb");
+    fs::copy(&path, &backup).unwrap();
+    fs::remove_file(&path).unwrap();
+    fs::rename(&backup, &path).unwrap();
+    let before = (fs::read(&path).unwrap(), fs::read(&journal).unwrap());
+    for builder in [
+        exclusive(),
+        Store::builder(),
+        Store::builder().read_only(true),
+    ] {
+        let err = builder.open(&path).unwrap_err();
+        match &err {
+            OpenError::Corrupt { detail, .. } if detail.contains("another store file") => {}
+            // A read-only open does not read the journal's owner: it asks for the
+            // writable open that replays, which then refuses.
+            OpenError::NeedsRecovery { .. } => {}
+            other => panic!("{other}"),
+        }
+    }
+    assert_eq!(
+        (fs::read(&path).unwrap(), fs::read(&journal).unwrap()),
+        before,
+        "a refused open wrote"
+    );
+    fs::rename(&journal, dir.path().join("kept-journal")).unwrap();
+    let store = exclusive().open(&path).unwrap();
+    assert_eq!(keys(&store), names(0..2));
+    assert!(store.check().unwrap().is_ok());
+}
+
+/// A failed sync of the store file at a checkpoint (Linux drops the unsynced pages and
+/// reports the error once), then the store is dropped: the journal is left as it is,
+/// not emptied by a second checkpoint whose sync would report success, so the next open
+/// replays every answered commit.
+#[test]
+fn after_a_failed_sync_closing_keeps_the_journal_for_the_next_open() {
+    let (main, journal) = SimDisk::pair(Vec::new(), Vec::new());
+    let store = Store::builder()
+        .journal_limit(0)
+        .open_on_backend_with_journal(main.clone(), journal.clone())
+        .unwrap();
+    let mut answered = Vec::new();
+    for key in names(0..3) {
+        execute(&store, &key);
+        answered.push(key);
+    }
+    main.lose_unsynced_on_failed_sync();
+    let (_, syncs) = main.counts();
+    // The store file's next sync: the next checkpoint's.
+    main.fail(IoKind::Sync, syncs);
+    for key in names(3..500) {
+        let ran = store.execute(&id("shop", "pay", &key), fp(&key), Timestamp(T0), |_| {
+            Ok::<_, std::convert::Infallible>((Verdict::Succeeded, Outcome::new(200, "ok"), ()))
+        });
+        if ran.is_err() {
+            break;
+        }
+        answered.push(key);
+    }
+    assert!(main.faulted(), "no checkpoint came");
+    assert!(store.needs_reopen());
+    drop(store);
+    // A power cut after the close: what both disks hold synced.
+    let cut = main.cut_now();
+    let mut rng = Rng::new(1);
+    let (main, journal) = SimDisk::pair(
+        cut.image(Survival::Nothing, &mut rng),
+        cut.journal_image(Survival::Nothing, &mut rng).unwrap(),
+    );
+    let store = Store::builder()
+        .open_on_backend_with_journal(main, journal)
+        .unwrap();
+    let found = keys(&store);
+    let lost: Vec<&String> = answered.iter().filter(|k| !found.contains(k)).collect();
+    assert!(lost.is_empty(), "answered and lost: {lost:?}");
+    assert!(store.check().unwrap().is_ok());
+}
+
+#[test]
+fn a_read_only_open_waits_for_the_process_that_holds_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let store = exclusive().open(&path).unwrap();
+    execute(&store, "held");
+    let err = Store::builder()
+        .read_only(true)
+        .lock_timeout(Duration::from_millis(50))
+        .open(&path)
+        .unwrap_err();
+    assert!(matches!(err, OpenError::Locked { .. }), "{err}");
+    drop(store);
+    let store = Store::builder().read_only(true).open(&path).unwrap();
+    assert_eq!(keys(&store), vec!["held".to_string()]);
 }
