@@ -3,6 +3,8 @@
 //! success; the store then refuses every write with `Error::NeedsReopen` while reads go
 //! on; reopened (on the same disk, and after a power cut of it), it holds exactly the
 //! contents after the last answered step or after the failed one, and passes `check`.
+//! A store with its journal runs on a pair of disks (the store's and the journal's),
+//! and the fault hits one of them.
 
 mod common;
 
@@ -24,16 +26,81 @@ const STEPS: usize = 40;
 /// Of the writes of a run, every this many is failed in a run of its own; every sync is.
 const WRITE_STRIDE: u64 = 7;
 
-/// The contents after each step of a run without faults, and the disk's counts of
-/// writes and syncs when each step began.
+/// How a run's store keeps its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    /// One disk, in a concurrency mode.
+    Alone(ConcurrencyMode),
+    /// A disk and its journal's, the fault on the journal's when `on_journal`.
+    Journaled { on_journal: bool },
+}
+
+/// A run's disks: the store's, and its journal's with a journal.
+struct Disks {
+    main: SimDisk,
+    journal: Option<SimDisk>,
+}
+
+impl Disks {
+    fn new(setup: Setup) -> Disks {
+        Disks::from_images(setup, Vec::new(), Vec::new())
+    }
+
+    fn from_images(setup: Setup, main: Vec<u8>, journal: Vec<u8>) -> Disks {
+        match setup {
+            Setup::Alone(_) => Disks {
+                main: SimDisk::from_image(main),
+                journal: None,
+            },
+            Setup::Journaled { .. } => {
+                let (main, journal) = SimDisk::pair(main, journal);
+                Disks {
+                    main,
+                    journal: Some(journal),
+                }
+            }
+        }
+    }
+
+    /// The disk a fault hits.
+    fn faulty(&self, setup: Setup) -> &SimDisk {
+        match (setup, &self.journal) {
+            (Setup::Journaled { on_journal: true }, Some(journal)) => journal,
+            _ => &self.main,
+        }
+    }
+
+    fn open(&self, setup: Setup) -> Result<Store, idem_store::OpenError> {
+        match (setup, &self.journal) {
+            (Setup::Alone(mode), _) => workload::open(self.main.clone(), mode),
+            (Setup::Journaled { .. }, Some(journal)) => Store::builder()
+                .config(workload::config())
+                .journal_limit(0)
+                .open_on_backend_with_journal(self.main.clone(), journal.clone()),
+            (Setup::Journaled { .. }, None) => unreachable!("a journaled setup has a journal"),
+        }
+    }
+
+    /// The disks after a power cut now, with `survival` of their unsynced writes.
+    fn after_a_cut(&self, setup: Setup, survival: Survival, rng: &mut Rng) -> Disks {
+        let cut = self.main.cut_now();
+        let main = cut.image(survival, rng);
+        let journal = cut.journal_image(survival, rng).unwrap_or_default();
+        Disks::from_images(setup, main, journal)
+    }
+}
+
+/// The contents after each step of a run without faults, and the faulty disk's counts
+/// of writes and syncs when each step began.
 struct Reference {
     contents: Vec<Contents>,
     counts: Vec<(u64, u64)>,
 }
 
-fn reference(seed: u64, mode: ConcurrencyMode) -> Reference {
-    let disk = SimDisk::default();
-    let mut workload = Workload::new(workload::open(disk.clone(), mode).unwrap(), seed);
+fn reference(seed: u64, setup: Setup) -> Reference {
+    let disks = Disks::new(setup);
+    let mut workload = Workload::new(disks.open(setup).unwrap(), seed);
+    let disk = disks.faulty(setup);
     let mut reference = Reference {
         contents: vec![contents(&workload.store)],
         counts: Vec::new(),
@@ -54,11 +121,13 @@ fn a_failed_write_or_sync_fails_its_call_and_the_store_until_reopened() {
     let seed = seed("io_errors");
     let started = Instant::now();
     let (mut runs, mut syncs, mut writes) = (0, 0, 0);
-    for mode in [
-        ConcurrencyMode::MultiWriter,
-        ConcurrencyMode::ExclusiveWriter,
+    for setup in [
+        Setup::Alone(ConcurrencyMode::MultiWriter),
+        Setup::Alone(ConcurrencyMode::ExclusiveWriter),
+        Setup::Journaled { on_journal: true },
+        Setup::Journaled { on_journal: false },
     ] {
-        let reference = reference(seed, mode);
+        let reference = reference(seed, setup);
         let (first_write, first_sync) = reference.counts[0];
         let (last_write, last_sync) = reference.counts[STEPS];
         let faults = (first_sync..last_sync).map(|n| (IoKind::Sync, n)).chain(
@@ -67,14 +136,14 @@ fn a_failed_write_or_sync_fails_its_call_and_the_store_until_reopened() {
                 .map(|n| (IoKind::Write, n)),
         );
         for (kind, n) in faults {
-            fault_run(seed, mode, &reference, kind, n, false);
+            fault_run(seed, setup, &reference, kind, n, false);
             runs += 1;
             match kind {
                 IoKind::Sync => syncs += 1,
                 IoKind::Write => writes += 1,
             }
             if kind == IoKind::Sync {
-                fault_run(seed, mode, &reference, kind, n, true);
+                fault_run(seed, setup, &reference, kind, n, true);
                 runs += 1;
             }
         }
@@ -89,20 +158,14 @@ fn a_failed_write_or_sync_fails_its_call_and_the_store_until_reopened() {
 /// `lost`, the failed sync drops the writes it did not make durable while reads still
 /// see them (Linux after an fsync error): the reopen in the same process reads them,
 /// the disk never gets them.
-fn fault_run(
-    seed: u64,
-    mode: ConcurrencyMode,
-    reference: &Reference,
-    kind: IoKind,
-    n: u64,
-    lost: bool,
-) {
+fn fault_run(seed: u64, setup: Setup, reference: &Reference, kind: IoKind, n: u64, lost: bool) {
     let context = format!(
-        "seed {seed} (IDEM_SEED={seed}), {mode:?}, {kind:?} {n} fails{}",
+        "seed {seed} (IDEM_SEED={seed}), {setup:?}, {kind:?} {n} fails{}",
         if lost { ", its writes lost" } else { "" }
     );
-    let disk = SimDisk::default();
-    let mut workload = Workload::new(workload::open(disk.clone(), mode).unwrap(), seed);
+    let disks = Disks::new(setup);
+    let mut workload = Workload::new(disks.open(setup).unwrap(), seed);
+    let disk = disks.faulty(setup);
     disk.fail(kind, n);
     if lost {
         disk.lose_unsynced_on_failed_sync();
@@ -132,15 +195,16 @@ fn fault_run(
     let allowed = [&reference.contents[step], &reference.contents[step + 1]];
     let mut rng = Rng::new(seed ^ n);
     // The power fails right after the error.
-    let cut = disk.cut_now();
     for survival in [Survival::Nothing, Survival::Random] {
-        let image = cut.image(survival, &mut rng);
-        let store = workload::open(SimDisk::from_image(image), mode)
+        let store = disks
+            .after_a_cut(setup, survival, &mut rng)
+            .open(setup)
             .unwrap_or_else(|e| panic!("{context}: no store after a power cut: {e}"));
         holds_one_of(&store, &allowed, &format!("{context}, cut ({survival:?})"));
     }
     // Or the application reopens the store on the same disk and writes on.
-    let store = workload::open(disk.clone(), mode)
+    let store = disks
+        .open(setup)
         .unwrap_or_else(|e| panic!("{context}: the store does not reopen: {e}"));
     holds_one_of(&store, &allowed, &format!("{context}, reopened"));
     for k in 0..5 {
@@ -159,10 +223,10 @@ fn fault_run(
     let answered = contents(&store);
     drop(store);
     // Then the power fails: everything answered since the reopen is there.
-    let cut = disk.cut_now();
     for survival in [Survival::Nothing, Survival::Random] {
-        let image = cut.image(survival, &mut rng);
-        let store = workload::open(SimDisk::from_image(image), mode)
+        let store = disks
+            .after_a_cut(setup, survival, &mut rng)
+            .open(setup)
             .unwrap_or_else(|e| panic!("{context}: no store after the reopen and a cut: {e}"));
         holds_one_of(
             &store,

@@ -28,7 +28,8 @@
 //! a cut recorded by either is the state of both, kept in the main disk's list, and
 //! [`Cut::journal_image`] makes what survives on the journal's. (A pair records a cut
 //! with both disks locked, the recording one first; the store's journal writes and
-//! syncs either disk one call at a time, so no two cuts are recorded at once.)
+//! syncs either disk one call at a time, so no two cuts are recorded at once. A test
+//! calls `cut_now` on a pair only while no store call is running on it.)
 
 use std::collections::BTreeMap;
 use std::fmt;
