@@ -88,6 +88,10 @@ pub(crate) fn alone<T, E>(
             config,
             work,
         )
+        .and_then(|ran| {
+            tables.write_counters()?;
+            Ok(ran)
+        })
     };
     let (changed, executed) = match ran {
         Ok(ran) => ran,

@@ -654,11 +654,21 @@ impl Counters {
     /// Puts the raised counter and floor and the changed counts into the index in
     /// `txn`: called just before the commit, with the transaction's [`Tables`] closed.
     pub(crate) fn write(&self, txn: &WriteTransaction) -> Result<(), Error> {
-        let counts_changed = self.counts.iter().any(|c| c.get() != 0);
-        if !self.generation_raised.get() && !self.floor_raised.get() && !counts_changed {
+        if !self.changed() {
             return Ok(());
         }
-        let mut index = txn.open_table(INDEX)?;
+        self.write_into(&mut txn.open_table(INDEX)?)
+    }
+
+    /// Whether anything is left for [`Counters::write`] to put.
+    fn changed(&self) -> bool {
+        self.generation_raised.get()
+            || self.floor_raised.get()
+            || self.counts.iter().any(|c| c.get() != 0)
+    }
+
+    /// [`Counters::write`] into `index`, already open; what it wrote is not written again.
+    fn write_into(&self, index: &mut Table<'_, &'static [u8], &'static [u8]>) -> Result<(), Error> {
         if let (true, Some(generation)) = (self.generation_raised.get(), self.generation.get()) {
             index.insert(GENERATION_KEY, &generation.0.to_be_bytes()[..])?;
         }
@@ -669,7 +679,7 @@ impl Counters {
             if change.get() == 0 {
                 continue;
             }
-            let old = read_meta(&index, key)?.unwrap_or(0);
+            let old = read_meta(&*index, key)?.unwrap_or(0);
             let new = old
                 .checked_add_signed(change.get())
                 .ok_or_else(|| Error::Corrupt {
@@ -745,6 +755,17 @@ impl<'txn> Tables<'txn> {
 
     fn index(&mut self) -> Result<&mut Table<'txn, &'static [u8], &'static [u8]>, Error> {
         opened(&mut self.index, self.txn, INDEX)
+    }
+
+    /// Puts what the counters hold so far into the index while it is open, so that the
+    /// commit's [`Counters::write`] need not open it again (it writes only what changes
+    /// after this). For the end of a transaction's work on the store's tables.
+    pub(crate) fn write_counters(&mut self) -> Result<(), Error> {
+        if !self.counters.changed() {
+            return Ok(());
+        }
+        let counters = self.counters;
+        counters.write_into(self.index()?)
     }
 
     fn meta(&mut self) -> Result<&mut Table<'txn, &'static [u8], &'static [u8]>, Error> {
