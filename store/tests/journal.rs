@@ -380,3 +380,40 @@ fn a_read_only_open_waits_for_the_process_that_holds_the_journal() {
     let store = Store::builder().read_only(true).open(&path).unwrap();
     assert_eq!(keys(&store), vec!["held".to_string()]);
 }
+
+/// A compaction moves many pages between syncs (past the journal's size, which then
+/// checkpoints): every record is kept, through a crash right after it too.
+#[test]
+fn a_compaction_through_the_journal_keeps_every_record() {
+    let (main, journal) = SimDisk::pair(Vec::new(), Vec::new());
+    let mut store = Store::builder()
+        .journal_limit(0)
+        .open_on_backend_with_journal(main.clone(), journal)
+        .unwrap();
+    for key in names(0..400) {
+        execute(&store, &key);
+    }
+    let swept = store
+        .sweep(Timestamp(T0 + 400 * 24 * 3_600_000), 100_000, false)
+        .unwrap();
+    assert!(swept.removed + swept.tombstoned > 0, "{swept:?}");
+    for key in names(400..420) {
+        execute(&store, &key);
+    }
+    let before = keys(&store);
+    assert!(store.compact().unwrap());
+    assert_eq!(keys(&store), before);
+    // A power cut right after: what both disks hold synced.
+    let cut = main.cut_now();
+    let mut rng = Rng::new(7);
+    drop(store);
+    let (main, journal) = SimDisk::pair(
+        cut.image(Survival::Nothing, &mut rng),
+        cut.journal_image(Survival::Nothing, &mut rng).unwrap(),
+    );
+    let store = Store::builder()
+        .open_on_backend_with_journal(main, journal)
+        .unwrap();
+    assert!(store.check().unwrap().is_ok());
+    assert_eq!(keys(&store), before);
+}
