@@ -24,7 +24,10 @@
 //! short fails its checksum and ends the replay.
 //!
 //! A checkpoint syncs the store file first and only then empties the journal, by writing
-//! a new header whose salt no older record carries.
+//! a new header whose salt no older record carries. A cut between the two replays the
+//! older records over a file that also holds the commit being checkpointed: the result
+//! is the state after the last record with part of that (unacknowledged) commit's
+//! writes, again a state a power cut after the last record's sync can leave.
 //!
 //! # When the disk fails, or the journal is not the file's
 //!
@@ -35,21 +38,18 @@
 //!
 //! The header names the store file it belongs to. A journal holding records for another
 //! file (the one that crashed was replaced, say by a restored backup, and its journal
-//! left beside it) is refused, never replayed over the new one. A cut between the two replays the
-//! older records over a file that also holds the commit being checkpointed: the result
-//! is the state after the last record with part of that (unacknowledged) commit's
-//! writes, again a state a power cut after the last record's sync can leave.
+//! left beside it) is refused, never replayed over the new one.
 //!
 //! # Layout
 //!
 //! The header ([`HEADER_LEN`] bytes, one sector, written whole): `idem-jnl`, the format
 //! version (u32), the salt (u64), the store file's identity (16 bytes: its device and
 //! inode on Unix, zeros where there is none), the CRC-32 of the 36 bytes before it.
-//! Then records,
-//! back to back: `IJRC`, the CRC-32 of the rest of the record, the salt (u64), the
-//! record's number from 0 (u64), the payload length (u32), 4 zero bytes, and the payload:
-//! operations, each a tag byte then, for a write (1), its offset (u64), length (u32) and
-//! bytes, or, for a length change (2), the new length (u64). All integers little-endian.
+//! Then records, back to back: `IJRC`, the CRC-32 of the rest of the record, the salt
+//! (u64), the record's number from 0 (u64), the payload length (u32), 4 zero bytes, and
+//! the payload: operations, each a tag byte then, for a write (1), its offset (u64),
+//! length (u32) and bytes; for a length change (2), the new length (u64); for zeros (3),
+//! their offset (u64) and length (u32). All integers little-endian.
 //! Only records carrying the header's salt and the next number count; the file keeps its
 //! length between checkpoints, so its blocks are reused and a sync does not also write
 //! the file's size.
