@@ -645,7 +645,31 @@ pub(crate) struct Counters {
     counts: [Cell<i64>; 5],
 }
 
+/// The generation counter and clock floor of the latest commit, each when known: what a
+/// process that alone writes the file carries from one transaction to the next
+/// ([`Counters::seeded`]), so that a transaction does not read them again.
+pub(crate) type Known = (Option<Generation>, Option<Timestamp>);
+
 impl Counters {
+    /// Counters whose generation counter and clock floor start at `known` (as if read
+    /// from the index), for a transaction of a process that alone writes the file: no
+    /// other commit can have changed them since the one they come from.
+    pub(crate) fn seeded(known: Known) -> Counters {
+        let counters = Counters::default();
+        counters.generation.set(known.0);
+        counters.floor.set(known.1);
+        counters
+    }
+
+    /// The generation counter and clock floor as this transaction's commit leaves them,
+    /// where it read or raised them; the rest from `before`, which it left alone.
+    pub(crate) fn known_after(&self, before: Known) -> Known {
+        (
+            self.generation.get().or(before.0),
+            self.floor.get().or(before.1),
+        )
+    }
+
     fn count(&self, state: State, by: i64) {
         let cell = &self.counts[state_index(state)];
         cell.set(cell.get() + by);

@@ -20,7 +20,7 @@ use crate::backend::Location;
 use crate::error::Error;
 use crate::handle::Handle;
 use crate::lock::{Gate, Turn, begin_write, busy_error};
-use crate::tables::{Counters, RECORDS, Tables};
+use crate::tables::{Counters, Known, RECORDS, Tables};
 use crate::wait::{Attempt, Deadline, retry_until};
 
 /// The redb database of one store and everything that decides whether and how it may be
@@ -45,6 +45,10 @@ pub(crate) struct Writer {
     commits: AtomicU64,
     // The clock floor applies (always, but in a test that shows what it prevents).
     floored: bool,
+    // In ExclusiveWriter mode, the generation counter and clock floor of the latest
+    // commit, carried into the next transaction (see `Snapshot` for why nothing else can
+    // change them); `None` in the multi-process modes, and after a failed commit.
+    known: Mutex<Option<Known>>,
 }
 
 impl fmt::Debug for Writer {
@@ -140,7 +144,12 @@ impl Writer {
             durability,
             lock_timeout,
             commits: AtomicU64::new(0),
+            known: Mutex::new(alone.then_some((None, None))),
         }
+    }
+
+    fn known(&self) -> MutexGuard<'_, Option<Known>> {
+        self.known.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The path the store was opened from; `None` on a backend.
@@ -269,9 +278,13 @@ impl Writer {
         if !matches!(self.durability, Durability::Immediate) {
             txn.set_durability(self.durability)?;
         }
+        let counters = match *self.known() {
+            Some(known) => Counters::seeded(known),
+            None => Counters::default(),
+        };
         Ok(Writing {
             txn,
-            counters: Counters::default(),
+            counters,
             _turn: turn,
             _db: db,
         })
@@ -293,11 +306,23 @@ impl Writer {
     pub(crate) fn commit(&self, writing: Writing<'_>) -> Result<(), Error> {
         writing.counters.write(&writing.txn)?;
         let Writing {
-            txn, _turn, _db, ..
+            txn,
+            counters,
+            _turn,
+            _db,
         } = writing;
         let committed = txn.commit();
         // Whatever the commit did, the kept snapshot may no longer be the latest.
         self.snapshot.drop_kept();
+        let mut known = self.known();
+        if let Some(before) = known.as_mut() {
+            *before = match committed {
+                Ok(()) => counters.known_after(*before),
+                // Read again after the reopen.
+                Err(_) => (None, None),
+            };
+        }
+        drop(known);
         match committed {
             Ok(()) => {
                 self.commits.fetch_add(1, Ordering::Relaxed);
