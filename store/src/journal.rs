@@ -365,18 +365,16 @@ const MIN_ZERO_RUN: usize = 32;
 /// whose 13 bytes of header it pays for, so the operations take at most 13 bytes more
 /// than `data`.
 fn encode_write(record: &mut Vec<u8>, offset: u64, data: &[u8]) {
-    let words: Vec<bool> = data
-        .chunks_exact(8)
-        .map(|word| word.iter().all(|b| *b == 0))
-        .collect();
+    let words = data.len() / 8;
+    let zero = |word: usize| data[word * 8..word * 8 + 8] == [0; 8];
     let mut literal = 0;
     let mut i = 0;
-    while i < words.len() {
-        if !words[i] {
+    while i < words {
+        if !zero(i) {
             i += 1;
             continue;
         }
-        let run = words[i..].iter().take_while(|zero| **zero).count();
+        let run = (i..words).take_while(|&word| zero(word)).count();
         if run * 8 >= MIN_ZERO_RUN {
             push_op(
                 record,
