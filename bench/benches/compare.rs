@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use idem_bench::floor::{self, FloorPlan};
 use idem_bench::io::{self, IoPlan, IoRow};
 use idem_bench::measure::{BenchError, KeySequence, Row, Timing, measure, micros, table};
 use idem_bench::sqlite::{Begun, Request, SqliteStore, Synchronous, wal_bytes};
@@ -37,8 +38,11 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let started = Instant::now();
     let idem = store::run(dir.path(), &plan, &mut |step| eprintln!("  idem: {step}"))?;
     let sqlite = sqlite_rows(dir.path(), &plan)?;
+    eprintln!("  bare redb commits");
+    let floors = floor::rows(dir.path(), FloorPlan::default())?;
     let mut rows = idem.rows.clone();
     rows.extend(sqlite.rows.iter().cloned());
+    rows.extend(floors);
     println!();
     print!("{}", table(&rows));
     println!("{}", idem.file);
@@ -440,6 +444,7 @@ fn targets(idem: &Report, rows: &[Row]) {
             grouped.median_us - alone.median_us
         );
     }
+    floors(rows);
     if let Some(fsync) = find("fsync", 1) {
         println!(
             "  this disk's fsync: median {}, p99 {}",
@@ -455,6 +460,69 @@ fn targets(idem: &Report, rows: &[Row]) {
             micros(contiguous.median_us),
             micros(scattered.median_us),
             scattered.median_us / contiguous.median_us
+        );
+    }
+}
+
+/// The bare redb commits beside the targets they bound: a store's commit on redb does at
+/// least what the bare one does, so a floor's ratio is the most any store on redb could
+/// reach in this run.
+fn floors(rows: &[Row]) {
+    let find = |id: &str| rows.iter().find(|r| r.id == id && r.callers == 1);
+    let best = |id: &str| {
+        rows.iter()
+            .filter(|r| r.id == id)
+            .max_by(|a, b| a.per_second.total_cmp(&b.per_second))
+    };
+    // Inputs per second: a group row's commits carry several.
+    let rate = |r: Option<&Row>| {
+        r.map_or(f64::NAN, |r| {
+            r.per_second * r.inputs_per_commit.unwrap_or(1.0)
+        })
+    };
+    println!("floors: bare redb commits, no store code (the most a store on redb could reach)");
+    let full = rate(find("sqlite_execute_full"));
+    for (floor, what, store, target) in [
+        (
+            "redb_floor_multi_1",
+            "1 entry into 1 table, multi-process",
+            "execute",
+            0.6,
+        ),
+        (
+            "redb_floor_multi_2",
+            "1 entry into each of 2 tables, multi-process",
+            "execute",
+            0.6,
+        ),
+        (
+            "redb_floor_single_2",
+            "1 entry into each of 2 tables, single process",
+            "execute_single_process_no_journal",
+            1.0,
+        ),
+    ] {
+        println!(
+            "  one commit / SQLite WAL FULL, {what}: {:.2}x (the store: {:.2}x; target >= {target}x)",
+            rate(find(floor)) / full,
+            rate(find(store)) / full,
+        );
+    }
+    let normal = best("sqlite_execute_normal");
+    if let Some(group) = find("redb_floor_group_multi_2") {
+        println!(
+            "  {} inputs per commit / SQLite WAL NORMAL (its best), 2 tables, multi-process: {:.2}x in inputs per second (target >= 5x)",
+            floor::GROUP,
+            rate(Some(group)) / rate(normal),
+        );
+    }
+    if let Some(bare) = find("redb_floor_no_fsync_2") {
+        let store = find("execute_no_fsync").map_or(f64::NAN, |r| r.median_us);
+        println!(
+            "  one commit without fsync, 2 tables: median {} (the store's execute: {}, {} above it; target <= 25 µs)",
+            micros(bare.median_us),
+            micros(store),
+            micros(store - bare.median_us),
         );
     }
 }

@@ -1,5 +1,6 @@
 //! Measurements of idem-store on this machine, and the SQLite baseline beside them.
 //!
+//! - [`floor`]: bare redb commits, timed: the least a store's commit on redb can take.
 //! - [`io`]: bytes written, write calls and syncs per commit, counted under redb.
 //! - [`measure`]: timing calls on several threads, rows of rates and latencies, the table.
 //! - [`store`]: the store's own measurements, printed by `idem bench` and by the
@@ -9,6 +10,7 @@
 //!
 //! Never a dependency of idem-store: the measurements use its public API only.
 
+pub mod floor;
 pub mod io;
 pub mod measure;
 #[cfg(feature = "sqlite")]

@@ -2,7 +2,7 @@
 //! the one at the front waits for other processes in [`begin_write`]. Both give up with
 //! [`Error::Busy`] once the call's [`Deadline`] has passed, counted from when it started.
 
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, ThreadId};
 
 use redb::{Database, TransactionError, WriteTransaction};
@@ -14,10 +14,20 @@ use crate::wait::{Attempt, Deadline, retry_until};
 /// each until its own deadline. The thread inside is known, so that it asking again
 /// (a write from inside the work of an execute) is refused at once with
 /// [`Error::Reentrant`] rather than waiting for itself.
+///
+/// A turn that ends wakes a waiter only when one is waiting: waking costs a system call
+/// even when nobody sleeps, and most turns have no one behind them.
 #[derive(Debug, Default)]
 pub(crate) struct Gate {
-    holder: Mutex<Option<ThreadId>>,
+    state: Mutex<GateState>,
     freed: Condvar,
+}
+
+/// Who has the turn, and how many threads wait on [`Gate::freed`] for it.
+#[derive(Debug, Default)]
+struct GateState {
+    holder: Option<ThreadId>,
+    waiting: usize,
 }
 
 /// A thread's turn at the [`Gate`]; dropping it (also while a panic unwinds) lets the
@@ -30,8 +40,8 @@ impl Gate {
     /// [`Error::Reentrant`] at once when this thread already has the turn.
     pub(crate) fn enter(&self, deadline: Deadline) -> Result<Turn<'_>, Error> {
         let me = thread::current().id();
-        let mut busy = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
-        while let Some(holder) = *busy {
+        let mut state = self.state();
+        while let Some(holder) = state.holder {
             if holder == me {
                 return Err(Error::Reentrant);
             }
@@ -39,26 +49,37 @@ impl Gate {
             if remaining.is_zero() {
                 return Err(busy_error(deadline.waited()));
             }
-            busy = self
+            state.waiting += 1;
+            state = self
                 .freed
-                .wait_timeout(busy, remaining)
+                .wait_timeout(state, remaining)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            state.waiting -= 1;
         }
-        *busy = Some(me);
+        state.holder = Some(me);
         Ok(Turn(self))
     }
 
     /// Whether the calling thread has the turn (it is inside a write transaction).
     pub(crate) fn held_here(&self) -> bool {
-        *self.holder.lock().unwrap_or_else(PoisonError::into_inner) == Some(thread::current().id())
+        self.state().holder == Some(thread::current().id())
+    }
+
+    fn state(&self) -> MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        *self.0.holder.lock().unwrap_or_else(PoisonError::into_inner) = None;
-        self.0.freed.notify_one();
+        let mut state = self.0.state();
+        state.holder = None;
+        let waiting = state.waiting > 0;
+        drop(state);
+        if waiting {
+            self.0.freed.notify_one();
+        }
     }
 }
 
