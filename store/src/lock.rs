@@ -131,11 +131,17 @@ mod tests {
             let gate = &gate;
             let waiter = scope.spawn(move || {
                 started.send(()).unwrap();
-                gate.enter(Deadline::after(Duration::from_secs(10))).is_ok()
+                let deadline = Deadline::after(Duration::from_secs(10));
+                let entered = gate.enter(deadline).is_ok();
+                // Before its deadline: woken, not let in when its wait timed out.
+                entered && !deadline.remaining().is_zero()
             });
-            // The waiter is running; whether it reached the condvar yet or not, it
-            // gets the turn once the first one is dropped.
+            // The waiter is asleep on the condvar (it counted itself there under the
+            // lock): dropping the first turn must wake it.
             waiting.recv().unwrap();
+            while gate.state().waiting == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             drop(first);
             assert!(waiter.join().unwrap());
         });
