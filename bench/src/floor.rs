@@ -56,9 +56,8 @@ struct Bare {
 
 /// The bare commits: one entry into one table and into two, in the multi-process mode
 /// (redb's two-phase commit, two syncs); two tables in the single-process mode (one
-/// sync), with and without the sync; and [`GROUP`] inputs per commit in the
-/// multi-process mode.
-const KINDS: [Bare; 5] = [
+/// sync), with and without the sync; and [`GROUP`] inputs per commit in both modes.
+const KINDS: [Bare; 6] = [
     Bare {
         id: "redb_floor_multi_1",
         measurement: "bare redb commit, 1 entry into 1 table, multi-process",
@@ -95,6 +94,14 @@ const KINDS: [Bare; 5] = [
         id: "redb_floor_group_multi_2",
         measurement: "bare redb commit, 64 entries into each of 2 tables, multi-process",
         mode: ConcurrencyMode::MultiWriter,
+        durability: Durability::Immediate,
+        tables: 2,
+        inputs: GROUP,
+    },
+    Bare {
+        id: "redb_floor_group_single_2",
+        measurement: "bare redb commit, 64 entries into each of 2 tables, single process",
+        mode: ConcurrencyMode::ExclusiveWriter,
         durability: Durability::Immediate,
         tables: 2,
         inputs: GROUP,
@@ -193,7 +200,7 @@ mod tests {
             };
             assert_eq!(row.ops, expected, "{}", row.id);
             assert!(row.per_second > 0.0, "{}", row.id);
-            let inputs = if row.id == "redb_floor_group_multi_2" {
+            let inputs = if row.id.starts_with("redb_floor_group") {
                 64.0
             } else {
                 1.0
