@@ -5,7 +5,10 @@
 //! queue; if no batch is running, it becomes the leader: it takes every input waiting
 //! (at most [`MAX_BATCH`]), runs them one after the other in one write transaction,
 //! commits once, and then hands every caller of the batch its answer. Callers who
-//! arrive meanwhile queue up, and one of them leads the next batch. With one caller
+//! arrive meanwhile queue up, and one of them leads the next batch: as soon as the
+//! commit has returned, so that the next batch runs while this one's callers are woken
+//! (a system call each: at 64 callers, as much of the leader's time as running their
+//! inputs, in a profile on a 2-core machine). With one caller
 //! this is one input per transaction, as before, plus a lock and two small allocations.
 //!
 //! Inputs run in queue order, so two inputs for the same key in one batch see each
@@ -71,8 +74,9 @@ pub struct CommitCounts {
 
 /// The queue of inputs and who leads the running batch; one per store.
 ///
-/// Waiting callers park; a leader wakes exactly the callers it answered, and, when it
-/// is done, the caller at the front of the queue to lead the next batch.
+/// Waiting callers park; a leader, once its commit has returned, wakes the caller at
+/// the front of the queue to lead the next batch, and then exactly the callers it
+/// answered.
 #[derive(Default)]
 pub(crate) struct Committer {
     queue: Mutex<Queue>,
@@ -243,14 +247,25 @@ impl Committer {
             let batch: Vec<Box<dyn Job>> = queue.waiting.drain(..take).collect();
             drop(queue);
             let turn = Leading(self);
-            self.lead(writer, config, batch);
+            let answered = self.lead(writer, config, batch);
+            // The batch is durable (or failed): the next one may start while its callers
+            // are woken, one system call each.
             drop(turn);
+            for job in answered {
+                job.deliver();
+            }
             queue = self.queue();
         }
     }
 
-    /// Runs a batch in one transaction, commits it, and delivers every answer.
-    fn lead(&self, writer: &Writer, config: &Config, mut batch: Vec<Box<dyn Job>>) {
+    /// Runs a batch in one transaction and commits it; returns its jobs, each with its
+    /// answer, for the caller to deliver.
+    fn lead(
+        &self,
+        writer: &Writer,
+        config: &Config,
+        mut batch: Vec<Box<dyn Job>>,
+    ) -> Vec<Box<dyn Job>> {
         // Inputs that failed after writing: answered, rolled back, out of the batch.
         let mut failed = Vec::new();
         while !batch.is_empty() {
@@ -294,9 +309,8 @@ impl Committer {
             }
             break;
         }
-        for job in batch.into_iter().chain(failed) {
-            job.deliver();
-        }
+        batch.extend(failed);
+        batch
     }
 }
 
