@@ -232,7 +232,9 @@ impl Committer {
             if let Some(answer) = slot.lock().unwrap_or_else(PoisonError::into_inner).take() {
                 return answer.unwrap_or_else(|panicked| panic::resume_unwind(panicked));
             }
-            if queue.leading {
+            // With the queue empty, this caller's input is in a batch whose leader will
+            // deliver its answer (one that has committed hands the lead on first).
+            if queue.leading || queue.waiting.is_empty() {
                 // Woken with the answer, or to lead; an unpark between the unlock and
                 // the park is kept for the park, and a spurious wake-up only loops.
                 drop(queue);
