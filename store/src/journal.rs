@@ -796,9 +796,7 @@ mod tests {
                 record.len(),
                 data.len() + 13
             );
-            let main = InMemoryBackend::new();
-            main.set_len(10_000).unwrap();
-            main.write(0, &vec![0xAB; 10_000]).unwrap();
+            let main = holding(&[0xAB; 10_000]);
             apply(&main, &record).unwrap();
             let after = image(&main);
             let at = offset as usize;
@@ -818,6 +816,14 @@ mod tests {
         let mut record = Vec::new();
         encode_write(&mut record, 0, &page);
         assert!(record.len() < 140, "{}", record.len());
+    }
+
+    /// A backend holding `bytes`.
+    fn holding(bytes: &[u8]) -> InMemoryBackend {
+        let backend = InMemoryBackend::new();
+        backend.set_len(bytes.len() as u64).unwrap();
+        backend.write(0, bytes).unwrap();
+        backend
     }
 
     fn journaled(main: &Arc<InMemoryBackend>, journal: &Arc<InMemoryBackend>) -> Journaled {
@@ -854,9 +860,7 @@ mod tests {
 
         // Everything the syncs covered, over a file that lost all of it.
         let lost = InMemoryBackend::new();
-        let full = InMemoryBackend::new();
-        full.set_len(journal_bytes.len() as u64).unwrap();
-        full.write(0, &journal_bytes).unwrap();
+        let full = holding(&journal_bytes);
         let next = recover(&lost, &full, [0; 16]).unwrap();
         assert_eq!(image(&lost), synced);
         assert_eq!(next, salt.wrapping_add(1));
@@ -868,9 +872,7 @@ mod tests {
         // The third record torn: the first two are replayed, the third is not.
         let mut torn = journal_bytes.clone();
         torn[end as usize + RECORD_HEADER + 3] ^= 0xFF;
-        let cut = InMemoryBackend::new();
-        cut.set_len(torn.len() as u64).unwrap();
-        cut.write(0, &torn).unwrap();
+        let cut = holding(&torn);
         let lost = InMemoryBackend::new();
         recover(&lost, &cut, [0; 16]).unwrap();
         let replayed = image(&lost);
@@ -902,9 +904,7 @@ mod tests {
         assert!(!holds_records(&*journal).unwrap());
         std::mem::forget(store);
         let lost = InMemoryBackend::new();
-        let copy = InMemoryBackend::new();
-        copy.set_len(after_checkpoint.len() as u64).unwrap();
-        copy.write(0, &after_checkpoint).unwrap();
+        let copy = holding(&after_checkpoint);
         recover(&lost, &copy, [0; 16]).unwrap();
         assert_eq!(
             lost.len().unwrap(),

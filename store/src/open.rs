@@ -177,8 +177,9 @@ impl StoreBuilder {
     /// (unsynced) and appended to the journal, and only the journal is synced before the
     /// answer; the store file is synced at a checkpoint, when the journal reaches
     /// [`StoreBuilder::journal_limit`] or the store closes. More commits per second
-    /// wherever a sync of scattered pages costs more than one of contiguous pages (1.3 to
-    /// 1.4 times as many on the test machine; the compare bench measures both). Every
+    /// wherever a sync of scattered pages costs more than one of contiguous pages (1.1 to
+    /// 1.5 times as many in 10 of 11 timed runs on the test machine, 0.9 in the other;
+    /// the compare bench measures both). Every
     /// answered commit stays fsync-durable: the next writable open, in any mode, first
     /// writes what the journal holds into the file, and until then a read-only open
     /// fails with [`OpenError::NeedsRecovery`]. A closed store leaves the journal empty

@@ -33,10 +33,6 @@ const SALES: TableDefinition<&str, &[u8]> = TableDefinition::new("shop.sales");
 const T0: u64 = 1_700_000_000_000;
 const DAY: u64 = 24 * 3_600_000;
 
-fn golden_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/store-v1.redb")
-}
-
 fn ledger() -> LedgerConfig {
     LedgerConfig::with_seed(1)
 }
@@ -47,7 +43,7 @@ const RANDOM: [[u8; 16]; 3] = [[1; 16], [2; 16], [3; 16]];
 #[test]
 #[ignore = "writes testdata/store-v1.redb, once for schema version 1; the file is never rewritten"]
 fn write_the_golden_store_file() {
-    let path = golden_path();
+    let path = golden_path(1);
     assert!(
         !path.exists(),
         "{} exists: a golden file is never rewritten",
@@ -236,7 +232,7 @@ fn expected_records() -> Vec<(&'static str, &'static str, Record)> {
 /// open records that it is open), and the committed file must stay as it is.
 fn golden_copy(dir: &Path) -> PathBuf {
     let path = dir.join("store-v1.redb");
-    std::fs::copy(golden_path(), &path).unwrap();
+    std::fs::copy(golden_path(1), &path).unwrap();
     path
 }
 
@@ -408,7 +404,7 @@ fn reads_the_golden_contents(store: &Store) {
 
 #[test]
 fn the_golden_store_file_of_schema_1_opens_and_reads() {
-    let golden = std::fs::read(golden_path()).expect("testdata/store-v1.redb is committed");
+    let golden = std::fs::read(golden_path(1)).expect("testdata/store-v1.redb is committed");
     let dir = tempfile::tempdir().unwrap();
     let path = golden_copy(dir.path());
 
@@ -432,7 +428,7 @@ fn the_golden_store_file_of_schema_1_opens_and_reads() {
     drop(store);
     let again = tempfile::tempdir().unwrap();
     let (answers, store) =
-        upgrades_with_the_same_answers(&golden_path(), again.path(), Timestamp(T0 + 2 * DAY));
+        upgrades_with_the_same_answers(&golden_path(1), again.path(), Timestamp(T0 + 2 * DAY));
     assert_eq!(answers.all.len(), 5);
     assert_eq!(answers.dry_sweep.tombstoned, 3);
 
@@ -485,26 +481,29 @@ fn the_golden_store_file_of_schema_1_opens_and_reads() {
     assert!(store.check().unwrap().is_ok());
 }
 
-fn golden_v2_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/store-v2.redb")
+/// The committed golden file of `schema`: `testdata/store-v<schema>.redb`.
+fn golden_path(schema: u64) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../testdata/store-v{schema}.redb"))
 }
 
-/// Schema 2's file, `testdata/store-v2.redb`: a record in every state, a tombstone
-/// among them (schema 2's addition), in the layout of one index table per state, a
-/// separate expiry index and the counters in `idem.meta`.
-#[test]
-#[ignore = "writes testdata/store-v2.redb, once for schema version 2; the file is never rewritten"]
-fn write_the_golden_store_file_of_schema_2() {
-    let path = golden_v2_path();
+/// Writes the golden file of `schema` ([`fill_every_state`], compacted) with this
+/// build, which must be of that schema; refuses to overwrite one.
+fn write_golden(schema: u64) {
+    let path = golden_path(schema);
     assert!(
         !path.exists(),
         "{} exists: a golden file is never rewritten",
         path.display()
     );
     let dir = tempfile::tempdir().unwrap();
-    let scratch = dir.path().join("store-v2.redb");
+    let scratch = dir.path().join("store.redb");
     {
         let mut store = Store::open(&scratch).unwrap();
+        assert_eq!(
+            schema_of(&store),
+            schema,
+            "this build writes another schema"
+        );
         fill_every_state(&store);
         store.compact().unwrap();
     }
@@ -514,6 +513,15 @@ fn write_the_golden_store_file_of_schema_2() {
         path.display(),
         std::fs::metadata(&path).unwrap().len()
     );
+}
+
+/// Schema 2's file, `testdata/store-v2.redb`: a record in every state, a tombstone
+/// among them (schema 2's addition), in the layout of one index table per state, a
+/// separate expiry index and the counters in `idem.meta`.
+#[test]
+#[ignore = "writes testdata/store-v2.redb, once for schema version 2; the file is never rewritten"]
+fn write_the_golden_store_file_of_schema_2() {
+    write_golden(2);
 }
 
 /// What the golden files of schema 2 and later hold: a record in every state, a
@@ -593,33 +601,12 @@ fn fill_every_state(store: &Store) {
     assert!(store.check().unwrap().is_ok());
 }
 
-fn golden_v3_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/store-v3.redb")
-}
-
 /// Schema 3's file, `testdata/store-v3.redb`: what schema 2's holds, in the layout of
 /// one index table, `idem.index`.
 #[test]
 #[ignore = "writes testdata/store-v3.redb, once for schema version 3; the file is never rewritten"]
 fn write_the_golden_store_file_of_schema_3() {
-    let path = golden_v3_path();
-    assert!(
-        !path.exists(),
-        "{} exists: a golden file is never rewritten",
-        path.display()
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let scratch = dir.path().join("store-v3.redb");
-    {
-        let mut store = Store::open(&scratch).unwrap();
-        fill_every_state(&store);
-        store.compact().unwrap();
-    }
-    std::fs::copy(&scratch, &path).unwrap();
-}
-
-fn golden_v4_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/store-v4.redb")
+    write_golden(3);
 }
 
 /// Schema 4's file, `testdata/store-v4.redb`: what schema 3's holds (schema 4 has the
@@ -628,20 +615,7 @@ fn golden_v4_path() -> PathBuf {
 #[test]
 #[ignore = "writes testdata/store-v4.redb, once for schema version 4; the file is never rewritten"]
 fn write_the_golden_store_file_of_schema_4() {
-    let path = golden_v4_path();
-    assert!(
-        !path.exists(),
-        "{} exists: a golden file is never rewritten",
-        path.display()
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let scratch = dir.path().join("store-v4.redb");
-    {
-        let mut store = Store::open(&scratch).unwrap();
-        fill_every_state(&store);
-        store.compact().unwrap();
-    }
-    std::fs::copy(&scratch, &path).unwrap();
+    write_golden(4);
 }
 
 /// The schema version in the store's meta table.
@@ -660,7 +634,7 @@ fn schema_of(store: &Store) -> u64 {
 fn the_golden_store_file_of_schema_2_opens_reads_and_upgrades() {
     let dir = tempfile::tempdir().unwrap();
     let now = Timestamp(T0 + 6_000);
-    let (answers, store) = upgrades_with_the_same_answers(&golden_v2_path(), dir.path(), now);
+    let (answers, store) = upgrades_with_the_same_answers(&golden_path(2), dir.path(), now);
     // What the generator wrote, by hand.
     let keys: Vec<(&str, State)> = answers
         .all
@@ -742,10 +716,10 @@ fn the_golden_store_file_of_schema_3_answers_as_schema_2s_did() {
     let now = Timestamp(T0 + 6_000);
     let dir = tempfile::tempdir().unwrap();
     let v2 = dir.path().join("v2.redb");
-    std::fs::copy(golden_v2_path(), &v2).unwrap();
+    std::fs::copy(golden_path(2), &v2).unwrap();
     let schema_2 = answers(&Store::builder().read_only(true).open(&v2).unwrap(), now);
 
-    let golden = std::fs::read(golden_v3_path()).expect("testdata/store-v3.redb is committed");
+    let golden = std::fs::read(golden_path(3)).expect("testdata/store-v3.redb is committed");
     let v3 = dir.path().join("v3.redb");
     std::fs::write(&v3, &golden).unwrap();
     let store = Store::builder().read_only(true).open(&v3).unwrap();
@@ -773,10 +747,10 @@ fn the_golden_store_file_of_schema_4_answers_as_schema_2s_did() {
     let now = Timestamp(T0 + 6_000);
     let dir = tempfile::tempdir().unwrap();
     let v2 = dir.path().join("v2.redb");
-    std::fs::copy(golden_v2_path(), &v2).unwrap();
+    std::fs::copy(golden_path(2), &v2).unwrap();
     let schema_2 = answers(&Store::builder().read_only(true).open(&v2).unwrap(), now);
 
-    let golden = std::fs::read(golden_v4_path()).expect("testdata/store-v4.redb is committed");
+    let golden = std::fs::read(golden_path(4)).expect("testdata/store-v4.redb is committed");
     let v4 = dir.path().join("v4.redb");
     std::fs::write(&v4, &golden).unwrap();
     let store = Store::builder().read_only(true).open(&v4).unwrap();
@@ -810,7 +784,7 @@ fn a_damaged_record_does_not_stop_the_upgrade_and_check_names_it() {
     const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.records");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("damaged.redb");
-    std::fs::copy(golden_v2_path(), &path).unwrap();
+    std::fs::copy(golden_path(2), &path).unwrap();
     {
         let db = idem_store::redb::Database::create(&path).unwrap();
         let txn = db.begin_write().unwrap();

@@ -348,16 +348,8 @@ fn after_a_failed_sync_closing_keeps_the_journal_for_the_next_open() {
     assert!(main.faulted(), "no checkpoint came");
     assert!(store.needs_reopen());
     drop(store);
-    // A power cut after the close: what both disks hold synced.
-    let cut = main.cut_now();
-    let mut rng = Rng::new(1);
-    let (main, journal) = SimDisk::pair(
-        cut.image(Survival::Nothing, &mut rng),
-        cut.journal_image(Survival::Nothing, &mut rng).unwrap(),
-    );
-    let store = Store::builder()
-        .open_on_backend_with_journal(main, journal)
-        .unwrap();
+    // A power cut after the close.
+    let store = reopen_after_a_cut(&main);
     let found = keys(&store);
     let lost: Vec<&String> = answered.iter().filter(|k| !found.contains(k)).collect();
     assert!(lost.is_empty(), "answered and lost: {lost:?}");
@@ -403,17 +395,23 @@ fn a_compaction_through_the_journal_keeps_every_record() {
     let before = keys(&store);
     assert!(store.compact().unwrap());
     assert_eq!(keys(&store), before);
-    // A power cut right after: what both disks hold synced.
-    let cut = main.cut_now();
-    let mut rng = Rng::new(7);
+    // A power cut right after.
+    let after = reopen_after_a_cut(&main);
     drop(store);
+    assert!(after.check().unwrap().is_ok());
+    assert_eq!(keys(&after), before);
+}
+
+/// The store reopened from what both disks of `main`'s pair hold synced now: a power
+/// cut that none of their unsynced writes survive.
+fn reopen_after_a_cut(main: &SimDisk) -> Store {
+    let cut = main.cut_now();
+    let mut rng = Rng::new(1);
     let (main, journal) = SimDisk::pair(
         cut.image(Survival::Nothing, &mut rng),
         cut.journal_image(Survival::Nothing, &mut rng).unwrap(),
     );
-    let store = Store::builder()
+    Store::builder()
         .open_on_backend_with_journal(main, journal)
-        .unwrap();
-    assert!(store.check().unwrap().is_ok());
-    assert_eq!(keys(&store), before);
+        .unwrap()
 }

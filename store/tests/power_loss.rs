@@ -131,22 +131,7 @@ impl Drop for StopOnPanic<'_> {
 
 #[test]
 fn power_cuts_lose_nothing_answered_and_show_nothing_half_done() {
-    let seed = seed("power_cuts");
-    let target = target();
-    let counts = Counts::default();
-    let started = Instant::now();
-    run_until(target, &counts, |run| {
-        workload_run(seed, run, &counts, false)
-    });
-    eprintln!(
-        "power cuts: {} images checked (plus {} second cuts during recovery) from {} cut moments of {} runs of {STEPS} steps, in {:.1?}",
-        counts.images.load(Ordering::Relaxed),
-        counts.second_cuts.load(Ordering::Relaxed),
-        counts.points.load(Ordering::Relaxed),
-        counts.runs.load(Ordering::Relaxed),
-        started.elapsed()
-    );
-    assert!(counts.images.load(Ordering::Relaxed) >= target.min(1));
+    cut_runs("power_cuts", "power cuts", target(), false);
 }
 
 /// The same workload on a store whose commits go through its journal (one-phase
@@ -155,15 +140,25 @@ fn power_cuts_lose_nothing_answered_and_show_nothing_half_done() {
 /// like any write, and recoveries that replay the journal cut again.
 #[test]
 fn power_cuts_under_the_journal_lose_nothing_answered() {
-    let seed = seed("power_cuts_journal");
-    let target = target() / 2;
+    cut_runs(
+        "power_cuts_journal",
+        "journal power cuts",
+        target() / 2,
+        true,
+    );
+}
+
+/// Runs of the workload (`journaled` or not) until `target` images were checked, seeded
+/// from `name`; prints what was checked under `label`.
+fn cut_runs(name: &str, label: &str, target: u64, journaled: bool) {
+    let seed = seed(name);
     let counts = Counts::default();
     let started = Instant::now();
     run_until(target, &counts, |run| {
-        workload_run(seed, run, &counts, true)
+        workload_run(seed, run, &counts, journaled)
     });
     eprintln!(
-        "journal power cuts: {} images checked (plus {} second cuts during recovery) from {} cut moments of {} runs of {STEPS} steps, in {:.1?}",
+        "{label}: {} images checked (plus {} second cuts during recovery) from {} cut moments of {} runs of {STEPS} steps, in {:.1?}",
         counts.images.load(Ordering::Relaxed),
         counts.second_cuts.load(Ordering::Relaxed),
         counts.points.load(Ordering::Relaxed),
