@@ -8,8 +8,8 @@
 //! arrive meanwhile queue up, and one of them leads the next batch: as soon as the
 //! commit has returned, so that the next batch runs while this one's callers are woken
 //! (a system call each: at 64 callers, as much of the leader's time as running their
-//! inputs, in a profile on a 2-core machine). With one caller
-//! this is one input per transaction, as before, plus a lock and two small allocations.
+//! inputs, in a profile on a 2-core machine). With one caller this is one input per
+//! transaction, as before, plus a lock and two small allocations.
 //!
 //! Inputs run in queue order, so two inputs for the same key in one batch see each
 //! other's writes, as they would in two transactions. One input's failure never fails
