@@ -171,26 +171,8 @@ fn cut_runs(name: &str, label: &str, target: u64, journaled: bool) {
 /// One run of the workload on a fresh disk (with `journaled`, a fresh pair), with every
 /// recorded cut checked against the contents before and after the step it fell in.
 fn workload_run(seed: u64, run: u64, counts: &Counts, journaled: bool) {
-    let mode = mode_of(run);
     let run_seed = run_seed(seed, run);
-    let (store, disk, blank) = if journaled {
-        let (disk, journal) = SimDisk::pair(Vec::new(), Vec::new());
-        let store = open_journaled(disk.clone(), journal).unwrap();
-        let blank = Image::Journaled {
-            main: Vec::new(),
-            journal: Vec::new(),
-        };
-        (store, disk, blank)
-    } else {
-        let disk = SimDisk::default();
-        let store = workload::open(disk.clone(), mode).unwrap();
-        (store, disk, Image::Alone(Vec::new(), mode))
-    };
-    let mode = if journaled {
-        "the journal".to_string()
-    } else {
-        format!("{mode:?}")
-    };
+    let (store, disk, blank, mode) = fresh_store(run, journaled);
     // Cuts while a store is created are the subject of their own test.
     disk.record_cuts(Rng::new(run_seed ^ 1), WRITE_CUTS);
     let mut rng = Rng::new(run_seed ^ 2);
@@ -224,6 +206,32 @@ fn workload_run(seed: u64, run: u64, counts: &Counts, journaled: bool) {
         before = after;
     }
     counts.runs.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A store for run `run` on a fresh disk, or with `journaled` a fresh pair: the store,
+/// the disk whose list keeps the cuts, an empty image of the same kind, and the name of
+/// what it runs on for failure messages.
+fn fresh_store(run: u64, journaled: bool) -> (idem_store::Store, SimDisk, Image, String) {
+    let mode = mode_of(run);
+    let (store, disk, blank) = if journaled {
+        let (disk, journal) = SimDisk::pair(Vec::new(), Vec::new());
+        let store = open_journaled(disk.clone(), journal).unwrap();
+        let blank = Image::Journaled {
+            main: Vec::new(),
+            journal: Vec::new(),
+        };
+        (store, disk, blank)
+    } else {
+        let disk = SimDisk::default();
+        let store = workload::open(disk.clone(), mode).unwrap();
+        (store, disk, Image::Alone(Vec::new(), mode))
+    };
+    let mode = if journaled {
+        "the journal".to_string()
+    } else {
+        format!("{mode:?}")
+    };
+    (store, disk, blank, mode)
 }
 
 /// What survived a cut: a store's disk, opened in a mode, or a store's disk and its
@@ -424,25 +432,7 @@ type Answers = Mutex<Vec<(String, u64)>>;
 
 fn grouped_run(seed: u64, run: u64, counts: &Counts, journaled: bool) {
     let run_seed = run_seed(seed, run);
-    let mode = mode_of(run);
-    let (store, disk, blank) = if journaled {
-        let (disk, journal) = SimDisk::pair(Vec::new(), Vec::new());
-        let store = open_journaled(disk.clone(), journal).unwrap();
-        let blank = Image::Journaled {
-            main: Vec::new(),
-            journal: Vec::new(),
-        };
-        (store, disk, blank)
-    } else {
-        let disk = SimDisk::default();
-        let store = workload::open(disk.clone(), mode).unwrap();
-        (store, disk, Image::Alone(Vec::new(), mode))
-    };
-    let mode = if journaled {
-        "the journal".to_string()
-    } else {
-        format!("{mode:?}")
-    };
+    let (store, disk, blank, mode) = fresh_store(run, journaled);
     let answered: Arc<AtomicU64> = Arc::default();
     disk.tag_with(answered.clone());
     disk.record_cuts(Rng::new(run_seed ^ 1), WRITE_CUTS);
