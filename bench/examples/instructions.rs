@@ -1,7 +1,10 @@
-//! Runs N executes of fresh keys, one per transaction, without fsync (durability None,
-//! single process), for counting instructions under valgrind: the difference between
-//! two runs of different N, divided by the difference of N, is the CPU of one execute
-//! without the start-up.
+//! Runs N executes of fresh keys, one per transaction, single process, for counting
+//! instructions under valgrind: the difference between two runs of different N, divided
+//! by the difference of N, is the CPU of one execute without the start-up.
+//!
+//! Without fsync (durability None) by default; with `journal` as the second argument,
+//! as a store with its journal runs them (durability Immediate: each commit appends a
+//! record to the journal and syncs it).
 //!
 //! ```text
 //! cargo build --release -p idem-bench --example instructions
@@ -23,10 +26,24 @@ fn main() -> Result<(), Box<dyn Error>> {
         Some(n) => n.parse().map_err(|e| format!("N: {e}"))?,
         None => 1_000,
     };
+    let journal = match std::env::args().nth(2).as_deref() {
+        None => false,
+        Some("journal") => true,
+        Some(other) => {
+            return Err(
+                format!("the second argument is `journal` or nothing, not {other:?}").into(),
+            );
+        }
+    };
     let dir = tempfile::tempdir()?;
+    let durability = if journal {
+        Durability::Immediate
+    } else {
+        Durability::None
+    };
     let store = Store::builder()
         .concurrency(ConcurrencyMode::ExclusiveWriter)
-        .durability(Durability::None)
+        .durability(durability)
         .open(dir.path().join("instructions.redb"))?;
     let outcome = Outcome::new(200, vec![7u8; 64]);
     for i in 0..n {
