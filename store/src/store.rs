@@ -15,8 +15,8 @@
 //! Every input runs in a write transaction: read the record, run the core, apply its
 //! write, commit, and only then answer. A transaction whose inputs change nothing (an
 //! InProgress or Replay answer, a refusal) is aborted instead, so it costs no fsync; a
-//! begin that writes nothing is answered from a read snapshot without a write
-//! transaction at all.
+//! begin that writes nothing is answered from the replay cache, or in ExclusiveWriter
+//! mode a read snapshot, without a write transaction at all.
 
 use std::fmt;
 use std::io::{BufRead, Write};
@@ -202,15 +202,16 @@ impl Store {
     }
 
     /// A begin's answer on `id_key` when it writes nothing (replay, in progress,
-    /// conflict, unknown), from the replay cache or a read snapshot; `None` when the
-    /// write path must decide.
-    fn answer_without_writing(
+    /// conflict, unknown), before the input joins a group commit: from the replay
+    /// cache, or in ExclusiveWriter mode also a read snapshot ([`snapshot::before_batch`]);
+    /// `None` when the batch must decide.
+    fn answer_before_batch(
         &self,
         id_key: &[u8],
         fingerprint: Fingerprint,
         now: Timestamp,
     ) -> Result<Option<Decision>, Error> {
-        snapshot::begin(
+        snapshot::before_batch(
             &self.writer,
             &self.cache,
             &self.config,
@@ -232,7 +233,10 @@ impl Store {
     /// path. On [`Decision::Claimed`] the Pending record is committed before this returns;
     /// execute, then [`Store::complete`], [`Store::release`] or [`Store::mark_unknown`]
     /// with the generation. A key that is settled, in progress, in conflict or unknown is
-    /// answered from a read snapshot, without waiting for any writer.
+    /// answered without waiting for any writer when the replay cache holds it, or, in
+    /// ExclusiveWriter mode, from a read snapshot; otherwise by the batch it joins, once
+    /// that has committed (in the multi-process modes a read snapshot per call costs
+    /// more than it saves: see `snapshot.rs`).
     ///
     /// # Errors
     ///
@@ -245,7 +249,7 @@ impl Store {
     ) -> Result<Decision, Error> {
         self.writer.ensure_writable("begin")?;
         let id_key = id.to_key_bytes();
-        let answered = self.answer_without_writing(&id_key, fingerprint, now)?;
+        let answered = self.answer_before_batch(&id_key, fingerprint, now)?;
         if let Some(decision) = answered {
             return Ok(decision);
         }
@@ -541,8 +545,9 @@ impl Store {
     /// - If `work` fails or panics, only its own writes and claim are rolled back; the
     ///   other callers of the batch commit. A panic is resumed on the caller's thread.
     ///
-    /// A key that is settled, in progress, in conflict or unknown is answered from a
-    /// read snapshot without entering a batch. `work` runs while the batch holds the
+    /// A key that is settled, in progress, in conflict or unknown is answered as
+    /// [`Store::begin`] answers it: without entering a batch when the replay cache holds
+    /// it or, in ExclusiveWriter mode, from a read snapshot. `work` runs while the batch holds the
     /// write lock on the leader's thread: a store write called from it (another
     /// execute, a begin, ...) is refused with [`Error::Reentrant`] instead of waiting
     /// for itself.
@@ -567,7 +572,7 @@ impl Store {
         self.writer.ensure_writable("execute_grouped")?;
         let id_key = id.to_key_bytes();
         let epoch = self.cache.epoch();
-        let answered = self.answer_without_writing(&id_key, fingerprint, now)?;
+        let answered = self.answer_before_batch(&id_key, fingerprint, now)?;
         if let Some(decision) = answered {
             return Ok(Executed::NotRun(decision));
         }
@@ -1012,8 +1017,9 @@ impl Store {
         token::token_of(id)?;
         let id_key = id.to_key_bytes();
         // A live record of a use admits the token whatever its entry says: answers
-        // that write nothing come from a read snapshot, as for begin.
-        if let Some(decision) = self.answer_without_writing(&id_key, fingerprint, now)? {
+        // that write nothing come from the replay cache or a read snapshot, as for
+        // begin.
+        if let Some(decision) = self.answer_before_batch(&id_key, fingerprint, now)? {
             return Ok(Consumed::Admitted(decision));
         }
         let step = token::consume(id_key, fingerprint);
@@ -1042,7 +1048,15 @@ impl Store {
         token::token_of(id)?;
         let id_key = id.to_key_bytes();
         let epoch = self.cache.epoch();
-        if let Some(decision) = self.answer_without_writing(&id_key, fingerprint, now)? {
+        let answered = snapshot::begin(
+            &self.writer,
+            &self.cache,
+            &self.config,
+            &id_key,
+            fingerprint,
+            now,
+        )?;
+        if let Some(decision) = answered {
             return Ok(Consumed::Admitted(Executed::NotRun(decision)));
         }
         let writing = self.writer.writing("consume_execute")?;

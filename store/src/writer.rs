@@ -174,6 +174,13 @@ impl Writer {
         self.broken.load(Ordering::Acquire) || self.location.io_failed()
     }
 
+    /// True in ExclusiveWriter mode, where reads share a snapshot kept until the next
+    /// commit ([`Snapshot`]); false in the multi-process modes, where each read begins
+    /// a redb read transaction of its own.
+    pub(crate) fn keeps_snapshot(&self) -> bool {
+        self.snapshot.enabled
+    }
+
     /// True unless a test turned the clock floor off.
     pub(crate) fn is_floored(&self) -> bool {
         self.floored

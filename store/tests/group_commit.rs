@@ -202,7 +202,7 @@ fn one_caller_alone_gets_one_transaction_per_input() {
             })
             .unwrap();
         assert!(matches!(ran, Executed::Ran { value: 1, .. }));
-        // The retry is answered from a read snapshot: no batch, no commit.
+        // The retry is answered from the replay cache: no batch, no commit.
         let again = store
             .execute_grouped(
                 &key,
@@ -220,6 +220,63 @@ fn one_caller_alone_gets_one_transaction_per_input() {
     assert_eq!(counts.batches, 5, "{counts:?}");
     assert_eq!(counts.batched_inputs, 5, "{counts:?}");
     assert_eq!(counts.largest_batch, 1, "{counts:?}");
+}
+
+/// With the replay cache off, a retry of a settled key is answered from a read snapshot
+/// in a single process (no batch), and by a batch that commits nothing in the
+/// multi-process mode (a read snapshot there costs a redb read transaction per call);
+/// both answer the same replay.
+#[test]
+fn a_retry_the_cache_does_not_hold_is_answered_by_a_snapshot_alone_and_by_a_batch_shared() {
+    use idem_store::redb::ConcurrencyMode;
+    for (mode, batches_per_retry) in [
+        (ConcurrencyMode::ExclusiveWriter, 0),
+        (ConcurrencyMode::MultiWriter, 1),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::builder()
+            .concurrency(mode)
+            .replay_cache(0)
+            .open(dir.path().join("retry.redb"))
+            .unwrap();
+        let key = id("group", "retry", "k");
+        let ran = store
+            .execute_grouped(&key, fp("x"), NOW, |txn| credit(txn, "retry", false))
+            .unwrap();
+        let Executed::Ran { record, .. } = ran else {
+            panic!("{mode:?}: {ran:?}")
+        };
+        let before = store.commit_counts();
+        for _ in 0..3 {
+            let again = store
+                .execute_grouped(
+                    &key,
+                    fp("x"),
+                    NOW,
+                    |_| -> Result<(Verdict, Outcome, u64), String> {
+                        unreachable!("a settled key runs no work")
+                    },
+                )
+                .unwrap();
+            let Executed::NotRun(Decision::Replay { outcome, .. }) = again else {
+                panic!("{mode:?}: {again:?}")
+            };
+            let Status::Settled {
+                outcome: stored, ..
+            } = &record.status
+            else {
+                panic!("{mode:?}: {record:?}")
+            };
+            assert_eq!(&outcome, stored, "{mode:?}");
+        }
+        let after = store.commit_counts();
+        assert_eq!(after.commits, before.commits, "{mode:?}: a retry committed");
+        assert_eq!(
+            after.batches - before.batches,
+            3 * batches_per_retry,
+            "{mode:?}: {after:?}"
+        );
+    }
 }
 
 #[test]
