@@ -161,9 +161,9 @@
 //! transaction, as before. [`Store::execute`] keeps a transaction of its own (its work
 //! may borrow from the caller's stack); [`Store::commit_counts`] shows how inputs were
 //! grouped. A begin on a key that is settled, in progress, in conflict or unknown is
-//! answered without waiting for any writer from the replay cache or, in a single
-//! process, a read snapshot; in the multi-process modes a key the cache does not hold
-//! is answered by its batch.
+//! answered from the replay cache or a read snapshot, without waiting for any writer;
+//! while a batch runs in the multi-process modes, a key the cache does not hold is
+//! answered by the batch it joins.
 //!
 //! Several processes may open the same file: the terminal application keeps its `Store`
 //! open while the `idem` CLI opens the file, runs one command and exits. The store opens

@@ -53,16 +53,18 @@ pub(crate) fn begin(
     Ok(decision)
 }
 
-/// [`begin`] for an input about to join a group commit: the same in ExclusiveWriter
-/// mode, the replay cache alone in the multi-process modes.
+/// [`begin`] for an input about to join a group commit; while a batch is running
+/// (`batching`) in the multi-process modes, the replay cache alone.
 ///
 /// There a read snapshot is a new redb read transaction per call (a file lock and a
 /// read of the file's header, to see other processes' commits). With many callers
 /// those took more of the cores than the batches themselves (64 callers on 2 cores:
 /// 30,639-36,577 fresh inputs a second with them, 44,648-48,123 without), and for a
 /// fresh key, most of a busy store's inputs, they answer nothing. A key the cache does
-/// not hold joins the batch, whose transaction gives the answer the snapshot would
-/// have, once the batch has committed.
+/// not hold then joins the batch, whose transaction gives the answer the snapshot would
+/// have, once the batch has committed. With no batch running (one caller, the CLI) the
+/// snapshot answers as before, without waiting for any writer; in ExclusiveWriter mode
+/// it always does, from the snapshot kept until the next commit, which costs little.
 pub(crate) fn before_batch(
     writer: &Writer,
     cache: &ReplayCache,
@@ -70,8 +72,9 @@ pub(crate) fn before_batch(
     id_key: &[u8],
     fingerprint: Fingerprint,
     now: Timestamp,
+    batching: bool,
 ) -> Result<Option<Decision>, Error> {
-    if writer.keeps_snapshot() {
+    if writer.keeps_snapshot() || !batching {
         return begin(writer, cache, config, id_key, fingerprint, now);
     }
     if writer.needs_reopen() {

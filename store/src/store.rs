@@ -15,8 +15,9 @@
 //! Every input runs in a write transaction: read the record, run the core, apply its
 //! write, commit, and only then answer. A transaction whose inputs change nothing (an
 //! InProgress or Replay answer, a refusal) is aborted instead, so it costs no fsync; a
-//! begin that writes nothing is answered from the replay cache, or in ExclusiveWriter
-//! mode a read snapshot, without a write transaction at all.
+//! begin that writes nothing is answered from the replay cache or a read snapshot
+//! without a write transaction at all (in the multi-process modes, from the cache alone
+//! while a batch runs: see `snapshot.rs`).
 
 use std::fmt;
 use std::io::{BufRead, Write};
@@ -203,8 +204,8 @@ impl Store {
 
     /// A begin's answer on `id_key` when it writes nothing (replay, in progress,
     /// conflict, unknown), before the input joins a group commit: from the replay
-    /// cache, or in ExclusiveWriter mode also a read snapshot ([`snapshot::before_batch`]);
-    /// `None` when the batch must decide.
+    /// cache or a read snapshot, or, while a batch runs in the multi-process modes,
+    /// the cache alone ([`snapshot::before_batch`]); `None` when the batch must decide.
     fn answer_before_batch(
         &self,
         id_key: &[u8],
@@ -218,6 +219,7 @@ impl Store {
             id_key,
             fingerprint,
             now,
+            self.committer.is_batching(),
         )
     }
 
@@ -233,10 +235,10 @@ impl Store {
     /// path. On [`Decision::Claimed`] the Pending record is committed before this returns;
     /// execute, then [`Store::complete`], [`Store::release`] or [`Store::mark_unknown`]
     /// with the generation. A key that is settled, in progress, in conflict or unknown is
-    /// answered without waiting for any writer when the replay cache holds it, or, in
-    /// ExclusiveWriter mode, from a read snapshot; otherwise by the batch it joins, once
-    /// that has committed (in the multi-process modes a read snapshot per call costs
-    /// more than it saves: see `snapshot.rs`).
+    /// answered from the replay cache or a read snapshot, without waiting for any
+    /// writer; except while a batch runs in the multi-process modes, where a key the
+    /// cache does not hold is answered by the batch it joins, once that has committed
+    /// (a read snapshot per call there costs more than it saves: see `snapshot.rs`).
     ///
     /// # Errors
     ///
@@ -546,8 +548,9 @@ impl Store {
     ///   other callers of the batch commit. A panic is resumed on the caller's thread.
     ///
     /// A key that is settled, in progress, in conflict or unknown is answered as
-    /// [`Store::begin`] answers it: without entering a batch when the replay cache holds
-    /// it or, in ExclusiveWriter mode, from a read snapshot. `work` runs while the batch holds the
+    /// [`Store::begin`] answers it: without entering a batch, from the replay cache or a
+    /// read snapshot, except that while a batch runs in the multi-process modes a key
+    /// the cache does not hold joins it. `work` runs while the batch holds the
     /// write lock on the leader's thread: a store write called from it (another
     /// execute, a begin, ...) is refused with [`Error::Reentrant`] instead of waiting
     /// for itself.

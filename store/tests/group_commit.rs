@@ -223,22 +223,25 @@ fn one_caller_alone_gets_one_transaction_per_input() {
 }
 
 /// With the replay cache off, a retry of a settled key is answered from a read snapshot
-/// in a single process (no batch), and by a batch that commits nothing in the
-/// multi-process mode (a read snapshot there costs a redb read transaction per call);
-/// both answer the same replay.
+/// when no batch runs. While one runs (here, waiting for a plug's lock), it still is in
+/// a single process, where the snapshot is kept and costs little; in the multi-process
+/// mode, where each snapshot is a redb read transaction, the retry joins the batch and
+/// is answered, the same, once that has committed.
 #[test]
-fn a_retry_the_cache_does_not_hold_is_answered_by_a_snapshot_alone_and_by_a_batch_shared() {
+fn a_retry_the_cache_does_not_hold_joins_a_running_batch_only_in_the_shared_mode() {
     use idem_store::redb::ConcurrencyMode;
-    for (mode, batches_per_retry) in [
-        (ConcurrencyMode::ExclusiveWriter, 0),
-        (ConcurrencyMode::MultiWriter, 1),
+    for (mode, joins) in [
+        (ConcurrencyMode::ExclusiveWriter, false),
+        (ConcurrencyMode::MultiWriter, true),
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::builder()
-            .concurrency(mode)
-            .replay_cache(0)
-            .open(dir.path().join("retry.redb"))
-            .unwrap();
+        let store = Arc::new(
+            Store::builder()
+                .concurrency(mode)
+                .replay_cache(0)
+                .open(dir.path().join("retry.redb"))
+                .unwrap(),
+        );
         let key = id("group", "retry", "k");
         let ran = store
             .execute_grouped(&key, fp("x"), NOW, |txn| credit(txn, "retry", false))
@@ -246,34 +249,69 @@ fn a_retry_the_cache_does_not_hold_is_answered_by_a_snapshot_alone_and_by_a_batc
         let Executed::Ran { record, .. } = ran else {
             panic!("{mode:?}: {ran:?}")
         };
+        let Status::Settled {
+            outcome: stored, ..
+        } = record.status
+        else {
+            panic!("{mode:?}: {record:?}")
+        };
+        let retry = {
+            let (store, key, stored) = (Arc::clone(&store), key.clone(), stored.clone());
+            move || {
+                let again = store
+                    .execute_grouped(
+                        &key,
+                        fp("x"),
+                        NOW,
+                        |_| -> Result<(Verdict, Outcome, u64), String> {
+                            unreachable!("a settled key runs no work")
+                        },
+                    )
+                    .unwrap();
+                let Executed::NotRun(Decision::Replay { outcome, .. }) = again else {
+                    panic!("{again:?}")
+                };
+                assert_eq!(outcome, stored);
+            }
+        };
+        // No batch running: the snapshot answers, and no batch forms.
         let before = store.commit_counts();
-        for _ in 0..3 {
-            let again = store
-                .execute_grouped(
-                    &key,
-                    fp("x"),
-                    NOW,
-                    |_| -> Result<(Verdict, Outcome, u64), String> {
-                        unreachable!("a settled key runs no work")
-                    },
-                )
-                .unwrap();
-            let Executed::NotRun(Decision::Replay { outcome, .. }) = again else {
-                panic!("{mode:?}: {again:?}")
-            };
-            let Status::Settled {
-                outcome: stored, ..
-            } = &record.status
-            else {
-                panic!("{mode:?}: {record:?}")
-            };
-            assert_eq!(&outcome, stored, "{mode:?}");
+        retry();
+        assert_eq!(store.commit_counts(), before, "{mode:?}");
+
+        // A batch whose leader waits for the plug's lock.
+        let (release, plugged) = plug(&store);
+        let (tids, queued) = mpsc::channel();
+        let leader = {
+            let store = Arc::clone(&store);
+            spawn_caller(&tids, move || {
+                store
+                    .execute_grouped(&id("group", "retry", "fresh"), fp("y"), NOW, |txn| {
+                        credit(txn, "fresh", false)
+                    })
+                    .unwrap()
+            })
+        };
+        wait_until_queued(&queued, 1);
+        let mut retrying = Some(spawn_caller(&tids, retry.clone()));
+        if joins {
+            // Queued behind the plug: it is answered only once the batch commits.
+            wait_until_queued(&queued, 1);
+            assert!(!retrying.as_ref().unwrap().is_finished(), "{mode:?}");
+        } else if let Some(answered) = retrying.take() {
+            // Answered while the plug still holds the lock.
+            answered.join().unwrap();
+        }
+        release.send(()).unwrap();
+        plugged.join().unwrap();
+        assert!(matches!(leader.join().unwrap(), Executed::Ran { .. }));
+        if let Some(answered) = retrying {
+            answered.join().unwrap();
         }
         let after = store.commit_counts();
-        assert_eq!(after.commits, before.commits, "{mode:?}: a retry committed");
         assert_eq!(
-            after.batches - before.batches,
-            3 * batches_per_retry,
+            after.batched_inputs - before.batched_inputs,
+            1 + u64::from(joins),
             "{mode:?}: {after:?}"
         );
     }

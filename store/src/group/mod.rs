@@ -31,7 +31,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::panic;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 
@@ -80,6 +80,8 @@ pub struct CommitCounts {
 #[derive(Default)]
 pub(crate) struct Committer {
     queue: Mutex<Queue>,
+    // `Queue::leading`, read without the lock ([`Committer::is_batching`]).
+    batching: AtomicBool,
     batches: AtomicU64,
     batched_inputs: AtomicU64,
     largest_batch: AtomicU64,
@@ -147,11 +149,18 @@ impl Drop for Leading<'_> {
     fn drop(&mut self) {
         let mut queue = self.0.queue();
         queue.leading = false;
+        self.0.batching.store(false, Ordering::Relaxed);
         queue.wake_next_leader();
     }
 }
 
 impl Committer {
+    /// Whether a batch is running now: a hint, already out of date when read, for
+    /// choosing how to answer before joining one (`snapshot::before_batch`).
+    pub(crate) fn is_batching(&self) -> bool {
+        self.batching.load(Ordering::Relaxed)
+    }
+
     /// The counts of this committer, with the `commits` of its writer on every path.
     pub(crate) fn counts(&self, commits: u64) -> CommitCounts {
         CommitCounts {
@@ -243,6 +252,7 @@ impl Committer {
                 continue;
             }
             queue.leading = true;
+            self.batching.store(true, Ordering::Relaxed);
             queue = self.gather(queue);
             let take = queue.waiting.len().min(MAX_BATCH);
             queue.last_batch = take;
