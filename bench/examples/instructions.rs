@@ -12,7 +12,8 @@
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/instructions 3000
 //! ```
 //!
-//! (instructions of the second − the first) / 2000 = instructions per execute.
+//! (instructions of the second − the first) / 2000 = instructions per execute. Add
+//! `journal` after the count (`... instructions 1000 journal`) for journaled executes.
 
 use std::convert::Infallible;
 use std::error::Error;

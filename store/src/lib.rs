@@ -162,8 +162,9 @@
 //! may borrow from the caller's stack); [`Store::commit_counts`] shows how inputs were
 //! grouped. A begin on a key that is settled, in progress, in conflict or unknown is
 //! answered from the replay cache or a read snapshot, without waiting for any writer;
-//! while a batch runs in the multi-process modes, a key the cache does not hold is
-//! answered by the batch it joins.
+//! while batches follow one another in the multi-process modes, a key the cache does
+//! not hold joins the next batch instead and is answered by it (a write's wait, with
+//! its lock timeout), and the record is kept in the cache for the next retry.
 //!
 //! Several processes may open the same file: the terminal application keeps its `Store`
 //! open while the `idem` CLI opens the file, runs one command and exits. The store opens

@@ -53,18 +53,24 @@ pub(crate) fn begin(
     Ok(decision)
 }
 
-/// [`begin`] for an input about to join a group commit; while a batch is running
-/// (`batching`) in the multi-process modes, the replay cache alone.
+/// [`begin`] for an input about to join a group commit; while batches follow one
+/// another (`batching`, see `Committer::is_batching`) in the multi-process modes, the
+/// replay cache alone.
 ///
 /// There a read snapshot is a new redb read transaction per call (a file lock and a
 /// read of the file's header, to see other processes' commits). With many callers
 /// those took more of the cores than the batches themselves (64 callers on 2 cores:
 /// 30,639-36,577 fresh inputs a second with them, 44,648-48,123 without), and for a
 /// fresh key, most of a busy store's inputs, they answer nothing. A key the cache does
-/// not hold then joins the batch, whose transaction gives the answer the snapshot would
-/// have, once the batch has committed. With no batch running (one caller, the CLI) the
-/// snapshot answers as before, without waiting for any writer; in ExclusiveWriter mode
-/// it always does, from the snapshot kept until the next commit, which costs little.
+/// not hold then joins the next batch, whose transaction decides as the write path
+/// does (the same core decision, at the clock floor's time), and the caller keeps the
+/// record in the cache for the next retry. That answer waits as a write does: for the
+/// batch before it and its own, and for the write lock, up to the lock timeout
+/// ([`Error::Busy`] after it), and a failed commit of its batch fails it too. A batch
+/// that has run for long is waiting for another process's lock, and callers then use
+/// the snapshot again; with no batch running (one caller, the CLI) the snapshot answers
+/// as before, without waiting for any writer. In ExclusiveWriter mode it always does,
+/// from the snapshot kept until the next commit, which costs little.
 pub(crate) fn before_batch(
     writer: &Writer,
     cache: &ReplayCache,

@@ -17,7 +17,7 @@
 //! InProgress or Replay answer, a refusal) is aborted instead, so it costs no fsync; a
 //! begin that writes nothing is answered from the replay cache or a read snapshot
 //! without a write transaction at all (in the multi-process modes, from the cache alone
-//! while a batch runs: see `snapshot.rs`).
+//! while batches follow one another: see `snapshot.rs`).
 
 use std::fmt;
 use std::io::{BufRead, Write};
@@ -204,8 +204,9 @@ impl Store {
 
     /// A begin's answer on `id_key` when it writes nothing (replay, in progress,
     /// conflict, unknown), before the input joins a group commit: from the replay
-    /// cache or a read snapshot, or, while a batch runs in the multi-process modes,
-    /// the cache alone ([`snapshot::before_batch`]); `None` when the batch must decide.
+    /// cache or a read snapshot, or, while batches follow one another in the
+    /// multi-process modes, the cache alone ([`snapshot::before_batch`]); `None` when a
+    /// batch must decide.
     fn answer_before_batch(
         &self,
         id_key: &[u8],
@@ -236,8 +237,9 @@ impl Store {
     /// execute, then [`Store::complete`], [`Store::release`] or [`Store::mark_unknown`]
     /// with the generation. A key that is settled, in progress, in conflict or unknown is
     /// answered from the replay cache or a read snapshot, without waiting for any
-    /// writer; except while a batch runs in the multi-process modes, where a key the
-    /// cache does not hold is answered by the batch it joins, once that has committed
+    /// writer; except while batches follow one another in the multi-process modes,
+    /// where a key the cache does not hold joins the next batch and is answered by it,
+    /// waiting as a write does (up to the lock timeout), and is then kept in the cache
     /// (a read snapshot per call there costs more than it saves: see `snapshot.rs`).
     ///
     /// # Errors
@@ -251,13 +253,21 @@ impl Store {
     ) -> Result<Decision, Error> {
         self.writer.ensure_writable("begin")?;
         let id_key = id.to_key_bytes();
+        let epoch = self.cache.epoch();
         let answered = self.answer_before_batch(&id_key, fingerprint, now)?;
         if let Some(decision) = answered {
             return Ok(decision);
         }
-        let step = two_phase::begin(fingerprint);
-        self.committer
-            .input(&self.writer, &self.config, id, now, step)
+        let step = two_phase::begin_reading(fingerprint);
+        let (decision, read) = self
+            .committer
+            .input(&self.writer, &self.config, id, now, step)?;
+        // Answered by the batch without a write: a retry is answered from memory (the
+        // cache keeps settled records only).
+        if let Some(record) = read {
+            self.cache.insert(&id_key, &record, epoch);
+        }
+        Ok(decision)
     }
 
     /// The executor holding `generation` extends its lease to `now + lease`.
@@ -549,8 +559,9 @@ impl Store {
     ///
     /// A key that is settled, in progress, in conflict or unknown is answered as
     /// [`Store::begin`] answers it: without entering a batch, from the replay cache or a
-    /// read snapshot, except that while a batch runs in the multi-process modes a key
-    /// the cache does not hold joins it. `work` runs while the batch holds the
+    /// read snapshot, except that while batches follow one another in the
+    /// multi-process modes a key the cache does not hold joins the next batch, which
+    /// answers it. `work` runs while the batch holds the
     /// write lock on the leader's thread: a store write called from it (another
     /// execute, a begin, ...) is refused with [`Error::Reentrant`] instead of waiting
     /// for itself.
@@ -579,7 +590,7 @@ impl Store {
         if let Some(decision) = answered {
             return Ok(Executed::NotRun(decision));
         }
-        let executed = self.committer.execute(
+        let (executed, read) = self.committer.execute(
             &self.writer,
             &self.config,
             id_key.clone(),
@@ -587,9 +598,12 @@ impl Store {
             now,
             work,
         )?;
-        // Answered only after its batch committed: a retry is answered from memory.
-        if let Executed::Ran { record, .. } = &executed {
-            self.cache.insert(&id_key, record, epoch);
+        // Answered only after its batch committed: a retry is answered from memory (the
+        // cache keeps settled records only).
+        match (&executed, read) {
+            (Executed::Ran { record, .. }, _) => self.cache.insert(&id_key, record, epoch),
+            (Executed::NotRun(_), Some(record)) => self.cache.insert(&id_key, &record, epoch),
+            (Executed::NotRun(_), None) => {}
         }
         Ok(executed)
     }
@@ -1021,8 +1035,18 @@ impl Store {
         let id_key = id.to_key_bytes();
         // A live record of a use admits the token whatever its entry says: answers
         // that write nothing come from the replay cache or a read snapshot, as for
-        // begin.
-        if let Some(decision) = self.answer_before_batch(&id_key, fingerprint, now)? {
+        // begin. Always the snapshot, even while a batch runs: the batch's step admits
+        // by the token's entry, and past its ttl would refuse a record the snapshot
+        // answers (Forgotten, within the tombstone retention).
+        let answered = snapshot::begin(
+            &self.writer,
+            &self.cache,
+            &self.config,
+            &id_key,
+            fingerprint,
+            now,
+        )?;
+        if let Some(decision) = answered {
             return Ok(Consumed::Admitted(decision));
         }
         let step = token::consume(id_key, fingerprint);
@@ -1151,6 +1175,71 @@ mod tests {
             })
             .unwrap();
         assert!(matches!(ran, Executed::Ran { .. }));
+    }
+
+    /// In the multi-process mode, a retry the cache does not hold, made while a batch
+    /// runs, joins a batch, which answers it and keeps the record for the next retry;
+    /// when the batch has run too long (waiting for another process), or in a single
+    /// process, the snapshot answers instead. Through begin and execute_grouped alike.
+    #[test]
+    fn while_a_batch_runs_a_shared_store_answers_an_uncached_retry_by_a_batch_and_keeps_it() {
+        use crate::group::BATCHING_FOR;
+        use redb::ConcurrencyMode;
+        let replay = |store: &Store, id: &RecordId, fp: Fingerprint, grouped: bool| {
+            let decision = if grouped {
+                match store
+                    .execute_grouped(id, fp, Timestamp(2), |_| {
+                        Ok::<_, ()>((Verdict::Succeeded, Outcome::new(500, "ran"), ()))
+                    })
+                    .unwrap()
+                {
+                    Executed::NotRun(decision) => decision,
+                    ran => panic!("{ran:?}"),
+                }
+            } else {
+                store.begin(id, fp, Timestamp(2)).unwrap()
+            };
+            assert!(matches!(decision, Decision::Replay { .. }), "{decision:?}");
+        };
+        for mode in [
+            ConcurrencyMode::MultiWriter,
+            ConcurrencyMode::ExclusiveWriter,
+        ] {
+            for grouped in [false, true] {
+                let context = format!("{mode:?}, grouped {grouped}");
+                let dir = tempfile::tempdir().unwrap();
+                let store = Store::builder()
+                    .concurrency(mode)
+                    .open(dir.path().join("idem.redb"))
+                    .unwrap();
+                let id = RecordId::new("t", "o", "k").unwrap();
+                let key = id.to_key_bytes();
+                let fp = Fingerprint::of_bytes(b"x");
+                settle(&store, &id, fp);
+                let batches = || store.commit_counts().batches;
+
+                store.cache.remove([key.as_slice()]);
+                store.committer.pretend_batching(Duration::ZERO);
+                let before = batches();
+                replay(&store, &id, fp, grouped);
+                let joined = mode == ConcurrencyMode::MultiWriter;
+                assert_eq!(batches() - before, u64::from(joined), "{context}");
+                assert!(store.cache.live(&key).is_some(), "{context}: not kept");
+
+                // Kept: the next retry needs no batch.
+                store.committer.pretend_batching(Duration::ZERO);
+                let before = batches();
+                replay(&store, &id, fp, grouped);
+                assert_eq!(batches(), before, "{context}");
+
+                // A batch that has run too long: the snapshot answers.
+                store.cache.remove([key.as_slice()]);
+                store.committer.pretend_batching(2 * BATCHING_FOR);
+                let before = batches();
+                replay(&store, &id, fp, grouped);
+                assert_eq!(batches(), before, "{context}");
+            }
+        }
     }
 
     #[test]

@@ -27,6 +27,20 @@ pub(crate) fn begin(fingerprint: Fingerprint) -> impl Step<Decision> {
     }
 }
 
+/// [`begin`], also returning the record a decision that writes nothing was made from,
+/// for the replay cache.
+pub(crate) fn begin_reading(fingerprint: Fingerprint) -> impl Step<(Decision, Option<Record>)> {
+    let mut begin = begin(fingerprint);
+    move |tables, current: Option<&Record>, config, now| {
+        let (write, decision) = begin(tables, current, config, now)?;
+        let read = match write {
+            Write::Nothing => current.cloned(),
+            _ => None,
+        };
+        Ok((write, (decision, read)))
+    }
+}
+
 /// The executor holding `generation` extends its lease.
 pub(crate) fn heartbeat(generation: Generation) -> impl Step<Record> {
     move |_, current, config, now| {

@@ -155,13 +155,17 @@ impl<R: Send + 'static, S: Step<R>> Job for Input<R, S> {
     }
 }
 
+/// What an atomic execute in a batch did, with the record a decision that ran no work
+/// was made from (for the replay cache).
+pub(crate) type ExecutedReading<T, E> = Result<(Executed<T>, Option<Record>), ExecuteError<E>>;
+
 /// An atomic execute whose work another caller's thread may run.
 pub(super) struct Execution<T, E, W> {
     pub(super) id_key: Vec<u8>,
     pub(super) fingerprint: Fingerprint,
     pub(super) now: Timestamp,
     pub(super) work: W,
-    pub(super) reply: Reply<Result<Executed<T>, ExecuteError<E>>>,
+    pub(super) reply: Reply<ExecutedReading<T, E>>,
 }
 
 impl<T, E, W> Job for Execution<T, E, W>
@@ -179,7 +183,13 @@ where
             ..
         } = self;
         let ran = panic::catch_unwind(AssertUnwindSafe(|| {
-            execute_in(txn, tables, id_key, *fingerprint, *now, config, &mut *work)
+            let (changed, executed) =
+                execute_in(txn, tables, id_key, *fingerprint, *now, config, &mut *work)?;
+            let read = match executed {
+                Executed::NotRun(_) => tables.get(id_key)?,
+                Executed::Ran { .. } => None,
+            };
+            Ok((changed, (executed, read)))
         }));
         let (ran, answer) = match ran {
             Ok(Ok((true, executed))) => (Ran::Changed, Ok(Ok(executed))),

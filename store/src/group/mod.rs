@@ -31,23 +31,23 @@
 use std::collections::VecDeque;
 use std::io;
 use std::panic;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use idem_core::{Config, Fingerprint, Outcome, RecordId, Timestamp, Verdict};
 use redb::{CommitError, StorageError, WriteTransaction};
 use serde::Serialize;
 
 use crate::error::{Error, ExecuteError};
-use crate::execute::Executed;
 
 use crate::writer::Writer;
 
 mod jobs;
 
 pub(crate) use jobs::Step;
-use jobs::{Execution, Input, Job, Ran, Reply, Slot};
+use jobs::{ExecutedReading, Execution, Input, Job, Ran, Reply, Slot};
 
 /// The most inputs one group transaction takes; the others wait for the next one, so
 /// that one transaction never holds the write lock for long.
@@ -55,6 +55,24 @@ pub const MAX_BATCH: usize = 256;
 
 /// How many times a new leader yields at most while callers keep coming back.
 const GATHER_ROUNDS: usize = 16;
+
+/// How long a batch counts as running for [`Committer::is_batching`]: batches of a busy
+/// store follow one another every millisecond or so; one that has run longer is waiting
+/// for another process's write lock (or a slow disk), and a caller should not queue
+/// behind it for an answer a read snapshot gives at once.
+pub(crate) const BATCHING_FOR: Duration = Duration::from_millis(10);
+
+/// The time `Committer::batch_started` counts from.
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// Microseconds since [`EPOCH`], plus an hour: never 0, which means none, and a time
+/// up to an hour before the epoch (a test pretends one) still counts from it.
+fn micros_now() -> u64 {
+    const HOUR: u64 = 3_600_000_000;
+    u64::try_from(EPOCH.elapsed().as_micros())
+        .unwrap_or(u64::MAX / 2)
+        .saturating_add(HOUR)
+}
 
 /// How many commits a store made and how its inputs were grouped, since it was opened.
 /// See [`crate::Store::commit_counts`].
@@ -80,8 +98,9 @@ pub struct CommitCounts {
 #[derive(Default)]
 pub(crate) struct Committer {
     queue: Mutex<Queue>,
-    // `Queue::leading`, read without the lock ([`Committer::is_batching`]).
-    batching: AtomicBool,
+    // When the running batch's leader took the lead (`micros_now`); 0 while no batch
+    // runs. Read without the lock ([`Committer::is_batching`]).
+    batch_started: AtomicU64,
     batches: AtomicU64,
     batched_inputs: AtomicU64,
     largest_batch: AtomicU64,
@@ -149,16 +168,28 @@ impl Drop for Leading<'_> {
     fn drop(&mut self) {
         let mut queue = self.0.queue();
         queue.leading = false;
-        self.0.batching.store(false, Ordering::Relaxed);
+        self.0.batch_started.store(0, Ordering::Relaxed);
         queue.wake_next_leader();
     }
 }
 
 impl Committer {
-    /// Whether a batch is running now: a hint, already out of date when read, for
-    /// choosing how to answer before joining one (`snapshot::before_batch`).
+    /// Whether a batch is running now, and began less than [`BATCHING_FOR`] ago: a hint,
+    /// already out of date when read, for choosing how to answer before joining one
+    /// (`snapshot::before_batch`).
     pub(crate) fn is_batching(&self) -> bool {
-        self.batching.load(Ordering::Relaxed)
+        let started = self.batch_started.load(Ordering::Relaxed);
+        started != 0
+            && micros_now().saturating_sub(started)
+                < u64::try_from(BATCHING_FOR.as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// Makes [`Committer::is_batching`] answer as if a batch had begun `ago`.
+    #[cfg(test)]
+    pub(crate) fn pretend_batching(&self, ago: Duration) {
+        let ago = u64::try_from(ago.as_micros()).unwrap_or(u64::MAX);
+        self.batch_started
+            .store(micros_now().saturating_sub(ago).max(1), Ordering::Relaxed);
     }
 
     /// The counts of this committer, with the `commits` of its writer on every path.
@@ -197,7 +228,8 @@ impl Committer {
     }
 
     /// Runs an atomic execute on `id_key` (see [`crate::execute`]) and returns what it
-    /// did once the batch it ran in is durable. `work` may run more than once.
+    /// did once the batch it ran in is durable, with the record a decision that ran no
+    /// work was made from. `work` may run more than once.
     pub(crate) fn execute<T, E, W>(
         &self,
         writer: &Writer,
@@ -206,7 +238,7 @@ impl Committer {
         fingerprint: Fingerprint,
         now: Timestamp,
         work: W,
-    ) -> Result<Executed<T>, ExecuteError<E>>
+    ) -> ExecutedReading<T, E>
     where
         T: Send + 'static,
         E: Send + 'static,
@@ -252,7 +284,7 @@ impl Committer {
                 continue;
             }
             queue.leading = true;
-            self.batching.store(true, Ordering::Relaxed);
+            self.batch_started.store(micros_now(), Ordering::Relaxed);
             queue = self.gather(queue);
             let take = queue.waiting.len().min(MAX_BATCH);
             queue.last_batch = take;
