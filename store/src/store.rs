@@ -561,10 +561,9 @@ impl Store {
     /// [`Store::begin`] answers it: without entering a batch, from the replay cache or a
     /// read snapshot, except that while batches follow one another in the
     /// multi-process modes a key the cache does not hold joins the next batch, which
-    /// answers it. `work` runs while the batch holds the
-    /// write lock on the leader's thread: a store write called from it (another
-    /// execute, a begin, ...) is refused with [`Error::Reentrant`] instead of waiting
-    /// for itself.
+    /// answers it. `work` runs while the batch holds the write lock on the leader's
+    /// thread: a store write called from it (another execute, a begin, ...) is refused
+    /// with [`Error::Reentrant`] instead of waiting for itself.
     ///
     /// # Errors
     ///
@@ -1219,7 +1218,7 @@ mod tests {
                 let batches = || store.commit_counts().batches;
 
                 store.cache.remove([key.as_slice()]);
-                store.committer.pretend_batching(Duration::ZERO);
+                store.committer.pretend_batching(None);
                 let before = batches();
                 replay(&store, &id, fp, grouped);
                 let joined = mode == ConcurrencyMode::MultiWriter;
@@ -1227,14 +1226,14 @@ mod tests {
                 assert!(store.cache.live(&key).is_some(), "{context}: not kept");
 
                 // Kept: the next retry needs no batch.
-                store.committer.pretend_batching(Duration::ZERO);
+                store.committer.pretend_batching(None);
                 let before = batches();
                 replay(&store, &id, fp, grouped);
                 assert_eq!(batches(), before, "{context}");
 
                 // A batch that has run too long: the snapshot answers.
                 store.cache.remove([key.as_slice()]);
-                store.committer.pretend_batching(2 * BATCHING_FOR);
+                store.committer.pretend_batching(Some(2 * BATCHING_FOR));
                 let before = batches();
                 replay(&store, &id, fp, grouped);
                 assert_eq!(batches(), before, "{context}");

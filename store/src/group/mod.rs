@@ -184,12 +184,17 @@ impl Committer {
                 < u64::try_from(BATCHING_FOR.as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// Makes [`Committer::is_batching`] answer as if a batch had begun `ago`.
+    /// Makes [`Committer::is_batching`] answer as if a batch had begun `ago`, or with
+    /// `None`, as if one were running for the next minute (a start in the future, so
+    /// that a test descheduled for a while still sees it running).
     #[cfg(test)]
-    pub(crate) fn pretend_batching(&self, ago: Duration) {
-        let ago = u64::try_from(ago.as_micros()).unwrap_or(u64::MAX);
-        self.batch_started
-            .store(micros_now().saturating_sub(ago).max(1), Ordering::Relaxed);
+    pub(crate) fn pretend_batching(&self, ago: Option<Duration>) {
+        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let started = match ago {
+            Some(ago) => micros_now().saturating_sub(micros(ago)).max(1),
+            None => micros_now().saturating_add(micros(Duration::from_secs(60))),
+        };
+        self.batch_started.store(started, Ordering::Relaxed);
     }
 
     /// The counts of this committer, with the `commits` of its writer on every path.
