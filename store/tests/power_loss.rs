@@ -86,6 +86,8 @@ struct Counts {
     points: AtomicU64,
     images: AtomicU64,
     second_cuts: AtomicU64,
+    // The most inputs one group commit took, over the group-commit runs.
+    largest_batch: AtomicU64,
 }
 
 impl Counts {
@@ -410,14 +412,17 @@ fn grouped_runs(name: &str, label: &str, target: u64, journaled: bool) {
     run_until(target, &counts, |run| {
         grouped_run(seed, run, &counts, journaled)
     });
+    let largest = counts.largest_batch.load(Ordering::Relaxed);
     eprintln!(
-        "{label} power cuts: {} images checked from {} cut moments of {} runs, in {:.1?}",
+        "{label} power cuts: {} images checked from {} cut moments of {} runs (batches of up to {largest} inputs), in {:.1?}",
         counts.images.load(Ordering::Relaxed),
         counts.points.load(Ordering::Relaxed),
         counts.runs.load(Ordering::Relaxed),
         started.elapsed()
     );
     assert!(counts.images.load(Ordering::Relaxed) >= target.min(1));
+    // Cuts of single-input batches alone would leave shared commits untested.
+    assert!(largest >= 2, "no run grouped two inputs in one commit");
 }
 
 const THREADS: u64 = 4;
@@ -468,6 +473,9 @@ fn grouped_run(seed: u64, run: u64, counts: &Counts, journaled: bool) {
             });
         }
     });
+    counts
+        .largest_batch
+        .fetch_max(store.commit_counts().largest_batch, Ordering::Relaxed);
     let answers = answers.into_inner().unwrap();
     let declined = declined.into_inner().unwrap();
     let mut rng = Rng::new(run_seed ^ 2);
