@@ -163,8 +163,8 @@
 //! grouped. A begin on a key that is settled, in progress, in conflict or unknown is
 //! answered from the replay cache or a read snapshot, without waiting for any writer;
 //! while batches follow one another in the multi-process modes, a key the cache does
-//! not hold joins the next batch instead and is answered by it (a write's wait, with
-//! its lock timeout), and the record is kept in the cache for the next retry.
+//! not hold joins the next batch instead and is answered by it, waiting as a write
+//! does, and a settled record is kept in the cache for the next retry.
 //!
 //! Several processes may open the same file: the terminal application keeps its `Store`
 //! open while the `idem` CLI opens the file, runs one command and exits. The store opens

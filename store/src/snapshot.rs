@@ -63,14 +63,16 @@ pub(crate) fn begin(
 /// 30,639-36,577 fresh inputs a second with them, 44,648-48,123 without), and for a
 /// fresh key, most of a busy store's inputs, they answer nothing. A key the cache does
 /// not hold then joins the next batch, whose transaction decides as the write path
-/// does (the same core decision, at the clock floor's time), and the caller keeps the
-/// record in the cache for the next retry. That answer waits as a write does: for the
-/// batch before it and its own, and for the write lock, up to the lock timeout
-/// ([`Error::Busy`] after it), and a failed commit of its batch fails it too. A batch
-/// that has run for long is waiting for another process's lock, and callers then use
-/// the snapshot again; with no batch running (one caller, the CLI) the snapshot answers
-/// as before, without waiting for any writer. In ExclusiveWriter mode it always does,
-/// from the snapshot kept until the next commit, which costs little.
+/// does (the same core decision, at the clock floor's time), and the caller keeps a
+/// settled record in the cache for the next retry. That answer waits as a write does:
+/// for the batch before it and its own, each up to the lock timeout for the write lock
+/// (so up to twice that when the running batch stalls just after the caller queued),
+/// then [`Error::Busy`]; and a failed commit of its batch fails it too. A batch that
+/// has run for long (`group::BATCHING_FOR`) is most likely waiting for
+/// another process's lock, and callers then use the snapshot again; with no batch
+/// running (one caller, the CLI), or inside a batch's own work, the snapshot answers as
+/// before, without waiting for any writer. In ExclusiveWriter mode it always does, from
+/// the snapshot kept until the next commit, which costs little.
 pub(crate) fn before_batch(
     writer: &Writer,
     cache: &ReplayCache,

@@ -16,8 +16,9 @@
 //! write, commit, and only then answer. A transaction whose inputs change nothing (an
 //! InProgress or Replay answer, a refusal) is aborted instead, so it costs no fsync; a
 //! begin that writes nothing is answered from the replay cache or a read snapshot
-//! without a write transaction at all (in the multi-process modes, from the cache alone
-//! while batches follow one another: see `snapshot.rs`).
+//! without a write transaction at all, except in the multi-process modes while batches
+//! follow one another: a key the cache does not hold then joins a batch (see
+//! `snapshot.rs`).
 
 use std::fmt;
 use std::io::{BufRead, Write};
@@ -220,7 +221,9 @@ impl Store {
             id_key,
             fingerprint,
             now,
-            self.committer.is_batching(),
+            // Inside a batch's work (on its leader's thread) no batch can be joined:
+            // the snapshot answers, as it always did there.
+            self.committer.is_batching() && !self.writer.writing_here(),
         )
     }
 
@@ -239,8 +242,9 @@ impl Store {
     /// answered from the replay cache or a read snapshot, without waiting for any
     /// writer; except while batches follow one another in the multi-process modes,
     /// where a key the cache does not hold joins the next batch and is answered by it,
-    /// waiting as a write does (up to the lock timeout), and is then kept in the cache
-    /// (a read snapshot per call there costs more than it saves: see `snapshot.rs`).
+    /// waiting as a write does (up to the lock timeout for each batch it waits behind),
+    /// and a settled record is then kept in the cache (a read snapshot per call there
+    /// costs more than it saves: see `snapshot.rs`).
     ///
     /// # Errors
     ///
@@ -1239,6 +1243,69 @@ mod tests {
                 assert_eq!(batches(), before, "{context}");
             }
         }
+    }
+
+    /// A consume on a used token past its ttl and its record's retention, within the
+    /// tombstone's, is admitted as Forgotten (from the snapshot) even while batches run
+    /// in the multi-process mode: the batch's step admits by the token's entry, which
+    /// has expired, and would refuse it.
+    #[test]
+    fn a_consume_is_answered_from_the_snapshot_while_a_batch_runs() {
+        const HOUR: u64 = 3_600_000;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("idem.redb")).unwrap();
+        let t0 = 1_750_000_000_000;
+        let issued = store
+            .issue_token("shop", "redeem", HOUR, None, [7; 16], Timestamp(t0))
+            .unwrap();
+        let id = RecordId::new("shop", "redeem", issued.token().as_str()).unwrap();
+        let fp = Fingerprint::of_bytes(b"voucher");
+        let used = store
+            .consume_execute(&id, fp, Timestamp(t0 + 1), |_| {
+                Ok::<_, ()>((Verdict::Succeeded, Outcome::new(200, "redeemed"), ()))
+            })
+            .unwrap();
+        assert!(matches!(used, Consumed::Admitted(Executed::Ran { .. })));
+        let later = Timestamp(t0 + 25 * HOUR);
+        store.cache.remove([id.to_key_bytes().as_slice()]);
+        store.committer.pretend_batching(None);
+        let again = store.consume(&id, fp, later).unwrap();
+        assert!(
+            matches!(again, Consumed::Admitted(Decision::Forgotten { .. })),
+            "{again:?}"
+        );
+    }
+
+    /// Inside a batch's work, which runs on its leader's thread while that batch has just
+    /// begun, a begin on a settled key the cache does not hold is answered from the
+    /// snapshot: it cannot join a batch there (that would be refused as re-entrant).
+    #[test]
+    fn inside_a_batchs_work_a_begin_on_a_settled_key_is_answered_from_the_snapshot() {
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path().join("idem.redb")).unwrap());
+        let settled = RecordId::new("t", "o", "settled").unwrap();
+        let fp = Fingerprint::of_bytes(b"x");
+        settle(&store, &settled, fp);
+        store.cache.remove([settled.to_key_bytes().as_slice()]);
+        let inner = Arc::clone(&store);
+        let ran = store
+            .execute_grouped(
+                &RecordId::new("t", "o", "fresh").unwrap(),
+                fp,
+                Timestamp(2),
+                move |_| {
+                    let answer = inner
+                        .begin(&settled, fp, Timestamp(2))
+                        .map_err(|e| e.to_string())?;
+                    Ok::<_, String>((Verdict::Succeeded, Outcome::new(200, "ok"), answer))
+                },
+            )
+            .unwrap();
+        let Executed::Ran { value, .. } = ran else {
+            panic!("{ran:?}")
+        };
+        assert!(matches!(value, Decision::Replay { .. }), "{value:?}");
     }
 
     #[test]

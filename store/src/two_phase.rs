@@ -27,14 +27,16 @@ pub(crate) fn begin(fingerprint: Fingerprint) -> impl Step<Decision> {
     }
 }
 
-/// [`begin`], also returning the record a decision that writes nothing was made from,
-/// for the replay cache.
+/// [`begin`], also returning the settled record a decision that writes nothing was made
+/// from, for the replay cache (which keeps nothing else).
 pub(crate) fn begin_reading(fingerprint: Fingerprint) -> impl Step<(Decision, Option<Record>)> {
     let mut begin = begin(fingerprint);
     move |tables, current: Option<&Record>, config, now| {
         let (write, decision) = begin(tables, current, config, now)?;
         let read = match write {
-            Write::Nothing => current.cloned(),
+            Write::Nothing => current
+                .filter(|record| record.expires_at().is_some())
+                .cloned(),
             _ => None,
         };
         Ok((write, (decision, read)))

@@ -421,8 +421,15 @@ fn grouped_runs(name: &str, label: &str, target: u64, journaled: bool) {
         started.elapsed()
     );
     assert!(counts.images.load(Ordering::Relaxed) >= target.min(1));
-    // Cuts of single-input batches alone would leave shared commits untested.
-    assert!(largest >= 2, "no run grouped two inputs in one commit");
+    // Cuts of single-input batches alone would leave shared commits untested (asked of
+    // a whole test, not of one run repeated alone, which may not group by chance).
+    let runs = counts.runs.load(Ordering::Relaxed);
+    if runs >= 4 && std::env::var_os("IDEM_POWER_RUN").is_none() {
+        assert!(
+            largest >= 2,
+            "no run of {runs} grouped two inputs in one commit"
+        );
+    }
 }
 
 const THREADS: u64 = 4;

@@ -6,6 +6,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, Thread};
 
+use idem_core::protocol::Decision;
 use idem_core::{Config, Fingerprint, Outcome, Record, Timestamp, Verdict, Write};
 use redb::WriteTransaction;
 
@@ -155,8 +156,8 @@ impl<R: Send + 'static, S: Step<R>> Job for Input<R, S> {
     }
 }
 
-/// What an atomic execute in a batch did, with the record a decision that ran no work
-/// was made from (for the replay cache).
+/// What an atomic execute in a batch did, with the settled record a replay or conflict
+/// was answered from (for the replay cache, which keeps nothing else).
 pub(crate) type ExecutedReading<T, E> = Result<(Executed<T>, Option<Record>), ExecuteError<E>>;
 
 /// An atomic execute whose work another caller's thread may run.
@@ -186,8 +187,10 @@ where
             let (changed, executed) =
                 execute_in(txn, tables, id_key, *fingerprint, *now, config, &mut *work)?;
             let read = match executed {
-                Executed::NotRun(_) => tables.get(id_key)?,
-                Executed::Ran { .. } => None,
+                Executed::NotRun(Decision::Replay { .. } | Decision::Conflict { .. }) => tables
+                    .get(id_key)?
+                    .filter(|record| record.expires_at().is_some()),
+                Executed::NotRun(_) | Executed::Ran { .. } => None,
             };
             Ok((changed, (executed, read)))
         }));

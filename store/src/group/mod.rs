@@ -56,10 +56,13 @@ pub const MAX_BATCH: usize = 256;
 /// How many times a new leader yields at most while callers keep coming back.
 const GATHER_ROUNDS: usize = 16;
 
-/// How long a batch counts as running for [`Committer::is_batching`]: batches of a busy
-/// store follow one another every millisecond or so; one that has run longer is waiting
-/// for another process's write lock (or a slow disk), and a caller should not queue
-/// behind it for an answer a read snapshot gives at once.
+/// How long a batch counts as running for [`Committer::is_batching`], from when its
+/// leader took the lead (gathering, the inputs' work and the commit's syncs included):
+/// on this machine the batches of a busy store follow one another every millisecond or
+/// two. One that has run longer is most likely waiting for another process's write
+/// lock, and a caller should not queue behind it for an answer a read snapshot gives at
+/// once. On a disk whose syncs take longer, batches outlast it and callers read the
+/// snapshot as before: correct, without the saving.
 pub(crate) const BATCHING_FOR: Duration = Duration::from_millis(10);
 
 /// The time `Committer::batch_started` counts from.
@@ -233,8 +236,8 @@ impl Committer {
     }
 
     /// Runs an atomic execute on `id_key` (see [`crate::execute`]) and returns what it
-    /// did once the batch it ran in is durable, with the record a decision that ran no
-    /// work was made from. `work` may run more than once.
+    /// did once the batch it ran in is durable, with the settled record a replay or
+    /// conflict was answered from. `work` may run more than once.
     pub(crate) fn execute<T, E, W>(
         &self,
         writer: &Writer,
