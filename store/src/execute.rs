@@ -93,7 +93,7 @@ pub(crate) fn alone<T, E>(
             Ok(ran)
         })
     };
-    let (changed, executed) = match ran {
+    let (changed, executed, _) = match ran {
         Ok(ran) => ran,
         Err(e) => {
             // The work may have written before it failed: roll it all back. The work's
@@ -112,7 +112,8 @@ pub(crate) fn alone<T, E>(
 
 /// Claims `id_key` in `txn` at `now` (never behind the clock floor), runs `work` in the
 /// same transaction and puts the settled record. Returns whether anything was written,
-/// and what happened.
+/// what happened, and, when the work did not run, the record the decision was made from
+/// (for the replay cache).
 ///
 /// When the key cannot be claimed (replay, in progress, conflict, unknown), the work
 /// does not run; the begin's own write, if any (a lease that ran out turning Unknown),
@@ -137,7 +138,7 @@ pub(crate) fn execute_in<T, E>(
     now: Timestamp,
     config: &Config,
     work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
-) -> Result<(bool, Executed<T>), ExecuteError<E>> {
+) -> Result<(bool, Executed<T>, Option<Record>), ExecuteError<E>> {
     let current = tables.get(id_key)?;
     let now = tables.effective(now)?;
     let next = tables.next_generation()?;
@@ -150,7 +151,7 @@ pub(crate) fn execute_in<T, E>(
             if changed {
                 tables.raise_floor(now)?;
             }
-            return Ok((changed, Executed::NotRun(decision)));
+            return Ok((changed, Executed::NotRun(decision), current));
         }
     };
     let (verdict, outcome, value) = work(txn).map_err(ExecuteError::Work)?;
@@ -172,5 +173,6 @@ pub(crate) fn execute_in<T, E>(
             value,
             record: settled,
         },
+        None,
     ))
 }

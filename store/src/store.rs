@@ -204,6 +204,25 @@ impl Store {
     }
 
     /// A begin's answer on `id_key` when it writes nothing (replay, in progress,
+    /// conflict, unknown), from the replay cache or a read snapshot
+    /// ([`snapshot::begin`]); `None` when the write path must decide.
+    fn answer_from_snapshot(
+        &self,
+        id_key: &[u8],
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Result<Option<Decision>, Error> {
+        snapshot::begin(
+            &self.writer,
+            &self.cache,
+            &self.config,
+            id_key,
+            fingerprint,
+            now,
+        )
+    }
+
+    /// A begin's answer on `id_key` when it writes nothing (replay, in progress,
     /// conflict, unknown), before the input joins a group commit: from the replay
     /// cache or a read snapshot, or, while batches follow one another in the
     /// multi-process modes, the cache alone ([`snapshot::before_batch`]); `None` when a
@@ -257,11 +276,12 @@ impl Store {
     ) -> Result<Decision, Error> {
         self.writer.ensure_writable("begin")?;
         let id_key = id.to_key_bytes();
-        let epoch = self.cache.epoch();
         let answered = self.answer_before_batch(&id_key, fingerprint, now)?;
         if let Some(decision) = answered {
             return Ok(decision);
         }
+        // Read before the batch reads the record.
+        let epoch = self.cache.epoch();
         let step = two_phase::begin_reading(fingerprint);
         let (decision, read) = self
             .committer
@@ -1041,15 +1061,7 @@ impl Store {
         // begin. Always the snapshot, even while a batch runs: the batch's step admits
         // by the token's entry, and past its ttl would refuse a record the snapshot
         // answers (Forgotten, within the tombstone retention).
-        let answered = snapshot::begin(
-            &self.writer,
-            &self.cache,
-            &self.config,
-            &id_key,
-            fingerprint,
-            now,
-        )?;
-        if let Some(decision) = answered {
+        if let Some(decision) = self.answer_from_snapshot(&id_key, fingerprint, now)? {
             return Ok(Consumed::Admitted(decision));
         }
         let step = token::consume(id_key, fingerprint);
@@ -1078,15 +1090,7 @@ impl Store {
         token::token_of(id)?;
         let id_key = id.to_key_bytes();
         let epoch = self.cache.epoch();
-        let answered = snapshot::begin(
-            &self.writer,
-            &self.cache,
-            &self.config,
-            &id_key,
-            fingerprint,
-            now,
-        )?;
-        if let Some(decision) = answered {
+        if let Some(decision) = self.answer_from_snapshot(&id_key, fingerprint, now)? {
             return Ok(Consumed::Admitted(Executed::NotRun(decision)));
         }
         let writing = self.writer.writing("consume_execute")?;

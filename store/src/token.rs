@@ -159,7 +159,7 @@ pub(crate) fn consume_execute_in<T, E>(
     if let Err(refusal) = token::admit(entry.as_ref(), current.as_ref(), at) {
         return Ok((false, Consumed::Refused(refusal)));
     }
-    let (changed, executed) = execute_in(txn, tables, id_key, fingerprint, now, config, work)?;
+    let (changed, executed, _) = execute_in(txn, tables, id_key, fingerprint, now, config, work)?;
     Ok((changed, Consumed::Admitted(executed)))
 }
 

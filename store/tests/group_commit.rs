@@ -43,6 +43,25 @@ fn credit(
     Ok((Verdict::Succeeded, Outcome::new(200, key), credits))
 }
 
+/// `execute_grouped` again on `key`, settled with fingerprint "x": the decision it was
+/// answered with (the work must not run).
+fn retry_settled(store: &Store, key: &idem_core::RecordId) -> Decision {
+    let again = store
+        .execute_grouped(
+            key,
+            fp("x"),
+            NOW,
+            |_| -> Result<(Verdict, Outcome, u64), String> {
+                unreachable!("a settled key runs no work")
+            },
+        )
+        .unwrap();
+    let Executed::NotRun(decision) = again else {
+        panic!("a settled key ran: {again:?}")
+    };
+    decision
+}
+
 /// Holds the store's write lock from another thread until the returned sender is used
 /// (or dropped). Returns once the lock is held.
 fn plug(store: &Arc<Store>) -> (mpsc::Sender<()>, thread::JoinHandle<()>) {
@@ -203,17 +222,10 @@ fn one_caller_alone_gets_one_transaction_per_input() {
             .unwrap();
         assert!(matches!(ran, Executed::Ran { value: 1, .. }));
         // The retry is answered from the replay cache: no batch, no commit.
-        let again = store
-            .execute_grouped(
-                &key,
-                fp("x"),
-                NOW,
-                |_| -> Result<(Verdict, Outcome, u64), String> {
-                    unreachable!("a settled key runs no work")
-                },
-            )
-            .unwrap();
-        assert!(matches!(again, Executed::NotRun(Decision::Replay { .. })));
+        assert!(matches!(
+            retry_settled(&store, &key),
+            Decision::Replay { .. }
+        ));
     }
     let counts = store.commit_counts();
     assert_eq!(counts.commits, 5, "{counts:?}");
@@ -256,17 +268,8 @@ fn a_retry_the_cache_does_not_hold_is_answered_while_a_batch_waits_for_the_lock(
             panic!("{mode:?}: {record:?}")
         };
         let retry = || {
-            let again = store
-                .execute_grouped(
-                    &key,
-                    fp("x"),
-                    NOW,
-                    |_| -> Result<(Verdict, Outcome, u64), String> {
-                        unreachable!("a settled key runs no work")
-                    },
-                )
-                .unwrap();
-            let Executed::NotRun(Decision::Replay { outcome, .. }) = again else {
+            let again = retry_settled(&store, &key);
+            let Decision::Replay { outcome, .. } = again else {
                 panic!("{mode:?}: {again:?}")
             };
             assert_eq!(outcome, stored, "{mode:?}");

@@ -23,7 +23,7 @@ use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::disk::{Cut, IoKind, SECTOR, SimDisk, Survival};
 use common::workload::{self, Contents, START, Workload, contents, credit, generation_in};
@@ -153,21 +153,31 @@ fn power_cuts_under_the_journal_lose_nothing_answered() {
 /// Runs of the workload (`journaled` or not) until `target` images were checked, seeded
 /// from `name`; prints what was checked under `label`.
 fn cut_runs(name: &str, label: &str, target: u64, journaled: bool) {
-    let seed = seed(name);
-    let counts = Counts::default();
-    let started = Instant::now();
-    run_until(target, &counts, |run| {
-        workload_run(seed, run, &counts, journaled)
+    let (counts, took) = checked_runs(name, target, |seed, run, counts| {
+        workload_run(seed, run, counts, journaled)
     });
     eprintln!(
-        "{label}: {} images checked (plus {} second cuts during recovery) from {} cut moments of {} runs of {STEPS} steps, in {:.1?}",
+        "{label}: {} images checked (plus {} second cuts during recovery) from {} cut moments of {} runs of {STEPS} steps, in {took:.1?}",
         counts.images.load(Ordering::Relaxed),
         counts.second_cuts.load(Ordering::Relaxed),
         counts.points.load(Ordering::Relaxed),
         counts.runs.load(Ordering::Relaxed),
-        started.elapsed()
     );
+}
+
+/// Runs `run` (given the test's seed, from `name`, and the run's number) until `target`
+/// images were checked, and asserts that some were; returns the counts and the time.
+fn checked_runs(
+    name: &str,
+    target: u64,
+    run: impl Fn(u64, u64, &Counts) + Sync,
+) -> (Counts, Duration) {
+    let seed = seed(name);
+    let counts = Counts::default();
+    let started = Instant::now();
+    run_until(target, &counts, |n| run(seed, n, &counts));
     assert!(counts.images.load(Ordering::Relaxed) >= target.min(1));
+    (counts, started.elapsed())
 }
 
 /// One run of the workload on a fresh disk (with `journaled`, a fresh pair), with every
@@ -406,21 +416,16 @@ fn power_cuts_under_group_commit_behind_the_journal_lose_no_answer() {
 /// Runs of [`grouped_run`] until `target` images were checked, seeded from `name`;
 /// prints what was checked under `label`.
 fn grouped_runs(name: &str, label: &str, target: u64, journaled: bool) {
-    let seed = seed(name);
-    let counts = Counts::default();
-    let started = Instant::now();
-    run_until(target, &counts, |run| {
-        grouped_run(seed, run, &counts, journaled)
+    let (counts, took) = checked_runs(name, target, |seed, run, counts| {
+        grouped_run(seed, run, counts, journaled)
     });
     let largest = counts.largest_batch.load(Ordering::Relaxed);
     eprintln!(
-        "{label} power cuts: {} images checked from {} cut moments of {} runs (batches of up to {largest} inputs), in {:.1?}",
+        "{label} power cuts: {} images checked from {} cut moments of {} runs (batches of up to {largest} inputs), in {took:.1?}",
         counts.images.load(Ordering::Relaxed),
         counts.points.load(Ordering::Relaxed),
         counts.runs.load(Ordering::Relaxed),
-        started.elapsed()
     );
-    assert!(counts.images.load(Ordering::Relaxed) >= target.min(1));
     // Cuts of single-input batches alone would leave shared commits untested (asked of
     // a whole test, not of one run repeated alone, which may not group by chance).
     let runs = counts.runs.load(Ordering::Relaxed);

@@ -6,7 +6,6 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, Thread};
 
-use idem_core::protocol::Decision;
 use idem_core::{Config, Fingerprint, Outcome, Record, Timestamp, Verdict, Write};
 use redb::WriteTransaction;
 
@@ -156,8 +155,9 @@ impl<R: Send + 'static, S: Step<R>> Job for Input<R, S> {
     }
 }
 
-/// What an atomic execute in a batch did, with the settled record a replay or conflict
-/// was answered from (for the replay cache, which keeps nothing else).
+/// What an atomic execute in a batch did, with the settled record (or tombstone) a
+/// decision that ran no work was made from, for the replay cache, which keeps nothing
+/// else.
 pub(crate) type ExecutedReading<T, E> = Result<(Executed<T>, Option<Record>), ExecuteError<E>>;
 
 /// An atomic execute whose work another caller's thread may run.
@@ -184,14 +184,11 @@ where
             ..
         } = self;
         let ran = panic::catch_unwind(AssertUnwindSafe(|| {
-            let (changed, executed) =
+            let (changed, executed, read) =
                 execute_in(txn, tables, id_key, *fingerprint, *now, config, &mut *work)?;
-            let read = match executed {
-                Executed::NotRun(Decision::Replay { .. } | Decision::Conflict { .. }) => tables
-                    .get(id_key)?
-                    .filter(|record| record.expires_at().is_some()),
-                Executed::NotRun(_) | Executed::Ran { .. } => None,
-            };
+            // Only settled records (and tombstones) are kept by the cache; a record the
+            // decision changed (a lease run out, now Unknown) is not one.
+            let read = read.filter(|record| !changed && record.expires_at().is_some());
             Ok((changed, (executed, read)))
         }));
         let (ran, answer) = match ran {

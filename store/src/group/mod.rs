@@ -236,8 +236,8 @@ impl Committer {
     }
 
     /// Runs an atomic execute on `id_key` (see [`crate::execute`]) and returns what it
-    /// did once the batch it ran in is durable, with the settled record a replay or
-    /// conflict was answered from. `work` may run more than once.
+    /// did once the batch it ran in is durable, with the settled record a decision that
+    /// ran no work was made from. `work` may run more than once.
     pub(crate) fn execute<T, E, W>(
         &self,
         writer: &Writer,
