@@ -22,6 +22,15 @@ cargo fmt --all --check
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "test-only features reach no product: none in the workspace's graph without dev-dependencies"
+# idem-tests enables them through dev-dependencies only; a release build with them fails
+# to compile (core/src/lib.rs, store/src/lib.rs). This shows `cargo build --workspace`
+# resolves without them.
+if cargo tree --workspace --locked -e normal,build,features | grep -E 'test-unguarded-deadline|test-unfloored-clock'; then
+  echo "a test-only feature is enabled outside dev-dependencies" >&2
+  exit 1
+fi
+
 step "cargo test --workspace"
 cargo test --workspace
 

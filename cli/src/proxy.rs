@@ -23,6 +23,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use idem_core::Config;
 use idem_core::http::Problem;
+use idem_store::Receiver;
 use idem_store::http::{
     AnswerConfig, IdempotencyLayer, ReplayStatus, RequestBody, ResponseBody, Settings, Settle,
     Tenant,
@@ -134,9 +135,10 @@ fn upstream(args: &ProxyArgs) -> Result<Upstream, Failure> {
     })
 }
 
-async fn serve(
+/// Serves on `listen` until a stop signal, on any receiver.
+async fn serve<R: Receiver>(
     listen: SocketAddr,
-    store: Arc<idem_store::Store>,
+    store: Arc<R>,
     settings: Settings,
     upstream: Upstream,
 ) -> Result<(), Failure> {

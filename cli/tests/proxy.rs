@@ -479,3 +479,64 @@ fn sigterm_finishes_the_request_in_flight_and_exits_cleanly() {
     let record = idem.run(&["--json", "get", "shop", "POST /orders", "t"]);
     assert_eq!(record.code(0).json()["state"], "succeeded");
 }
+
+#[test]
+fn a_client_that_hangs_up_right_after_sending_leaves_no_key_stranded() {
+    let upstream = Upstream::start(Duration::ZERO);
+    let idem = Idem::new();
+    let proxy = Proxy::start(&idem, &upstream.url(), &["--tenant", "shop"]);
+    // Each client sends a whole keyed POST and hangs up 0-4 ms later, as a browser's
+    // timeout abort, going offline or a reload does.
+    let clients: Vec<_> = (0..40)
+        .map(|n| {
+            let address = proxy.address;
+            thread::spawn(move || {
+                let stream = TcpStream::connect(address).unwrap();
+                let body = "{\"item\":\"tea\"}";
+                let request = format!(
+                    "POST /orders HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nIdempotency-Key: \"gone-{n}\"\r\n\r\n{body}",
+                    body.len()
+                );
+                (&stream).write_all(request.as_bytes()).unwrap();
+                thread::sleep(Duration::from_millis(n % 5));
+                drop(stream);
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
+    }
+    // Every key ends released (nothing sent upstream) or forwarded and settled; none
+    // stays Pending. Forwarded requests settle as soon as the upstream answers.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let states = loop {
+        let list = idem.run(&["--json", "list"]);
+        let states: HashMap<String, String> = list
+            .code(0)
+            .json_lines()
+            .iter()
+            .map(|r| {
+                let key = r["key"].as_str().unwrap().to_owned();
+                (key, r["state"].as_str().unwrap().to_owned())
+            })
+            .collect();
+        if !states.values().any(|state| state == "pending") {
+            break states;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "keys still pending after 20 s: {states:?}"
+        );
+        thread::yield_now();
+    };
+    for n in 0..40 {
+        let key = format!("gone-{n}");
+        let executions = upstream.executions(&format!("\"{key}\""));
+        match states.get(&key).map(String::as_str) {
+            None => assert_eq!(executions, 0, "{key}: released, yet sent upstream"),
+            Some("succeeded") => assert_eq!(executions, 1, "{key}: settled"),
+            Some(other) => panic!("{key}: {other}, after {executions} executions"),
+        }
+    }
+    assert_eq!(proxy.terminate().0, 0);
+}

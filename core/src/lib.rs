@@ -37,12 +37,20 @@
 //! - `test-unguarded-deadline`: test-only. Adds [`LedgerConfig`]'s switch that turns the
 //!   sender's deadline guard off, so that a simulation can show the guard is needed.
 //!   Never enable it in a product: intents sent past their deadline may execute twice.
+//!   Only idem-tests' dev-dependencies enable it, and a release build with it fails.
 //!
 //! The crate is `#![no_std]` with `alloc` (the `std` feature links std for its
 //! conversions only), and builds for `wasm32-unknown-unknown` and bare-metal targets.
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(clippy::std_instead_of_core, clippy::alloc_instead_of_core)]
+
+// A test-only switch never ships: whatever unified it into a release build, the build
+// fails instead of linking it.
+#[cfg(all(feature = "test-unguarded-deadline", not(debug_assertions)))]
+compile_error!(
+    "idem-core: the feature test-unguarded-deadline is test-only and is refused in a release build"
+);
 
 extern crate alloc;
 // The unit tests use std's clock types to test the `std` conversions.

@@ -260,6 +260,13 @@
 //! `idem_core::http`; `idem proxy` runs it in front of any backend. Off by default: the
 //! store alone pulls in no HTTP crate.
 
+// A test-only switch never ships: whatever unified it into a release build, the build
+// fails instead of linking it.
+#[cfg(all(feature = "test-unfloored-clock", not(debug_assertions)))]
+compile_error!(
+    "idem-store: the feature test-unfloored-clock is test-only and is refused in a release build"
+);
+
 mod backend;
 mod cache;
 mod clock;
@@ -277,6 +284,7 @@ mod maintain;
 mod open;
 mod outbox;
 mod read;
+mod receiver;
 mod reconcile;
 mod snapshot;
 mod store;
@@ -300,6 +308,7 @@ pub use maintain::{CheckReport, IntentCounts, SWEEP_BATCH, Stats, SweepReport};
 pub use open::{DEFAULT_LOCK_TIMEOUT, StoreBuilder};
 pub use outbox::{EnqueueError, IntentFilter, IntentView, Outbox, OutboxError};
 pub use read::ListFilter;
+pub use receiver::{GiveUp, Receiver};
 pub use reconcile::{Abandoned, Check, ReconcileError, ReconcileReport};
 pub use store::Store;
 pub use token::Consumed;

@@ -477,9 +477,9 @@ pub(crate) fn check(writer: &Writer) -> Result<CheckReport, Error> {
 }
 
 /// Compacts the file; see [`crate::Store::compact`].
-pub(crate) fn compact(writer: &mut Writer) -> Result<bool, MaintainError> {
+pub(crate) fn compact(writer: &Writer) -> Result<bool, MaintainError> {
     writer.ensure_usable("compact")?;
-    match writer.handle_mut().writable_mut() {
+    match writer.exclusive()?.writable_mut() {
         Some(db) => db.compact().map_err(MaintainError::from),
         None => Err(Error::ReadOnly {
             operation: "compact",

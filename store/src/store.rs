@@ -40,7 +40,7 @@ use crate::cache::ReplayCache;
 use crate::entities::{self, EntityId, Uniqueness};
 use crate::error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
 use crate::execute::{self, Executed};
-use crate::group::{CommitCounts, Committer};
+use crate::group::{Batches, CommitCounts, Committer};
 use crate::handle::guard_read;
 use crate::inbox::Inbox;
 use crate::maintain::{self, CheckReport, Stats, SweepReport};
@@ -62,12 +62,32 @@ use crate::{snapshot, two_phase};
 /// [`StoreBuilder::read_only`] reads like any other and refuses every write with
 /// [`Error::ReadOnly`].
 pub struct Store {
-    writer: Writer,
+    // Shared with the group-commit driver thread, which leads the batches of tasks.
+    shared: Arc<Shared>,
+}
+
+/// Everything a store is, behind one `Arc` so that its group-commit driver can lead
+/// batches for tasks (see `group/`).
+pub(crate) struct Shared {
+    pub(crate) writer: Writer,
     // The group-commit queue and its counters.
-    committer: Committer,
+    pub(crate) committer: Committer,
     // Settled records in memory, for answers without a redb transaction (`cache.rs`).
-    cache: ReplayCache,
-    config: Config,
+    pub(crate) cache: ReplayCache,
+    pub(crate) config: Config,
+}
+
+impl Batches for Shared {
+    fn parts(&self) -> (&Committer, &Writer, &Config) {
+        (&self.committer, &self.writer, &self.config)
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // What tasks queued runs before the file closes.
+        self.shared.committer.stop_driver();
+    }
 }
 
 impl StoreBuilder {
@@ -137,8 +157,8 @@ impl StoreBuilder {
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Store")
-            .field("writer", &self.writer)
-            .field("config", &self.config)
+            .field("writer", &self.shared.writer)
+            .field("config", &self.shared.config)
             .finish_non_exhaustive()
     }
 }
@@ -161,31 +181,33 @@ impl Store {
 
     fn from_opened(opened: Opened) -> Store {
         Store {
-            writer: Writer::new(
-                opened.handle,
-                opened.location,
-                opened.durability,
-                opened.lock_timeout,
-                opened.floored,
-                opened.alone,
-            ),
-            committer: Committer::default(),
-            cache: ReplayCache::new(opened.replay_cache),
-            config: opened.config,
+            shared: Arc::new(Shared {
+                writer: Writer::new(
+                    opened.handle,
+                    opened.location,
+                    opened.durability,
+                    opened.lock_timeout,
+                    opened.floored,
+                    opened.alone,
+                ),
+                committer: Committer::default(),
+                cache: ReplayCache::new(opened.replay_cache),
+                config: opened.config,
+            }),
         }
     }
 
     /// The protocol settings this store applies.
     #[must_use]
     pub fn config(&self) -> &Config {
-        &self.config
+        &self.shared.config
     }
 
     /// The path the store was opened from; `None` for a store on a backend
     /// ([`StoreBuilder::open_on_backend`]).
     #[must_use]
     pub fn path(&self) -> Option<&Path> {
-        self.writer.path()
+        self.shared.writer.path()
     }
 
     /// True after a failed commit, or once the file (or backend) failed a read, a write
@@ -193,14 +215,14 @@ impl Store {
     /// dropped and opened again.
     #[must_use]
     pub fn needs_reopen(&self) -> bool {
-        self.writer.needs_reopen()
+        self.shared.writer.needs_reopen()
     }
 
     /// True when the store was opened with [`StoreBuilder::read_only`]: it reads, and
     /// refuses every write with [`Error::ReadOnly`].
     #[must_use]
     pub fn is_read_only(&self) -> bool {
-        self.writer.is_read_only()
+        self.shared.writer.is_read_only()
     }
 
     /// A begin's answer on `id_key` when it writes nothing (replay, in progress,
@@ -213,9 +235,9 @@ impl Store {
         now: Timestamp,
     ) -> Result<Option<Decision>, Error> {
         snapshot::begin(
-            &self.writer,
-            &self.cache,
-            &self.config,
+            &self.shared.writer,
+            &self.shared.cache,
+            &self.shared.config,
             id_key,
             fingerprint,
             now,
@@ -227,23 +249,52 @@ impl Store {
     /// cache or a read snapshot, or, while batches follow one another in the
     /// multi-process modes, the cache alone ([`snapshot::before_batch`]); `None` when a
     /// batch must decide.
-    fn answer_before_batch(
+    pub(crate) fn answer_before_batch(
         &self,
         id_key: &[u8],
         fingerprint: Fingerprint,
         now: Timestamp,
     ) -> Result<Option<Decision>, Error> {
         snapshot::before_batch(
-            &self.writer,
-            &self.cache,
-            &self.config,
+            &self.shared.writer,
+            &self.shared.cache,
+            &self.shared.config,
             id_key,
             fingerprint,
             now,
             // Inside a batch's work (on its leader's thread) no batch can be joined:
             // the snapshot answers, as it always did there.
-            self.committer.is_batching() && !self.writer.writing_here(),
+            self.shared.committer.is_batching() && !self.shared.writer.writing_here(),
         )
+    }
+
+    /// The parts of this store, shared with its group-commit driver.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// A begin's decision from its batch; a settled record the batch answered from
+    /// without a write is kept in the replay cache, so that a retry is answered from
+    /// memory (the cache keeps settled records only). `epoch` was read before the batch
+    /// read the record.
+    pub(crate) fn begun(
+        &self,
+        id_key: &[u8],
+        (decision, read): (Decision, Option<Record>),
+        epoch: u64,
+    ) -> Decision {
+        if let Some(record) = read {
+            self.shared.cache.insert(id_key, &record, epoch);
+        }
+        decision
+    }
+
+    /// Keeps a record just committed by a settling input in the replay cache, so that a
+    /// retry is answered from memory. `epoch` was read before the input ran.
+    pub(crate) fn keep_settled(&self, id: &RecordId, record: Option<&Record>, epoch: u64) {
+        if let Some(record) = record {
+            self.shared.cache.insert(&id.to_key_bytes(), record, epoch);
+        }
     }
 
     /// How many commits this store made since it was opened, and how group commit
@@ -251,7 +302,7 @@ impl Store {
     /// fsyncs.
     #[must_use]
     pub fn commit_counts(&self) -> CommitCounts {
-        self.committer.counts(self.writer.commits())
+        self.shared.committer.counts(self.shared.writer.commits())
     }
 
     /// A request with `fingerprint` arrives for `id`: the first step of the two-phase
@@ -274,24 +325,20 @@ impl Store {
         fingerprint: Fingerprint,
         now: Timestamp,
     ) -> Result<Decision, Error> {
-        self.writer.ensure_writable("begin")?;
+        self.shared.writer.ensure_writable("begin")?;
         let id_key = id.to_key_bytes();
         let answered = self.answer_before_batch(&id_key, fingerprint, now)?;
         if let Some(decision) = answered {
             return Ok(decision);
         }
         // Read before the batch reads the record.
-        let epoch = self.cache.epoch();
+        let epoch = self.shared.cache.epoch();
         let step = two_phase::begin_reading(fingerprint);
-        let (decision, read) = self
-            .committer
-            .input(&self.writer, &self.config, id, now, step)?;
-        // Answered by the batch without a write: a retry is answered from memory (the
-        // cache keeps settled records only).
-        if let Some(record) = read {
-            self.cache.insert(&id_key, &record, epoch);
-        }
-        Ok(decision)
+        let answered =
+            self.shared
+                .committer
+                .input(&self.shared.writer, &self.shared.config, id, now, step)?;
+        Ok(self.begun(&id_key, answered, epoch))
     }
 
     /// The executor holding `generation` extends its lease to `now + lease`.
@@ -306,10 +353,11 @@ impl Store {
         generation: Generation,
         now: Timestamp,
     ) -> Result<Record, Error> {
-        self.writer.ensure_writable("heartbeat")?;
+        self.shared.writer.ensure_writable("heartbeat")?;
         let step = two_phase::heartbeat(generation);
-        self.committer
-            .input(&self.writer, &self.config, id, now, step)
+        self.shared
+            .committer
+            .input(&self.shared.writer, &self.shared.config, id, now, step)
     }
 
     /// The executor holding `generation` settles the key; the outcome is replayed to
@@ -326,14 +374,14 @@ impl Store {
         outcome: Outcome,
         now: Timestamp,
     ) -> Result<Record, Error> {
-        self.writer.ensure_writable("complete")?;
-        let epoch = self.cache.epoch();
+        self.shared.writer.ensure_writable("complete")?;
+        let epoch = self.shared.cache.epoch();
         let step = two_phase::complete(generation, verdict, outcome);
-        let record = self
-            .committer
-            .input(&self.writer, &self.config, id, now, step)?;
-        // Committed: a retry is answered from memory.
-        self.cache.insert(&id.to_key_bytes(), &record, epoch);
+        let record =
+            self.shared
+                .committer
+                .input(&self.shared.writer, &self.shared.config, id, now, step)?;
+        self.keep_settled(id, Some(&record), epoch);
         Ok(record)
     }
 
@@ -350,10 +398,11 @@ impl Store {
         generation: Generation,
         now: Timestamp,
     ) -> Result<(), Error> {
-        self.writer.ensure_writable("release")?;
+        self.shared.writer.ensure_writable("release")?;
         let step = two_phase::release(generation);
-        self.committer
-            .input(&self.writer, &self.config, id, now, step)
+        self.shared
+            .committer
+            .input(&self.shared.writer, &self.shared.config, id, now, step)
     }
 
     /// The executor holding `generation` cannot tell whether its effect happened: the
@@ -368,10 +417,11 @@ impl Store {
         generation: Generation,
         now: Timestamp,
     ) -> Result<Record, Error> {
-        self.writer.ensure_writable("mark_unknown")?;
+        self.shared.writer.ensure_writable("mark_unknown")?;
         let step = two_phase::mark_unknown(generation);
-        self.committer
-            .input(&self.writer, &self.config, id, now, step)
+        self.shared
+            .committer
+            .input(&self.shared.writer, &self.shared.config, id, now, step)
     }
 
     /// A reconciler settles an Unknown record. Returns the settled record, or `None` for
@@ -386,15 +436,14 @@ impl Store {
         resolution: Resolution,
         now: Timestamp,
     ) -> Result<Option<Record>, Error> {
-        self.writer.ensure_writable("resolve")?;
-        let epoch = self.cache.epoch();
+        self.shared.writer.ensure_writable("resolve")?;
+        let epoch = self.shared.cache.epoch();
         let step = two_phase::resolve(resolution);
-        let record = self
-            .committer
-            .input(&self.writer, &self.config, id, now, step)?;
-        if let Some(record) = &record {
-            self.cache.insert(&id.to_key_bytes(), record, epoch);
-        }
+        let record =
+            self.shared
+                .committer
+                .input(&self.shared.writer, &self.shared.config, id, now, step)?;
+        self.keep_settled(id, record.as_ref(), epoch);
         Ok(record)
     }
 
@@ -412,14 +461,14 @@ impl Store {
     ///
     /// Storage or decode errors; claims turned Unknown before the error stay so.
     pub fn recover_abandoned(&self, now: Timestamp) -> Result<Abandoned, Error> {
-        self.writer.ensure_writable("recover_abandoned")?;
+        self.shared.writer.ensure_writable("recover_abandoned")?;
         let at = now.max(self.clock_floor()?);
         let mut silent = Vec::new();
         let pending = ListFilter {
             state: Some(State::Pending),
             ..ListFilter::default()
         };
-        read::list(&self.writer, &pending, |id, record| {
+        read::list(&self.shared.writer, &pending, |id, record| {
             if record
                 .lease_until()
                 .is_some_and(|lease_until| at >= lease_until)
@@ -430,15 +479,18 @@ impl Store {
         })?;
         let mut found = Abandoned::default();
         for (id, generation) in silent {
-            if self.config.on_lease_expiry == LeaseExpiry::Takeover {
+            if self.shared.config.on_lease_expiry == LeaseExpiry::Takeover {
                 found.left_for_takeover.push(id);
                 continue;
             }
             let step = reconcile::abandon(generation);
-            if self
-                .committer
-                .input(&self.writer, &self.config, &id, now, step)?
-            {
+            if self.shared.committer.input(
+                &self.shared.writer,
+                &self.shared.config,
+                &id,
+                now,
+                step,
+            )? {
                 found.turned_unknown.push(id);
             }
         }
@@ -466,14 +518,14 @@ impl Store {
         limit: usize,
         mut checker: impl FnMut(&RecordId, &Record) -> Result<Check, E>,
     ) -> Result<ReconcileReport, ReconcileError<E>> {
-        self.writer.ensure_writable("reconcile")?;
+        self.shared.writer.ensure_writable("reconcile")?;
         let unknown = ListFilter {
             state: Some(State::Unknown),
             limit: Some(limit.saturating_add(1)),
             ..ListFilter::default()
         };
         let mut records = Vec::new();
-        read::list(&self.writer, &unknown, |id, record| {
+        read::list(&self.shared.writer, &unknown, |id, record| {
             records.push((id, record));
             ControlFlow::Continue(())
         })?;
@@ -502,16 +554,21 @@ impl Store {
                 Check::Failed(outcome) => (Resolution::Failed(outcome), &mut report.failed),
                 Check::NotExecuted => (Resolution::NotExecuted, &mut report.not_executed),
             };
-            let epoch = self.cache.epoch();
+            let epoch = self.shared.cache.epoch();
             let step = reconcile::settle(record.generation, resolution);
-            match self
-                .committer
-                .input(&self.writer, &self.config, &id, now, step)?
-            {
+            match self.shared.committer.input(
+                &self.shared.writer,
+                &self.shared.config,
+                &id,
+                now,
+                step,
+            )? {
                 Some(settled) => {
                     *count += 1;
                     if let Some(settled) = settled {
-                        self.cache.insert(&id.to_key_bytes(), &settled, epoch);
+                        self.shared
+                            .cache
+                            .insert(&id.to_key_bytes(), &settled, epoch);
                     }
                 }
                 None => report.changed_meanwhile += 1,
@@ -552,9 +609,9 @@ impl Store {
         work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
     ) -> Result<Executed<T>, ExecuteError<E>> {
         execute::alone(
-            &self.writer,
-            &self.cache,
-            &self.config,
+            &self.shared.writer,
+            &self.shared.cache,
+            &self.shared.config,
             id,
             fingerprint,
             now,
@@ -606,16 +663,16 @@ impl Store {
         E: Send + 'static,
         W: FnMut(&WriteTransaction) -> Result<(Verdict, Outcome, T), E> + Send + 'static,
     {
-        self.writer.ensure_writable("execute_grouped")?;
+        self.shared.writer.ensure_writable("execute_grouped")?;
         let id_key = id.to_key_bytes();
-        let epoch = self.cache.epoch();
+        let epoch = self.shared.cache.epoch();
         let answered = self.answer_before_batch(&id_key, fingerprint, now)?;
         if let Some(decision) = answered {
             return Ok(Executed::NotRun(decision));
         }
-        let (executed, read) = self.committer.execute(
-            &self.writer,
-            &self.config,
+        let (executed, read) = self.shared.committer.execute(
+            &self.shared.writer,
+            &self.shared.config,
             id_key.clone(),
             fingerprint,
             now,
@@ -624,8 +681,10 @@ impl Store {
         // Answered only after its batch committed: a retry is answered from memory (the
         // cache keeps settled records only).
         match (&executed, read) {
-            (Executed::Ran { record, .. }, _) => self.cache.insert(&id_key, record, epoch),
-            (Executed::NotRun(_), Some(record)) => self.cache.insert(&id_key, &record, epoch),
+            (Executed::Ran { record, .. }, _) => self.shared.cache.insert(&id_key, record, epoch),
+            (Executed::NotRun(_), Some(record)) => {
+                self.shared.cache.insert(&id_key, &record, epoch)
+            }
             (Executed::NotRun(_), None) => {}
         }
         Ok(executed)
@@ -718,17 +777,17 @@ impl Store {
         expected_version: Option<u64>,
         now: Timestamp,
     ) -> Result<EntityDecision, Error> {
-        let writing = self.writer.writing("transition")?;
+        let writing = self.shared.writer.writing("transition")?;
         let decided = entities::transition_in(&writing.txn, machine, id, to, expected_version, now);
         match decided {
             Ok(decision) => {
                 let applied = matches!(decision, EntityDecision::Applied { .. });
-                self.writer.finish(writing, applied)?;
+                self.shared.writer.finish(writing, applied)?;
                 Ok(decision)
             }
             Err(e) => {
                 // The error is the answer; a failed abort drops the transaction anyway.
-                let _ = self.writer.finish(writing, false);
+                let _ = self.shared.writer.finish(writing, false);
                 Err(e)
             }
         }
@@ -741,7 +800,7 @@ impl Store {
     /// Storage or decode errors.
     pub fn get_entity(&self, id: &EntityId) -> Result<Option<Entity>, Error> {
         guard_read(|_| {
-            let db = self.writer.read();
+            let db = self.shared.writer.read();
             entities::get(&db.begin_read()?, id)
         })
     }
@@ -769,7 +828,7 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<(EntityId, Entity)>, Error> {
         guard_read(|_| {
-            let db = self.writer.read();
+            let db = self.shared.writer.read();
             entities::list(&db.begin_read()?, kind, state, limit)
         })
     }
@@ -802,15 +861,15 @@ impl Store {
     ///
     /// [`Error::Name`]; storage errors.
     pub fn release_unique(&self, tenant: &str, scope: &str, value: &str) -> Result<bool, Error> {
-        let writing = self.writer.writing("release_unique")?;
+        let writing = self.shared.writer.writing("release_unique")?;
         match entities::release_unique_in(&writing.txn, tenant, scope, value) {
             Ok(released) => {
-                self.writer.finish(writing, released)?;
+                self.shared.writer.finish(writing, released)?;
                 Ok(released)
             }
             Err(e) => {
                 // The error is the answer; a failed abort drops the transaction anyway.
-                let _ = self.writer.finish(writing, false);
+                let _ = self.shared.writer.finish(writing, false);
                 Err(e)
             }
         }
@@ -828,7 +887,7 @@ impl Store {
         value: &str,
     ) -> Result<Option<String>, Error> {
         guard_read(|_| {
-            let db = self.writer.read();
+            let db = self.shared.writer.read();
             entities::unique_holder(&db.begin_read()?, tenant, scope, value)
         })
     }
@@ -841,7 +900,7 @@ impl Store {
     ///
     /// Storage or decode errors.
     pub fn get(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        read::get(&self.writer, &self.cache, id)
+        read::get(&self.shared.writer, &self.shared.cache, id)
     }
 
     /// Reads the file in one read transaction, for the application's own tables (a
@@ -851,7 +910,7 @@ impl Store {
     ///
     /// Storage errors beginning the transaction; `read` reports its own in `R`.
     pub fn read<R>(&self, read: impl FnOnce(&ReadTransaction) -> R) -> Result<R, Error> {
-        let db = self.writer.read();
+        let db = self.shared.writer.read();
         let txn = db.begin_read()?;
         Ok(read(&txn))
     }
@@ -875,7 +934,7 @@ impl Store {
         filter: &ListFilter,
         visit: impl FnMut(RecordId, Record) -> ControlFlow<()>,
     ) -> Result<(), Error> {
-        read::list(&self.writer, filter, visit)
+        read::list(&self.shared.writer, filter, visit)
     }
 
     /// Sweeps settled records whose retention ended at `now`, and tombstones whose time
@@ -893,7 +952,14 @@ impl Store {
     /// Storage errors (batches committed before one stay committed), or
     /// [`Error::Corrupt`] when the expiry index disagrees with a record.
     pub fn sweep(&self, now: Timestamp, limit: usize, dry_run: bool) -> Result<SweepReport, Error> {
-        maintain::sweep(&self.writer, &self.cache, &self.config, now, limit, dry_run)
+        maintain::sweep(
+            &self.shared.writer,
+            &self.shared.cache,
+            &self.shared.config,
+            now,
+            limit,
+            dry_run,
+        )
     }
 
     /// Counts by state, Pending records past their lease, the age of the oldest Pending
@@ -909,7 +975,7 @@ impl Store {
     ///
     /// Storage or decode errors; [`MaintainError::FileSize`] reading the file size.
     pub fn stats(&self, now: Timestamp) -> Result<Stats, MaintainError> {
-        maintain::stats(&self.writer, now)
+        maintain::stats(&self.shared.writer, now)
     }
 
     /// The store-wide generation counter: the last generation handed out.
@@ -918,7 +984,7 @@ impl Store {
     ///
     /// Storage or decode errors.
     pub fn generation(&self) -> Result<Generation, Error> {
-        maintain::generation(&self.writer)
+        maintain::generation(&self.shared.writer)
     }
 
     /// The clock floor: the latest time a write of a record used (0 before any did).
@@ -933,7 +999,7 @@ impl Store {
     ///
     /// Storage or decode errors.
     pub fn clock_floor(&self) -> Result<Timestamp, Error> {
-        maintain::clock_floor(&self.writer)
+        maintain::clock_floor(&self.shared.writer)
     }
 
     /// Verifies the file: redb's integrity check (every page checksum, repairing what it
@@ -958,7 +1024,7 @@ impl Store {
     /// process kept the store busy past the lock timeout; [`Error::ReadOnly`] on a
     /// read-only store; storage errors.
     pub fn check(&self) -> Result<CheckReport, Error> {
-        maintain::check(&self.writer)
+        maintain::check(&self.shared.writer)
     }
 
     /// Compacts the file, returning freed space to the file system. Returns true when
@@ -971,7 +1037,7 @@ impl Store {
     /// storage errors (a compaction that meets an I/O error leaves the store needing a
     /// reopen, as a failed commit does).
     pub fn compact(&mut self) -> Result<bool, MaintainError> {
-        maintain::compact(&mut self.writer)
+        maintain::compact(&self.shared.writer)
     }
 
     /// Writes every record and every intent of the outbox as JSON lines, after a header
@@ -982,7 +1048,7 @@ impl Store {
     ///
     /// Storage or decode errors; [`MaintainError::Export`] writing `out`.
     pub fn export(&self, out: impl Write) -> Result<Transferred, MaintainError> {
-        transfer::export(&self.writer, out)
+        transfer::export(&self.shared.writer, out)
     }
 
     /// Reads what [`Store::export`] wrote, records and intents, in one transaction: every
@@ -997,7 +1063,7 @@ impl Store {
     ///
     /// [`ImportError::Line`] naming the line and the field; storage errors.
     pub fn import(&self, input: impl BufRead) -> Result<Transferred, ImportError> {
-        transfer::import(&self.writer, &self.cache, input)
+        transfer::import(&self.shared.writer, &self.shared.cache, input)
     }
 
     /// Issues a one-time token for `(tenant, operation)`, valid for `ttl_ms` from `now`
@@ -1022,10 +1088,10 @@ impl Store {
         random: [u8; 16],
         now: Timestamp,
     ) -> Result<Issue, Error> {
-        self.writer.ensure_writable("issue_token")?;
+        self.shared.writer.ensure_writable("issue_token")?;
         token::issue(
-            &self.writer,
-            &self.config,
+            &self.shared.writer,
+            &self.shared.config,
             tenant,
             operation,
             ttl_ms,
@@ -1053,7 +1119,7 @@ impl Store {
         fingerprint: Fingerprint,
         now: Timestamp,
     ) -> Result<Consumed<Decision>, Error> {
-        self.writer.ensure_writable("consume")?;
+        self.shared.writer.ensure_writable("consume")?;
         token::token_of(id)?;
         let id_key = id.to_key_bytes();
         // A live record of a use admits the token whatever its entry says: answers
@@ -1065,8 +1131,9 @@ impl Store {
             return Ok(Consumed::Admitted(decision));
         }
         let step = token::consume(id_key, fingerprint);
-        self.committer
-            .input(&self.writer, &self.config, id, now, step)
+        self.shared
+            .committer
+            .input(&self.shared.writer, &self.shared.config, id, now, step)
     }
 
     /// Atomic consume: admits the token in `id`'s key as [`Store::consume`] does, then
@@ -1086,23 +1153,23 @@ impl Store {
         now: Timestamp,
         work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
     ) -> Result<Consumed<Executed<T>>, ExecuteError<E>> {
-        self.writer.ensure_writable("consume_execute")?;
+        self.shared.writer.ensure_writable("consume_execute")?;
         token::token_of(id)?;
         let id_key = id.to_key_bytes();
-        let epoch = self.cache.epoch();
+        let epoch = self.shared.cache.epoch();
         if let Some(decision) = self.answer_from_snapshot(&id_key, fingerprint, now)? {
             return Ok(Consumed::Admitted(Executed::NotRun(decision)));
         }
-        let writing = self.writer.writing("consume_execute")?;
+        let writing = self.shared.writer.writing("consume_execute")?;
         let ran = {
-            let mut tables = self.writer.tables(&writing)?;
+            let mut tables = self.shared.writer.tables(&writing)?;
             token::consume_execute_in(
                 &writing.txn,
                 &mut tables,
                 &id_key,
                 fingerprint,
                 now,
-                &self.config,
+                &self.shared.config,
                 work,
             )
         };
@@ -1111,13 +1178,13 @@ impl Store {
             Err(e) => {
                 // The work may have written before it failed: roll it all back; the
                 // work's error is the answer, a failed abort drops the transaction anyway.
-                let _ = self.writer.finish(writing, false);
+                let _ = self.shared.writer.finish(writing, false);
                 return Err(e);
             }
         };
-        self.writer.finish(writing, changed)?;
+        self.shared.writer.finish(writing, changed)?;
         if let Consumed::Admitted(Executed::Ran { record, .. }) = &consumed {
-            self.cache.insert(&id_key, record, epoch);
+            self.shared.cache.insert(&id_key, record, epoch);
         }
         Ok(consumed)
     }
@@ -1130,7 +1197,7 @@ impl Store {
     /// [`Error::Token`] when the key is not a token's text; storage or decode errors.
     pub fn get_token(&self, id: &RecordId) -> Result<Option<IssuedToken>, Error> {
         token::token_of(id)?;
-        token::get(&self.writer, id)
+        token::get(&self.shared.writer, id)
     }
 
     /// Deletes the issued tokens whose ttl passed at `now`, oldest first, at most
@@ -1143,8 +1210,8 @@ impl Store {
     /// Storage errors (batches committed before one stay committed), or
     /// [`Error::Corrupt`] when the token expiry index names a missing token.
     pub fn sweep_tokens(&self, now: Timestamp, limit: usize) -> Result<SweepReport, Error> {
-        self.writer.ensure_writable("sweep_tokens")?;
-        token::sweep(&self.writer, now, limit)
+        self.shared.writer.ensure_writable("sweep_tokens")?;
+        token::sweep(&self.shared.writer, now, limit)
     }
 
     /// The inbox of `consumer`: messages of an at-least-once queue handled once each,
@@ -1154,7 +1221,12 @@ impl Store {
     ///
     /// [`Error::Id`] for a consumer name that breaks the tenant rules.
     pub fn inbox<'s>(&'s self, consumer: &'s str) -> Result<Inbox<'s>, Error> {
-        Inbox::new(&self.writer, &self.cache, &self.config, consumer)
+        Inbox::new(
+            &self.shared.writer,
+            &self.shared.cache,
+            &self.shared.config,
+            consumer,
+        )
     }
 
     /// The outbox of this store's sender, with the settings its retries follow.
@@ -1163,7 +1235,7 @@ impl Store {
     ///
     /// [`LedgerConfigError`] for settings that cannot work.
     pub fn outbox(&self, config: LedgerConfig) -> Result<Outbox<'_>, LedgerConfigError> {
-        Outbox::new(&self.writer, config)
+        Outbox::new(&self.shared.writer, config)
     }
 }
 
@@ -1225,23 +1297,29 @@ mod tests {
                 settle(&store, &id, fp);
                 let batches = || store.commit_counts().batches;
 
-                store.cache.remove([key.as_slice()]);
-                store.committer.pretend_batching(None);
+                store.shared.cache.remove([key.as_slice()]);
+                store.shared.committer.pretend_batching(None);
                 let before = batches();
                 replay(&store, &id, fp, grouped);
                 let joined = mode == ConcurrencyMode::MultiWriter;
                 assert_eq!(batches() - before, u64::from(joined), "{context}");
-                assert!(store.cache.live(&key).is_some(), "{context}: not kept");
+                assert!(
+                    store.shared.cache.live(&key).is_some(),
+                    "{context}: not kept"
+                );
 
                 // Kept: the next retry needs no batch.
-                store.committer.pretend_batching(None);
+                store.shared.committer.pretend_batching(None);
                 let before = batches();
                 replay(&store, &id, fp, grouped);
                 assert_eq!(batches(), before, "{context}");
 
                 // A batch that has run too long: the snapshot answers.
-                store.cache.remove([key.as_slice()]);
-                store.committer.pretend_batching(Some(2 * BATCHING_FOR));
+                store.shared.cache.remove([key.as_slice()]);
+                store
+                    .shared
+                    .committer
+                    .pretend_batching(Some(2 * BATCHING_FOR));
                 let before = batches();
                 replay(&store, &id, fp, grouped);
                 assert_eq!(batches(), before, "{context}");
@@ -1271,8 +1349,8 @@ mod tests {
             .unwrap();
         assert!(matches!(used, Consumed::Admitted(Executed::Ran { .. })));
         let later = Timestamp(t0 + 25 * HOUR);
-        store.cache.remove([id.to_key_bytes().as_slice()]);
-        store.committer.pretend_batching(None);
+        store.shared.cache.remove([id.to_key_bytes().as_slice()]);
+        store.shared.committer.pretend_batching(None);
         let again = store.consume(&id, fp, later).unwrap();
         assert!(
             matches!(again, Consumed::Admitted(Decision::Forgotten { .. })),
@@ -1291,7 +1369,10 @@ mod tests {
         let settled = RecordId::new("t", "o", "settled").unwrap();
         let fp = Fingerprint::of_bytes(b"x");
         settle(&store, &settled, fp);
-        store.cache.remove([settled.to_key_bytes().as_slice()]);
+        store
+            .shared
+            .cache
+            .remove([settled.to_key_bytes().as_slice()]);
         let inner = Arc::clone(&store);
         let ran = store
             .execute_grouped(
@@ -1321,7 +1402,7 @@ mod tests {
         settle(&store, &id, fp);
         let stored = store.get(&id).unwrap().unwrap();
         // With the database taken exclusively, only the cache can answer.
-        let db = store.writer.exclusive().unwrap();
+        let db = store.shared.writer.exclusive().unwrap();
         let (send, answered) = mpsc::channel();
         thread::scope(|scope| {
             scope.spawn(|| {
@@ -1338,7 +1419,7 @@ mod tests {
                 fp,
                 stored.generation,
                 Timestamp(2),
-                &store.config,
+                &store.shared.config,
             );
             assert_eq!(replay, expected.decision);
             assert!(matches!(replay, Decision::Replay { .. }));
@@ -1358,7 +1439,7 @@ mod tests {
             .collect();
         for id in &ids {
             settle(&store, id, Fingerprint::of_bytes(id.key().as_bytes()));
-            assert!(store.cache.len() <= 8);
+            assert!(store.shared.cache.len() <= 8);
         }
         for id in ids.iter().rev() {
             let fp = Fingerprint::of_bytes(id.key().as_bytes());
@@ -1366,14 +1447,14 @@ mod tests {
                 store.begin(id, fp, Timestamp(2)).unwrap(),
                 Decision::Replay { .. }
             ));
-            assert!(store.cache.len() <= 8);
+            assert!(store.shared.cache.len() <= 8);
         }
-        assert_eq!(store.cache.len(), 8);
+        assert_eq!(store.shared.cache.len(), 8);
         let off = Store::builder()
             .replay_cache(0)
             .open(dir.path().join("off.redb"))
             .unwrap();
         settle(&off, &ids[0], Fingerprint::of_bytes(b"k0"));
-        assert_eq!(off.cache.len(), 0);
+        assert_eq!(off.shared.cache.len(), 0);
     }
 }

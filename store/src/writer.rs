@@ -259,12 +259,6 @@ impl Writer {
         )
     }
 
-    /// The database, when the caller has the store to itself (`&mut Store`).
-    pub(crate) fn handle_mut(&mut self) -> &mut Handle {
-        self.snapshot.drop_kept();
-        self.db.get_mut().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Whether the calling thread is inside this store's write transaction (running
     /// the work of an execute): a write it asks for would wait for itself.
     pub(crate) fn writing_here(&self) -> bool {

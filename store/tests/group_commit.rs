@@ -825,3 +825,91 @@ fn a_store_write_from_inside_the_work_is_refused_not_waited_for() {
     );
     assert_eq!(total, 2);
 }
+
+/// A waker that records that it was woken.
+struct Woken(std::sync::atomic::AtomicBool);
+
+impl std::task::Wake for Woken {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Waits, at most 10 s, until `done` holds.
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within 10 s");
+        thread::yield_now();
+    }
+}
+
+#[test]
+fn a_begin_dropped_while_it_waits_gives_its_claim_back() {
+    use idem_store::Receiver;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    for point in [
+        "before its batch commits",
+        "after its answer arrived",
+        "never",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let key = id("t", "o", "k");
+        let woken = Arc::new(Woken(false.into()));
+        let waker = Waker::from(Arc::clone(&woken));
+        let mut context = Context::from_waker(&waker);
+        let plugged = (point == "before its batch commits").then(|| plug(&store));
+        let mut begin = Box::pin(Receiver::begin(&*store, &key, fp("a"), NOW));
+        // One poll queues the input; its batch runs on the store's driver thread.
+        assert!(begin.as_mut().poll(&mut context).is_pending(), "{point}");
+        let commits = match point {
+            "before its batch commits" => {
+                drop(begin);
+                let (release, plug) = plugged.unwrap();
+                release.send(()).unwrap();
+                plug.join().unwrap();
+                // The plug, the claim, the claim given back.
+                3
+            }
+            "after its answer arrived" => {
+                wait_for("the answer", || {
+                    woken.0.load(std::sync::atomic::Ordering::SeqCst)
+                });
+                drop(begin);
+                2
+            }
+            _ => {
+                wait_for("the answer", || {
+                    woken.0.load(std::sync::atomic::Ordering::SeqCst)
+                });
+                let Poll::Ready(Ok(Decision::Claimed { .. })) = begin.as_mut().poll(&mut context)
+                else {
+                    panic!("{point}: not claimed");
+                };
+                1
+            }
+        };
+        wait_for(point, || store.commit_counts().commits >= commits);
+        let record = store.get(&key).unwrap();
+        if point == "never" {
+            // The caller received its claim and owns it.
+            assert_eq!(record.map(|r| r.state()), Some(State::Pending), "{point}");
+        } else {
+            assert_eq!(record, None, "{point}: the claim nobody received stayed");
+            assert!(
+                matches!(
+                    store.begin(&key, fp("a"), NOW).unwrap(),
+                    Decision::Claimed { .. }
+                ),
+                "{point}: a retry claims the key"
+            );
+        }
+        assert_eq!(
+            store.commit_counts().commits,
+            commits + u64::from(point != "never")
+        );
+    }
+}

@@ -193,14 +193,29 @@ async fn first_request_runs_retries_replay_another_body_conflicts() {
 #[tokio::test]
 async fn a_retry_past_the_retention_is_gone_and_does_not_run() {
     let h = Harness::with_retention(50);
-    let mut service = h.service(settings(), 201);
+    // The layer's clock, moved by the test instead of waiting for time to pass.
+    let time = Arc::new(std::sync::atomic::AtomicU64::new(1_700_000_000_000));
+    let clock = {
+        let time = Arc::clone(&time);
+        Arc::new(move || idem_store::Timestamp(time.load(Ordering::SeqCst)))
+    };
+    let mut service = h.service(
+        Settings {
+            clock,
+            ..settings()
+        },
+        201,
+    );
     let first = send(&mut service, post(Some(KEY), r#"{"item":"tea"}"#)).await;
     assert_eq!(first.status, 201);
-    tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+    let later = time.fetch_add(120, Ordering::SeqCst) + 120;
     // Swept or not, the outcome is past its retention: only the tombstone answers.
     for sweep in [false, true] {
         if sweep {
-            let report = h.store.sweep(idem_store::now(), 100, false).unwrap();
+            let report = h
+                .store
+                .sweep(idem_store::Timestamp(later), 100, false)
+                .unwrap();
             assert_eq!(report.tombstoned, 1, "{report:?}");
         }
         let late = send(&mut service, post(Some(KEY), r#"{"item":"tea"}"#)).await;
@@ -408,4 +423,98 @@ async fn concurrent_requests_under_one_key_run_once() {
     let replay = send(&mut late, post(Some(KEY), "{}")).await;
     assert_eq!((replay.status, replay.body.as_str()), (201, "done"));
     assert_eq!(h.executions(), 1);
+}
+
+/// A waker that records that it was woken.
+struct Woken(std::sync::atomic::AtomicBool);
+
+impl std::task::Wake for Woken {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_request_dropped_at_any_point_leaves_its_key_released_or_forwarded() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    use std::time::{Duration, Instant};
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // The handler's task is spawned on this runtime; the test polls the request itself.
+    let _entered = runtime.enter();
+    let h = Harness::new();
+    let service = h.service(settings(), 201);
+    let mut reached_the_end = false;
+    let mut keys = Vec::new();
+    // A client hangs up after its request was polled `polls` times: right after a poll
+    // (its input queued, the commit not yet done), or once its waker was woken (the
+    // answer there, not yet read).
+    for polls in 1..40 {
+        for at_once in [true, false] {
+            let key = format!("hang-{polls}-{at_once}");
+            let woken = Arc::new(Woken(false.into()));
+            let waker = Waker::from(Arc::clone(&woken));
+            let mut context = Context::from_waker(&waker);
+            let mut call = Box::pin(
+                service
+                    .clone()
+                    .oneshot(post(Some(&format!("\"{key}\"")), r#"{"item":"tea"}"#)),
+            );
+            for poll in 1..=polls {
+                woken.0.store(false, Ordering::SeqCst);
+                if call.as_mut().poll(&mut context).is_ready() {
+                    reached_the_end = true;
+                    break;
+                }
+                if poll == polls && at_once {
+                    break;
+                }
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !woken.0.load(Ordering::SeqCst) {
+                    assert!(Instant::now() < deadline, "{key}: never woken");
+                    std::thread::yield_now();
+                }
+            }
+            drop(call);
+            keys.push(key);
+        }
+        if reached_the_end {
+            break;
+        }
+    }
+    assert!(
+        reached_the_end,
+        "every request was dropped before it was answered"
+    );
+    // Every key ends released (the handler did not run) or settled; none stays Pending.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let states: Vec<Option<State>> = loop {
+        let states: Vec<Option<State>> = keys.iter().map(|key| h.record(key)).collect();
+        if !states.contains(&Some(State::Pending)) {
+            break states;
+        }
+        assert!(Instant::now() < deadline, "stranded: {keys:?} {states:?}");
+        std::thread::yield_now();
+    };
+    let settled = states
+        .iter()
+        .filter(|state| **state == Some(State::Succeeded))
+        .count();
+    assert!(
+        states
+            .iter()
+            .all(|state| matches!(state, None | Some(State::Succeeded))),
+        "{states:?}"
+    );
+    assert_eq!(
+        h.executions(),
+        settled,
+        "a handler ran without its answer kept"
+    );
+    assert!(states.contains(&None), "no hang-up came before the claim");
 }

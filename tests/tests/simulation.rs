@@ -29,7 +29,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use idem_tests::sim::{self, Backend, Durable, Failure, FaultStats, InMemory, Report, SimConfig};
+mod sim;
+
+use sim::{Backend, Durable, Failure, FaultStats, InMemory, Report, SimConfig};
 
 /// Seeds of the default run on idem-store: about a minute on two cores in a debug build.
 const DEFAULT_SEEDS: u64 = 12;

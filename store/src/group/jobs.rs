@@ -2,8 +2,11 @@
 //! keeps its answer until the batch is durable, then hands it to its waiting caller.
 
 use std::any::Any;
+use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::thread::{self, Thread};
 
 use idem_core::{Config, Fingerprint, Outcome, Record, Timestamp, Verdict, Write};
@@ -35,8 +38,9 @@ pub(super) trait Job: Send {
     /// `tables`, and keeps its answer for delivery. Catches panics of the input, which
     /// then fails alone.
     fn run(&mut self, config: &Config, txn: &WriteTransaction, tables: &mut Tables<'_>) -> Ran;
-    /// The thread waiting for this job's answer.
-    fn caller(&self) -> &Thread;
+    /// The thread waiting for this job's answer, which may lead the next batch; `None`
+    /// for a task or for nobody, whose batches the store's driver thread leads.
+    fn leader(&self) -> Option<&Thread>;
     /// The batch failed as a whole: the answer becomes `error`.
     fn fail(&mut self, error: Error);
     /// Hands the answer to the caller.
@@ -45,7 +49,62 @@ pub(super) trait Job: Send {
 
 /// The answer a caller waits for: its value, or the panic of its input.
 type Answer<R> = thread::Result<R>;
-pub(super) type Slot<R> = Arc<Mutex<Option<Answer<R>>>>;
+
+/// What is done with an answer whose caller stopped waiting for it (a dropped
+/// [`Answering`]): a claim nobody received is given back.
+pub(crate) type Orphan<R> = Box<dyn FnOnce(R) + Send>;
+
+/// Where a job's answer goes, shared by its [`Reply`] and its caller.
+pub(super) struct Slot<R> {
+    state: Mutex<SlotState<R>>,
+}
+
+struct SlotState<R> {
+    answer: Option<Answer<R>>,
+    // The task to wake when the answer arrives.
+    waker: Option<Waker>,
+    // The caller is gone: the answer goes to `orphan`, or is dropped.
+    gone: bool,
+    orphan: Option<Orphan<R>>,
+}
+
+impl<R> Slot<R> {
+    /// A slot for a caller that waits; `orphan` takes the answer if it stops waiting.
+    pub(super) fn new(orphan: Option<Orphan<R>>) -> Arc<Slot<R>> {
+        Arc::new(Slot {
+            state: Mutex::new(SlotState {
+                answer: None,
+                waker: None,
+                gone: false,
+                orphan,
+            }),
+        })
+    }
+
+    /// A slot whose answer nobody waits for.
+    pub(super) fn detached() -> Arc<Slot<R>> {
+        let slot = Slot::new(None);
+        slot.state().gone = true;
+        slot
+    }
+
+    fn state(&self) -> MutexGuard<'_, SlotState<R>> {
+        // Nothing panics while holding the lock; a poisoned slot is still consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The answer, if it has arrived.
+    pub(super) fn take(&self) -> Option<Answer<R>> {
+        self.state().answer.take()
+    }
+}
+
+/// Hands an answer nobody will read to the orphan handler, outside the slot's lock.
+fn orphaned<R>(orphan: Option<Orphan<R>>, answer: Answer<R>) {
+    if let (Some(orphan), Ok(answer)) = (orphan, answer) {
+        orphan(answer);
+    }
+}
 
 /// A job's answer until delivery. Dropped undelivered (the leader panicked), it hands
 /// the caller a panic instead: the batch's outcome is unknown. Either way the caller
@@ -53,18 +112,29 @@ pub(super) type Slot<R> = Arc<Mutex<Option<Answer<R>>>>;
 pub(super) struct Reply<R> {
     answer: Option<Answer<R>>,
     delivered: bool,
-    slot: Slot<R>,
-    caller: Thread,
+    slot: Arc<Slot<R>>,
+    // The waiting thread, which may lead; `None` for a task or nobody.
+    thread: Option<Thread>,
 }
 
 impl<R> Reply<R> {
     /// A reply to the current thread, through `slot`.
-    pub(super) fn new(slot: Slot<R>) -> Reply<R> {
+    pub(super) fn to_thread(slot: Arc<Slot<R>>) -> Reply<R> {
         Reply {
             answer: None,
             delivered: false,
             slot,
-            caller: thread::current(),
+            thread: Some(thread::current()),
+        }
+    }
+
+    /// A reply to whoever awaits `slot` (an [`Answering`]), or to nobody.
+    pub(super) fn to_task(slot: Arc<Slot<R>>) -> Reply<R> {
+        Reply {
+            answer: None,
+            delivered: false,
+            slot,
+            thread: None,
         }
     }
 
@@ -83,8 +153,73 @@ impl<R> Drop for Reply<R> {
             (true, Some(answer)) => answer,
             _ => Err(Box::new(ABANDONED) as Box<dyn Any + Send>),
         };
-        *self.slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
-        self.caller.unpark();
+        let mut state = self.slot.state();
+        if state.gone {
+            let orphan = state.orphan.take();
+            drop(state);
+            orphaned(orphan, answer);
+            return;
+        }
+        state.answer = Some(answer);
+        let waker = state.waker.take();
+        drop(state);
+        if let Some(thread) = &self.thread {
+            thread.unpark();
+        }
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// The answer of a job queued by a task: ready once its batch is durable. Dropped
+/// before that, the answer goes to the slot's orphan handler when it comes.
+pub(crate) struct Answering<R> {
+    slot: Arc<Slot<R>>,
+    done: bool,
+}
+
+impl<R> Answering<R> {
+    pub(super) fn new(slot: Arc<Slot<R>>) -> Answering<R> {
+        Answering { slot, done: false }
+    }
+}
+
+impl<R> Future for Answering<R> {
+    type Output = R;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<R> {
+        let mut state = self.slot.state();
+        match state.answer.take() {
+            Some(answer) => {
+                drop(state);
+                self.done = true;
+                Poll::Ready(answer.unwrap_or_else(|panicked| panic::resume_unwind(panicked)))
+            }
+            None => {
+                match &mut state.waker {
+                    Some(waker) => waker.clone_from(cx.waker()),
+                    None => state.waker = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<R> Drop for Answering<R> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut state = self.slot.state();
+        state.gone = true;
+        state.waker = None;
+        if let Some(answer) = state.answer.take() {
+            let orphan = state.orphan.take();
+            drop(state);
+            orphaned(orphan, answer);
+        }
     }
 }
 
@@ -142,8 +277,8 @@ impl<R: Send + 'static, S: Step<R>> Job for Input<R, S> {
         ran
     }
 
-    fn caller(&self) -> &Thread {
-        &self.reply.caller
+    fn leader(&self) -> Option<&Thread> {
+        self.reply.thread.as_ref()
     }
 
     fn fail(&mut self, error: Error) {
@@ -203,8 +338,8 @@ where
         ran
     }
 
-    fn caller(&self) -> &Thread {
-        &self.reply.caller
+    fn leader(&self) -> Option<&Thread> {
+        self.reply.thread.as_ref()
     }
 
     fn fail(&mut self, error: Error) {
@@ -222,18 +357,18 @@ mod tests {
 
     #[test]
     fn an_undelivered_reply_answers_with_a_panic() {
-        let slot: Slot<u8> = Arc::default();
-        let mut reply = Reply::new(Arc::clone(&slot));
+        let slot: Arc<Slot<u8>> = Slot::new(None);
+        let mut reply = Reply::to_thread(Arc::clone(&slot));
         reply.set(Ok(7));
         drop(reply); // the leader unwound before the commit
-        let answer = slot.lock().unwrap().take().unwrap();
+        let answer = slot.take().unwrap();
         assert_eq!(
             answer.unwrap_err().downcast_ref::<&str>().copied(),
             Some(ABANDONED)
         );
-        let mut reply = Reply::new(Arc::clone(&slot));
+        let mut reply = Reply::to_thread(Arc::clone(&slot));
         reply.set(Ok(8));
         reply.deliver();
-        assert_eq!(slot.lock().unwrap().take().unwrap().unwrap(), 8);
+        assert_eq!(slot.take().unwrap().unwrap(), 8);
     }
 }

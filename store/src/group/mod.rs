@@ -1,8 +1,8 @@
 //! Group commit: the inputs of concurrent callers share one write transaction, and so
 //! one fsync, and each caller is answered only after that commit.
 //!
-//! There is no committer thread. A caller puts its input (a [`Job`]) in the store's
-//! queue; if no batch is running, it becomes the leader: it takes every input waiting
+//! A thread that calls the store puts its input (a [`Job`]) in the store's queue; if no
+//! batch is running, it becomes the leader: it takes every input waiting
 //! (at most [`MAX_BATCH`]), runs them one after the other in one write transaction,
 //! commits once, and then hands every caller of the batch its answer. Callers who
 //! arrive meanwhile queue up, and one of them leads the next batch: as soon as the
@@ -10,6 +10,15 @@
 //! (a system call each: at 64 callers, as much of the leader's time as running their
 //! inputs, in a profile on a 2-core machine). With one caller this is one input per
 //! transaction, as before, plus a lock and two small allocations.
+//!
+//! A task (an HTTP request on tokio) cannot lead: a batch blocks on its fsync, and a
+//! task must not block its runtime's thread. Its input goes in the same queue, and the
+//! task waits for its answer as a future ([`Answering`]) that holds no thread. Batches
+//! whose front input is a task's are led by the store's driver, one thread per store,
+//! started with the first such input and stopped when the store is dropped, after it
+//! has run what is queued. A task that stops waiting (its future dropped: a client that
+//! hung up) still has its input run; its answer goes to the orphan handler given with
+//! it, so that a claim nobody received is given back.
 //!
 //! Inputs run in queue order, so two inputs for the same key in one batch see each
 //! other's writes, as they would in two transactions. One input's failure never fails
@@ -32,8 +41,8 @@ use std::collections::VecDeque;
 use std::io;
 use std::panic;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
-use std::thread;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 use idem_core::{Config, Fingerprint, Outcome, RecordId, Timestamp, Verdict};
@@ -46,7 +55,7 @@ use crate::writer::Writer;
 
 mod jobs;
 
-pub(crate) use jobs::Step;
+pub(crate) use jobs::{Answering, Orphan, Step};
 use jobs::{ExecutedReading, Execution, Input, Job, Ran, Reply, Slot};
 
 /// The most inputs one group transaction takes; the others wait for the next one, so
@@ -95,12 +104,14 @@ pub struct CommitCounts {
 
 /// The queue of inputs and who leads the running batch; one per store.
 ///
-/// Waiting callers park; a leader, once its commit has returned, wakes the caller at
-/// the front of the queue to lead the next batch, and then exactly the callers it
-/// answered.
+/// Waiting threads park, waiting tasks hold an [`Answering`]; a leader, once its commit
+/// has returned, wakes the thread at the front of the queue (or the driver, for a
+/// task's input) to lead the next batch, and then exactly the callers it answered.
 #[derive(Default)]
 pub(crate) struct Committer {
     queue: Mutex<Queue>,
+    // The driver thread, once started; joined when the store is dropped.
+    driver: Mutex<Option<JoinHandle<()>>>,
     // When the running batch's leader took the lead (`micros_now`); 0 while no batch
     // runs. Read without the lock ([`Committer::is_batching`]).
     batch_started: AtomicU64,
@@ -115,15 +126,30 @@ struct Queue {
     leading: bool,
     // Inputs the last batch took: how many callers may be coming back.
     last_batch: usize,
+    // The driver thread, which leads batches for tasks; `None` until the first one.
+    driver: Option<Thread>,
+    // The store is being dropped: the driver runs what is queued, then ends.
+    stopping: bool,
 }
 
 impl Queue {
-    /// Wakes the caller at the front, if any, to lead the next batch.
+    /// Wakes the caller at the front, if any, to lead the next batch: its thread, or
+    /// the driver for a task's input.
     fn wake_next_leader(&self) {
         if let Some(next) = self.waiting.front() {
-            next.caller().unpark();
+            match (next.leader(), &self.driver) {
+                (Some(thread), _) | (None, Some(thread)) => thread.unpark(),
+                // Only a task's input has no thread, and it started the driver.
+                (None, None) => {}
+            }
         }
     }
+}
+
+/// What the driver thread leads batches on: the store's committer, writer and config.
+pub(crate) trait Batches: Send + Sync + 'static {
+    /// The parts a batch runs with.
+    fn parts(&self) -> (&Committer, &Writer, &Config);
 }
 
 impl Committer {
@@ -266,6 +292,48 @@ impl Committer {
         })
     }
 
+    /// [`Committer::input`] for a task: the answer as a future that holds no thread
+    /// while the batch runs; `orphan` takes an answer whose future was dropped.
+    pub(crate) fn input_async<R: Send + 'static, B: Batches>(
+        &self,
+        batches: &Arc<B>,
+        id: &RecordId,
+        now: Timestamp,
+        step: impl Step<R>,
+        orphan: Option<Orphan<Result<R, Error>>>,
+    ) -> Result<Answering<Result<R, Error>>, Error> {
+        let (_, writer, _) = batches.parts();
+        if writer.writing_here() {
+            return Err(Error::Reentrant);
+        }
+        Ok(self.submit_async(batches, orphan, |reply| {
+            Box::new(Input {
+                id_key: id.to_key_bytes(),
+                now,
+                step,
+                reply,
+            })
+        }))
+    }
+
+    /// Queues one protocol input that nobody waits for (a claim given back by a guard
+    /// dropped outside a runtime's reach): the driver runs it in the next batch.
+    pub(crate) fn input_detached<R: Send + 'static, B: Batches>(
+        &self,
+        batches: &Arc<B>,
+        id_key: Vec<u8>,
+        now: Timestamp,
+        step: impl Step<R>,
+    ) {
+        let job = Box::new(Input {
+            id_key,
+            now,
+            step,
+            reply: Reply::to_task(Slot::detached()),
+        });
+        self.queue_for_driver(batches, job);
+    }
+
     /// Queues a job and waits for its answer, leading batches while no one else does.
     fn submit<R: 'static>(
         &self,
@@ -273,12 +341,12 @@ impl Committer {
         config: &Config,
         job: impl FnOnce(Reply<R>) -> Box<dyn Job>,
     ) -> R {
-        let slot: Slot<R> = Arc::default();
-        let job = job(Reply::new(Arc::clone(&slot)));
+        let slot = Slot::new(None);
+        let job = job(Reply::to_thread(Arc::clone(&slot)));
         let mut queue = self.queue();
         queue.waiting.push_back(job);
         loop {
-            if let Some(answer) = slot.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            if let Some(answer) = slot.take() {
                 return answer.unwrap_or_else(|panicked| panic::resume_unwind(panicked));
             }
             // With the queue empty, this caller's input is in a batch whose leader will
@@ -291,22 +359,100 @@ impl Committer {
                 queue = self.queue();
                 continue;
             }
-            queue.leading = true;
-            self.batch_started.store(micros_now(), Ordering::Relaxed);
-            queue = self.gather(queue);
-            let take = queue.waiting.len().min(MAX_BATCH);
-            queue.last_batch = take;
-            let batch: Vec<Box<dyn Job>> = queue.waiting.drain(..take).collect();
-            drop(queue);
-            let turn = Leading(self);
-            let answered = self.lead(writer, config, batch);
-            // The batch is durable (or failed): the next one may start while its callers
-            // are woken, one system call each.
-            drop(turn);
-            for job in answered {
-                job.deliver();
+            queue = self.lead_next(writer, config, queue);
+        }
+    }
+
+    /// Queues a task's job and returns its answer as a future; the driver of `batches`
+    /// leads its batch unless a thread already does. With `orphan`, an answer whose
+    /// future was dropped goes there; without, it is dropped.
+    fn submit_async<R: 'static, B: Batches>(
+        &self,
+        batches: &Arc<B>,
+        orphan: Option<Orphan<R>>,
+        job: impl FnOnce(Reply<R>) -> Box<dyn Job>,
+    ) -> Answering<R> {
+        let slot = Slot::new(orphan);
+        self.queue_for_driver(batches, job(Reply::to_task(Arc::clone(&slot))));
+        Answering::new(slot)
+    }
+
+    /// Queues `job` and makes sure a leader will take it: a running batch's leader
+    /// hands on to the next when it is done; with none running, the driver is woken
+    /// (started, the first time).
+    fn queue_for_driver<B: Batches>(&self, batches: &Arc<B>, job: Box<dyn Job>) {
+        let mut queue = self.queue();
+        queue.waiting.push_back(job);
+        if queue.driver.is_none() {
+            let weak = Arc::downgrade(batches);
+            let spawned = thread::Builder::new()
+                .name("idem-store-commit".into())
+                .spawn(move || drive(&weak));
+            match spawned {
+                Ok(handle) => {
+                    queue.driver = Some(handle.thread().clone());
+                    *self.driver.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+                }
+                // Without a thread to lead, the task's input fails alone.
+                Err(e) => {
+                    if let Some(mut job) = queue.waiting.pop_back() {
+                        drop(queue);
+                        job.fail(Error::Storage(redb::Error::Io(e)));
+                        job.deliver();
+                    }
+                    return;
+                }
             }
-            queue = self.queue();
+        }
+        if !queue.leading {
+            queue.wake_next_leader();
+        }
+    }
+
+    /// Leads the next batch: takes the waiting inputs, runs and commits them with the
+    /// queue unlocked, hands the lead on, and answers their callers. Returns the queue
+    /// locked again.
+    fn lead_next<'q>(
+        &'q self,
+        writer: &Writer,
+        config: &Config,
+        mut queue: MutexGuard<'q, Queue>,
+    ) -> MutexGuard<'q, Queue> {
+        queue.leading = true;
+        self.batch_started.store(micros_now(), Ordering::Relaxed);
+        queue = self.gather(queue);
+        let take = queue.waiting.len().min(MAX_BATCH);
+        queue.last_batch = take;
+        let batch: Vec<Box<dyn Job>> = queue.waiting.drain(..take).collect();
+        drop(queue);
+        let turn = Leading(self);
+        let answered = self.lead(writer, config, batch);
+        // The batch is durable (or failed): the next one may start while its callers
+        // are woken, one system call each for threads.
+        drop(turn);
+        for job in answered {
+            job.deliver();
+        }
+        self.queue()
+    }
+
+    /// Stops the driver, if one was started, once it has run every queued input, and
+    /// waits for it to end. Called when the store is dropped.
+    pub(crate) fn stop_driver(&self) {
+        let mut queue = self.queue();
+        queue.stopping = true;
+        if let Some(driver) = &queue.driver {
+            driver.unpark();
+        }
+        drop(queue);
+        let handle = self
+            .driver
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(handle) = handle {
+            // A panic of the driver was a panic of a batch, answered to its callers.
+            let _ = handle.join();
         }
     }
 
@@ -363,6 +509,25 @@ impl Committer {
         }
         batch.extend(failed);
         batch
+    }
+}
+
+/// The driver thread: leads the batches whose front input is a task's, until the store
+/// is dropped and nothing is queued.
+fn drive<B: Batches>(batches: &Weak<B>) {
+    loop {
+        thread::park();
+        let Some(batches) = batches.upgrade() else {
+            return;
+        };
+        let (committer, writer, config) = batches.parts();
+        let mut queue = committer.queue();
+        while !queue.leading && !queue.waiting.is_empty() {
+            queue = committer.lead_next(writer, config, queue);
+        }
+        if queue.stopping && queue.waiting.is_empty() && !queue.leading {
+            return;
+        }
     }
 }
 

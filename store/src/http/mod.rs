@@ -19,7 +19,7 @@
 //!    is asked: nothing is stored) and computes the fingerprint (method, path, body as
 //!    canonical JSON for a JSON content type or bytes otherwise, and
 //!    [`Settings::fingerprint_headers`]);
-//! 4. asks [`Store::begin`]. A replay, a request in progress (409), a conflict (422)
+//! 4. asks the store's [`Receiver::begin`]. A replay, a request in progress (409), a conflict (422)
 //!    an unknown outcome (503) and a forgotten one (410, past its retention: only the
 //!    tombstone is kept) are answered by the layer; a claim runs the service.
 //!
@@ -35,6 +35,9 @@
 //! hangs up does not cancel it: the handler finishes, its answer is stored, and the
 //! client's retry gets the replay. Cancelling it on a client's hang-up would leave the
 //! key Unknown every time a client times out, which is the very case keys exist for.
+//! A client that hangs up while its begin waits for its commit leaves nothing claimed:
+//! a receiver gives back a claim whose begin was dropped ([`Receiver`]'s cancellation
+//! rule), so a retry claims the key again.
 //!
 //! The key is left Unknown only when the handler may have acted:
 //!
@@ -51,9 +54,10 @@
 //!
 //! # Group commit
 //!
-//! Every store call of the layer (begin, complete, release, mark unknown) goes
-//! through the store's group commit, so concurrent requests share fsyncs; store
-//! calls run on tokio's blocking pool.
+//! The layer works on any [`Receiver`]. On the redb [`Store`], every call of the layer
+//! (begin, complete, release, mark unknown) goes through the store's group commit, so
+//! concurrent requests share fsyncs, and a request waiting for its commit holds no
+//! thread: its future is woken when its batch is durable.
 
 mod service;
 
@@ -62,12 +66,13 @@ use std::sync::Arc;
 
 use http::request::Parts;
 use http::{HeaderName, Method};
+use idem_core::Timestamp;
 pub use idem_core::http::{AnswerConfig, ReplayStatus, key_field_value};
 use tower_layer::Layer;
 
 pub use service::{Idempotency, RequestBody, ResponseBody};
 
-use crate::Store;
+use crate::{Receiver, Store};
 
 /// What the layer does with the key of a claimed request, when the service knows
 /// better than its status: put it in the response's extensions.
@@ -109,6 +114,9 @@ pub type TenantFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 /// A function of the request head that names the operation.
 pub type OperationFn = Arc<dyn Fn(&Parts) -> String + Send + Sync>;
 
+/// The layer's clock: the time each store call is made at.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
 /// How the layer reads requests and keeps answers. [`Settings::default`] is the
 /// documented default of each field.
 #[derive(Clone)]
@@ -134,6 +142,9 @@ pub struct Settings {
     pub kept_headers: Vec<HeaderName>,
     /// The replay status and the 503's `Retry-After`.
     pub answers: AnswerConfig,
+    /// The time of every store call and of `Retry-After`. Default the system clock
+    /// ([`crate::now`]); a test gives its own.
+    pub clock: Clock,
 }
 
 impl Default for Settings {
@@ -155,6 +166,7 @@ impl Default for Settings {
             ]
             .into(),
             answers: AnswerConfig::default(),
+            clock: Arc::new(crate::now),
         }
     }
 }
@@ -180,17 +192,27 @@ pub fn method_and_path(parts: &Parts) -> String {
     format!("{} {}", parts.method, parts.uri.path())
 }
 
-/// The tower layer: wraps a service in [`Idempotency`].
-#[derive(Clone, Debug)]
-pub struct IdempotencyLayer {
-    store: Arc<Store>,
+/// The tower layer: wraps a service in [`Idempotency`], on the receiver `R` (the redb
+/// [`Store`] by default).
+#[derive(Debug)]
+pub struct IdempotencyLayer<R = Store> {
+    store: Arc<R>,
     settings: Arc<Settings>,
 }
 
-impl IdempotencyLayer {
+impl<R> Clone for IdempotencyLayer<R> {
+    fn clone(&self) -> IdempotencyLayer<R> {
+        IdempotencyLayer {
+            store: Arc::clone(&self.store),
+            settings: Arc::clone(&self.settings),
+        }
+    }
+}
+
+impl<R: Receiver> IdempotencyLayer<R> {
     /// A layer on `store` with `settings`.
     #[must_use]
-    pub fn new(store: Arc<Store>, settings: Settings) -> IdempotencyLayer {
+    pub fn new(store: Arc<R>, settings: Settings) -> IdempotencyLayer<R> {
         IdempotencyLayer {
             store,
             settings: Arc::new(settings),
@@ -198,10 +220,10 @@ impl IdempotencyLayer {
     }
 }
 
-impl<S> Layer<S> for IdempotencyLayer {
-    type Service = Idempotency<S>;
+impl<S, R: Receiver> Layer<S> for IdempotencyLayer<R> {
+    type Service = Idempotency<S, R>;
 
-    fn layer(&self, inner: S) -> Idempotency<S> {
+    fn layer(&self, inner: S) -> Idempotency<S, R> {
         Idempotency::new(inner, Arc::clone(&self.store), Arc::clone(&self.settings))
     }
 }

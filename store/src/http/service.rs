@@ -19,7 +19,7 @@ use tower_service::Service;
 use super::{Settings, Settle, Tenant};
 use idem_core::Field;
 
-use crate::{Decision, Generation, RecordId, Store, Verdict, now};
+use crate::{Decision, Generation, GiveUp, Receiver, RecordId, Store, Verdict};
 
 /// What the wrapped service receives: a keyed request's body, buffered
 /// ([`Either::Left`]), or a body passed through untouched ([`Either::Right`]).
@@ -32,15 +32,25 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 
 /// A service with idempotency keys in front of it; made by
 /// [`super::IdempotencyLayer`].
-#[derive(Clone, Debug)]
-pub struct Idempotency<S> {
+#[derive(Debug)]
+pub struct Idempotency<S, R = Store> {
     inner: S,
-    store: Arc<Store>,
+    store: Arc<R>,
     settings: Arc<Settings>,
 }
 
-impl<S> Idempotency<S> {
-    pub(super) fn new(inner: S, store: Arc<Store>, settings: Arc<Settings>) -> Idempotency<S> {
+impl<S: Clone, R> Clone for Idempotency<S, R> {
+    fn clone(&self) -> Idempotency<S, R> {
+        Idempotency {
+            inner: self.inner.clone(),
+            store: Arc::clone(&self.store),
+            settings: Arc::clone(&self.settings),
+        }
+    }
+}
+
+impl<S, R> Idempotency<S, R> {
+    pub(super) fn new(inner: S, store: Arc<R>, settings: Arc<Settings>) -> Idempotency<S, R> {
         Idempotency {
             inner,
             store,
@@ -49,8 +59,9 @@ impl<S> Idempotency<S> {
     }
 }
 
-impl<S, B, RB> Service<Request<B>> for Idempotency<S>
+impl<S, R, B, RB> Service<Request<B>> for Idempotency<S, R>
 where
+    R: Receiver,
     S: Service<Request<RequestBody<B>>, Response = Response<RB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
@@ -80,19 +91,20 @@ where
 
 /// What a keyed request became before the service runs: answered by the layer, passed
 /// through, or claimed.
-enum Admitted<B> {
+enum Admitted<B, R: Receiver> {
     Answer(Answer),
     PassThrough(Request<B>),
-    Claimed(Claim, Request<RequestBody<B>>),
+    Claimed(Claim<R>, Request<RequestBody<B>>),
 }
 
-async fn serve<S, B, RB>(
+async fn serve<S, R, B, RB>(
     inner: S,
-    store: Arc<Store>,
+    store: Arc<R>,
     settings: Arc<Settings>,
     request: Request<B>,
 ) -> Result<Response<ResponseBody<RB>>, S::Error>
 where
+    R: Receiver,
     S: Service<Request<RequestBody<B>>, Response = Response<RB>> + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
@@ -114,7 +126,11 @@ where
 
 /// Everything before the service runs: key, tenant, operation, body, fingerprint,
 /// begin.
-async fn admit<B>(store: &Arc<Store>, settings: &Settings, request: Request<B>) -> Admitted<B>
+async fn admit<B, R: Receiver>(
+    store: &Arc<R>,
+    settings: &Settings,
+    request: Request<B>,
+) -> Admitted<B, R>
 where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -178,20 +194,17 @@ where
         Ok(fingerprint) => fingerprint,
         Err(e) => return Admitted::Answer(Problem::body_malformed(&e).answer()),
     };
-    let begun = {
-        let store = Arc::clone(store);
-        let id = id.clone();
-        blocking(move || store.begin(&id, fingerprint, now())).await
-    };
-    let decision = match begun {
-        Some(Ok(decision)) => decision,
-        Some(Err(e)) => return Admitted::Answer(store_failed(&e).answer()),
-        None => return Admitted::Answer(store_failed(&"the store call was cancelled").answer()),
+    // Dropped while it waits (the client hung up), the begin gives back what it
+    // claimed; once it is answered, the claim's guard is made before the next await.
+    let decision = match store.begin(&id, fingerprint, (settings.clock)()).await {
+        Ok(decision) => decision,
+        Err(e) => return Admitted::Answer(store_failed(&e).answer()),
     };
     match decision {
         Decision::Claimed { generation, .. } => {
             let claim = Claim {
                 store: Arc::clone(store),
+                clock: Arc::clone(&settings.clock),
                 id,
                 generation,
                 started: false,
@@ -201,7 +214,7 @@ where
             Admitted::Claimed(claim, request)
         }
         other => Admitted::Answer(
-            answer(&other, now(), &settings.answers)
+            answer(&other, (settings.clock)(), &settings.answers)
                 .unwrap_or_else(|| store_failed(&"a claim without a handler").answer()),
         ),
     }
@@ -209,9 +222,9 @@ where
 
 /// Runs the service for a claimed request in a task of its own and settles the key
 /// from its answer (see the module docs for why a task, and what is Unknown).
-async fn run<S, B, RB>(
+async fn run<S, R, B, RB>(
     mut inner: S,
-    mut claim: Claim,
+    mut claim: Claim<R>,
     settings: &Settings,
     request: Request<RequestBody<B>>,
 ) -> Result<Response<ResponseBody<RB>>, S::Error>
@@ -223,11 +236,12 @@ where
     B::Error: Into<BoxError>,
     RB: Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
+    R: Receiver,
 {
     let kept = settings.kept_headers.clone();
     let task = tokio::spawn(async move {
         claim.started = true;
-        let response = match inner.call(request).await {
+        let response = match claim.unless_panic(inner.call(request)).await {
             Ok(response) => response,
             Err(e) => {
                 claim.settle(Settle::Unknown).await;
@@ -235,7 +249,9 @@ where
             }
         };
         let (parts, body) = response.into_parts();
-        let collected = body.collect().await.map_err(Into::<BoxError>::into);
+        let collected = claim
+            .unless_panic(async { body.collect().await.map_err(Into::<BoxError>::into) })
+            .await;
         let body = match collected {
             Ok(collected) => collected.to_bytes(),
             Err(e) => {
@@ -287,9 +303,11 @@ where
 
 /// A claimed key that must be settled. Dropped unsettled (a panic, a task dropped by a
 /// runtime shutting down), it marks the key Unknown if the handler was started and
-/// releases it if not.
-struct Claim {
-    store: Arc<Store>,
+/// releases it if not, in the background ([`Receiver::give_up`]): a drop never waits
+/// for a commit.
+struct Claim<R: Receiver> {
+    store: Arc<R>,
+    clock: super::Clock,
     id: RecordId,
     generation: Generation,
     /// The handler's task was polled: from here on it may have acted.
@@ -297,64 +315,73 @@ struct Claim {
     settled: bool,
 }
 
-impl Claim {
+impl<R: Receiver> Claim<R> {
     async fn settle(&mut self, settle: Settle) {
         self.settled = true;
-        let (store, id, generation) = (Arc::clone(&self.store), self.id.clone(), self.generation);
+        let (store, id, generation, now) = (&self.store, &self.id, self.generation, (self.clock)());
         // An error leaves the claim Pending; after its lease a retry finds it Unknown.
-        let _ = blocking(move || settle_now(&store, &id, generation, settle)).await;
+        let _ = match settle {
+            Settle::Release => store.release(id, generation, now).await,
+            Settle::Unknown => store.mark_unknown(id, generation, now).await.map(drop),
+        };
     }
 
     async fn complete(&mut self, stored: StoredResponse) {
+        let outcome = stored.to_outcome();
+        if outcome.body.len() > self.store.config().max_outcome_bytes {
+            // The handler acted and its answer cannot be kept.
+            return self.settle(Settle::Unknown).await;
+        }
         self.settled = true;
-        let (store, id, generation) = (Arc::clone(&self.store), self.id.clone(), self.generation);
-        let _ = blocking(move || {
-            let outcome = stored.to_outcome();
-            if outcome.body.len() > store.config().max_outcome_bytes {
-                // The handler acted and its answer cannot be kept.
-                return settle_now(&store, &id, generation, Settle::Unknown);
+        let verdict = if (200..300).contains(&stored.status) {
+            Verdict::Succeeded
+        } else {
+            Verdict::Failed
+        };
+        let now = (self.clock)();
+        let _ = self
+            .store
+            .complete(&self.id, self.generation, verdict, outcome, now)
+            .await;
+    }
+}
+
+impl<R: Receiver> Claim<R> {
+    /// Runs `work` of the handler; if it panics, marks the key Unknown and waits for
+    /// that to be durable before the panic goes on, so that the caller's 500 means the
+    /// key is Unknown already.
+    async fn unless_panic<F: Future>(&mut self, work: F) -> F::Output {
+        let mut work = std::pin::pin!(work);
+        let caught = std::future::poll_fn(|cx| {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.as_mut().poll(cx)))
+            {
+                Ok(Poll::Pending) => Poll::Pending,
+                Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+                Err(panicked) => Poll::Ready(Err(panicked)),
             }
-            let verdict = if (200..300).contains(&stored.status) {
-                Verdict::Succeeded
-            } else {
-                Verdict::Failed
-            };
-            store
-                .complete(&id, generation, verdict, outcome, now())
-                .map(drop)
         })
         .await;
+        let panicked = match caught {
+            Ok(output) => return output,
+            Err(panicked) => panicked,
+        };
+        self.settle(Settle::Unknown).await;
+        std::panic::resume_unwind(panicked)
     }
 }
 
-impl Drop for Claim {
+impl<R: Receiver> Drop for Claim<R> {
     fn drop(&mut self) {
         if !self.settled {
-            let settle = if self.started {
-                Settle::Unknown
+            let how = if self.started {
+                GiveUp::MarkUnknown
             } else {
-                Settle::Release
+                GiveUp::Release
             };
-            let _ = settle_now(&self.store, &self.id, self.generation, settle);
+            self.store
+                .give_up(&self.id, self.generation, how, (self.clock)());
         }
     }
-}
-
-fn settle_now(
-    store: &Store,
-    id: &RecordId,
-    generation: Generation,
-    settle: Settle,
-) -> Result<(), crate::Error> {
-    match settle {
-        Settle::Release => store.release(id, generation, now()),
-        Settle::Unknown => store.mark_unknown(id, generation, now()).map(drop),
-    }
-}
-
-/// Runs a store call on tokio's blocking pool; `None` if it could not finish.
-async fn blocking<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    tokio::task::spawn_blocking(call).await.ok()
 }
 
 fn tenant(source: &Tenant, parts: &Parts) -> Option<String> {

@@ -6,7 +6,7 @@ use super::rng::SimRng;
 
 /// How bad the network is in one run.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NetworkConfig {
+pub(crate) struct NetworkConfig {
     /// Probability that a message is lost.
     pub drop: f64,
     /// Probability that a message that is not lost arrives twice.
@@ -18,7 +18,7 @@ pub struct NetworkConfig {
 
 /// Which way a message goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
+pub(crate) enum Direction {
     /// A request, sender to receiver.
     Request,
     /// A reply, receiver to sender.
@@ -27,7 +27,7 @@ pub enum Direction {
 
 /// What a partition cuts between one sender and the receiver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cut {
+pub(crate) enum Cut {
     /// Nothing: the link works.
     None,
     /// Requests and replies are lost.
@@ -51,7 +51,7 @@ impl Cut {
 
 /// What the network did, for the run's report.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NetworkStats {
+pub(crate) struct NetworkStats {
     /// Messages handed to the network.
     pub sent: u64,
     /// Lost at random.
@@ -64,7 +64,7 @@ pub struct NetworkStats {
 
 /// The links of every sender to the receiver.
 #[derive(Debug)]
-pub struct Network {
+pub(crate) struct Network {
     config: NetworkConfig,
     cuts: Vec<Cut>,
     /// What happened so far.
@@ -74,7 +74,7 @@ pub struct Network {
 impl Network {
     /// A network for `senders` senders, every link working.
     #[must_use]
-    pub fn new(config: NetworkConfig, senders: usize) -> Network {
+    pub(crate) fn new(config: NetworkConfig, senders: usize) -> Network {
         Network {
             config,
             cuts: vec![Cut::None; senders],
@@ -84,7 +84,12 @@ impl Network {
 
     /// Sends one message between `sender` and the receiver: returns the delay of each
     /// copy that will arrive (none when it is lost, two when duplicated).
-    pub fn transmit(&mut self, rng: &mut SimRng, sender: usize, direction: Direction) -> Vec<u64> {
+    pub(crate) fn transmit(
+        &mut self,
+        rng: &mut SimRng,
+        sender: usize,
+        direction: Direction,
+    ) -> Vec<u64> {
         self.stats.sent += 1;
         if self.cuts[sender].blocks(direction) {
             self.stats.cut += 1;
@@ -117,14 +122,8 @@ impl Network {
     }
 
     /// Cuts the link of `sender` as `cut` says (replacing an earlier cut).
-    pub fn partition(&mut self, sender: usize, cut: Cut) {
+    pub(crate) fn partition(&mut self, sender: usize, cut: Cut) {
         self.cuts[sender] = cut;
-    }
-
-    /// The current cut of `sender`'s link.
-    #[must_use]
-    pub fn cut_of(&self, sender: usize) -> Cut {
-        self.cuts[sender]
     }
 }
 

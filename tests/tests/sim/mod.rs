@@ -27,32 +27,32 @@
 //!
 //! Everything random comes from the seed: the same seed replays the same run.
 
-pub mod business;
+pub(crate) mod business;
 mod events;
-pub mod faults;
-pub mod history;
-pub mod network;
+pub(crate) mod faults;
+pub(crate) mod history;
+pub(crate) mod network;
 mod oracle;
-pub mod receiver;
-pub mod rng;
-pub mod sender;
+pub(crate) mod receiver;
+pub(crate) mod rng;
+pub(crate) mod sender;
 mod server;
-pub mod store_outbox;
-pub mod store_receiver;
+pub(crate) mod store_outbox;
+pub(crate) mod store_receiver;
 mod world;
 
 use std::fmt;
 
 use idem_core::{Config, LeaseExpiry, LedgerConfig};
 
-pub use faults::{FaultConfig, FaultStats};
-pub use history::Violation;
-pub use network::{NetworkConfig, NetworkStats};
-pub use oracle::Tally;
+pub(crate) use faults::{FaultConfig, FaultStats};
+pub(crate) use history::Violation;
+pub(crate) use network::{NetworkConfig, NetworkStats};
+pub(crate) use oracle::Tally;
 use receiver::{MemoryStore, Receiver};
 use rng::SimRng;
 use sender::{MemoryOutbox, Outbox};
-pub use store_outbox::Durable;
+pub(crate) use store_outbox::Durable;
 use world::{START, World};
 
 const MINUTE: u64 = 60_000;
@@ -60,7 +60,7 @@ const HOUR: u64 = 60 * MINUTE;
 
 /// Everything that shapes one run.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SimConfig {
+pub(crate) struct SimConfig {
     /// How many senders.
     pub senders: usize,
     /// Sales each sender takes (each becomes an intent unless its write fails).
@@ -94,7 +94,7 @@ impl SimConfig {
     /// The default run for `seed`: a day and a half of sales on three to five
     /// terminals, every fault on, network quality and fault rates drawn from the seed.
     #[must_use]
-    pub fn for_seed(seed: u64) -> SimConfig {
+    pub(crate) fn for_seed(seed: u64) -> SimConfig {
         let mut knobs = SimRng::new(seed ^ 0x0c0f_1a65);
         let receiver = Config {
             lease_ms: 30_000,
@@ -160,7 +160,7 @@ impl SimConfig {
     /// same late retry (see [`SimConfig::with_tombstones`]), and this run shows the guard
     /// alone.
     #[must_use]
-    pub fn deadline_scenario(seed: u64, guarded: bool) -> SimConfig {
+    pub(crate) fn deadline_scenario(seed: u64, guarded: bool) -> SimConfig {
         let mut config = SimConfig::for_seed(seed);
         config.receiver.tombstone_retention_ms = 0;
         config.senders = 2;
@@ -197,7 +197,7 @@ impl SimConfig {
     /// The receiver keeps no tombstones here, as in [`SimConfig::deadline_scenario`], so
     /// that the run shows the floor alone.
     #[must_use]
-    pub fn clock_reset_scenario(seed: u64, floored: bool) -> SimConfig {
+    pub(crate) fn clock_reset_scenario(seed: u64, floored: bool) -> SimConfig {
         let mut config = SimConfig::for_seed(seed);
         config.receiver.tombstone_retention_ms = 0;
         config.senders = 3;
@@ -218,14 +218,14 @@ impl SimConfig {
     /// that arrives after the outcome was swept is answered 410 Gone and does not run;
     /// its sender's intent expires, to be reconciled.
     #[must_use]
-    pub fn with_tombstones(mut self) -> SimConfig {
+    pub(crate) fn with_tombstones(mut self) -> SimConfig {
         self.receiver.tombstone_retention_ms = Config::default().tombstone_retention_ms;
         self
     }
 
     /// The mean time between two sales of one sender.
     #[must_use]
-    pub fn sale_gap_ms(&self) -> u64 {
+    pub(crate) fn sale_gap_ms(&self) -> u64 {
         self.window_ms / u64::try_from(self.sales_per_sender.max(1)).unwrap_or(u64::MAX)
     }
 
@@ -235,7 +235,7 @@ impl SimConfig {
     /// # Errors
     ///
     /// What is wrong, in words.
-    pub fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         self.ledger.validate().map_err(|e| e.to_string())?;
         self.receiver.validate().map_err(|e| e.to_string())?;
         let kept = self
@@ -265,7 +265,7 @@ impl SimConfig {
 }
 
 /// Makes the senders' and the receiver's storage for a run.
-pub trait Backend {
+pub(crate) trait Backend {
     /// The senders' outbox.
     type Sender: Outbox;
     /// The receiver's store.
@@ -279,7 +279,7 @@ pub trait Backend {
 
 /// idem-core's in-memory ledger and receiver: fast, for many seeds.
 #[derive(Debug, Default)]
-pub struct InMemory;
+pub(crate) struct InMemory;
 
 impl Backend for InMemory {
     type Sender = MemoryOutbox;
@@ -304,7 +304,7 @@ impl Backend for InMemory {
 
 /// What happened in a run, as counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Traffic {
+pub(crate) struct Traffic {
     /// Intents created (sales committed).
     pub intents: u64,
     /// Sales lost because their sender was down.
@@ -337,7 +337,7 @@ pub struct Traffic {
 
 /// A run that kept every promise.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Report {
+pub(crate) struct Report {
     /// Its seed.
     pub seed: u64,
     /// Traffic counts.
@@ -382,7 +382,7 @@ impl fmt::Display for Report {
 
 /// A run that broke a promise.
 #[derive(Debug, Clone)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// Its seed.
     pub seed: u64,
     /// What broke.
@@ -428,7 +428,7 @@ impl fmt::Display for Failure {
 /// When `config` fails [`SimConfig::validate`] with its deadline guard and clock floor
 /// on: such a run could fail without a bug. (A run with a safeguard off is there to
 /// show what breaks without it.)
-pub fn run<B: Backend>(
+pub(crate) fn run<B: Backend>(
     seed: u64,
     config: &SimConfig,
     backend: &mut B,

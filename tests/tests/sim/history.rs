@@ -11,7 +11,7 @@ use super::faults::Fault;
 
 /// One broken promise.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
+pub(crate) struct Violation {
     /// The oracle check that failed.
     pub check: &'static str,
     /// The intent concerned (`tenant/key`), if one.
@@ -31,7 +31,7 @@ impl fmt::Display for Violation {
 
 /// One line of an intent's log.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Note {
+pub(crate) enum Note {
     /// The sale and its intent were created.
     Created,
     /// The sender sent this attempt.
@@ -58,7 +58,7 @@ pub enum Note {
 
 /// The running record of a simulation.
 #[derive(Debug, Default)]
-pub struct History {
+pub(crate) struct History {
     first_reply: HashMap<String, (u16, Vec<u8>)>,
     last_generation: Generation,
     violations: Vec<Violation>,
@@ -69,7 +69,7 @@ pub struct History {
 
 /// Formats a true time as days and clock time since the start of the run.
 #[must_use]
-pub fn since_start(at: u64, start: u64) -> String {
+pub(crate) fn since_start(at: u64, start: u64) -> String {
     let ms = at.saturating_sub(start);
     let (s, ms) = (ms / 1000, ms % 1000);
     format!(
@@ -83,17 +83,17 @@ pub fn since_start(at: u64, start: u64) -> String {
 
 impl History {
     /// Adds a line to the log of `key`.
-    pub fn note(&mut self, key: &str, at: u64, note: Note) {
+    pub(crate) fn note(&mut self, key: &str, at: u64, note: Note) {
         self.log.entry(key.to_owned()).or_default().push((at, note));
     }
 
     /// A fault struck.
-    pub fn fault(&mut self, at: u64, fault: &Fault) {
+    pub(crate) fn fault(&mut self, at: u64, fault: &Fault) {
         self.faults.push((at, fault.clone()));
     }
 
     /// The receiver answers `reply` for `key`: a definitive answer must equal the first.
-    pub fn answered(&mut self, key: &str, at: u64, reply: &Reply) {
+    pub(crate) fn answered(&mut self, key: &str, at: u64, reply: &Reply) {
         self.note(key, at, Note::Answered(reply.status));
         // 410 Gone is no replay: the outcome is past retention, only its tombstone kept.
         let class = ReplyClass::of(reply.status);
@@ -119,7 +119,7 @@ impl History {
     }
 
     /// The receiver claimed a key: generations strictly increase across restarts.
-    pub fn claimed(&mut self, key: &str, at: u64, generation: Generation) {
+    pub(crate) fn claimed(&mut self, key: &str, at: u64, generation: Generation) {
         self.note(key, at, Note::Claimed(generation));
         if generation <= self.last_generation {
             let detail = format!(
@@ -131,14 +131,8 @@ impl History {
         self.last_generation = self.last_generation.max(generation);
     }
 
-    /// The first definitive answer the receiver gave for `key`, if any.
-    #[must_use]
-    pub fn first_answer(&self, key: &str) -> Option<&(u16, Vec<u8>)> {
-        self.first_reply.get(key)
-    }
-
     /// Records a broken promise; a check broken again for the same key is not repeated.
-    pub fn violate(&mut self, check: &'static str, key: Option<&str>, detail: String) {
+    pub(crate) fn violate(&mut self, check: &'static str, key: Option<&str>, detail: String) {
         if let Some(key) = key {
             if !self.reported.insert((check, key.to_owned())) {
                 return;
@@ -153,13 +147,13 @@ impl History {
 
     /// Every broken promise so far.
     #[must_use]
-    pub fn violations(&self) -> &[Violation] {
+    pub(crate) fn violations(&self) -> &[Violation] {
         &self.violations
     }
 
     /// The log of `key`, one line per note, times since `start`.
     #[must_use]
-    pub fn log_of(&self, key: &str, start: u64) -> String {
+    pub(crate) fn log_of(&self, key: &str, start: u64) -> String {
         let mut out = String::new();
         for (at, note) in self.log.get(key).map_or(&[][..], Vec::as_slice) {
             out.push_str(&format!("    {} {note:?}\n", since_start(*at, start)));
@@ -169,7 +163,7 @@ impl History {
 
     /// Every fault, one line each, times since `start`.
     #[must_use]
-    pub fn faults_log(&self, start: u64) -> String {
+    pub(crate) fn faults_log(&self, start: u64) -> String {
         let mut out = String::new();
         for (at, fault) in &self.faults {
             out.push_str(&format!("    {} {fault:?}\n", since_start(*at, start)));

@@ -7,34 +7,34 @@ use idem_core::ledger::BackoffRng;
 /// The bits come from the ledger's own SplitMix64 ([`BackoffRng`]); this type adds the
 /// distributions the simulation draws from.
 #[derive(Debug, Clone)]
-pub struct SimRng {
+pub(crate) struct SimRng {
     bits: BackoffRng,
 }
 
 impl SimRng {
     /// A generator starting from `seed`.
     #[must_use]
-    pub fn new(seed: u64) -> SimRng {
+    pub(crate) fn new(seed: u64) -> SimRng {
         SimRng {
             bits: BackoffRng::new(seed ^ 0x5eed_1de3_0000_0000),
         }
     }
 
     /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.bits.next_u64()
     }
 
     /// An independent generator for one part of the world, so that adding draws in one
     /// part does not shift every other part's sequence.
-    pub fn fork(&mut self) -> SimRng {
+    pub(crate) fn fork(&mut self) -> SimRng {
         SimRng {
             bits: BackoffRng::new(self.next_u64()),
         }
     }
 
     /// Uniform in `[lo, hi]`, both included.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
         if hi <= lo {
             return lo;
         }
@@ -42,7 +42,7 @@ impl SimRng {
     }
 
     /// Uniform in `[0, n)`; 0 when `n` is 0.
-    pub fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         if n == 0 {
             return 0;
         }
@@ -51,19 +51,19 @@ impl SimRng {
     }
 
     /// A uniform float in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         // 53 random bits fit an f64 mantissa exactly: the values are equally spaced.
         let bits = (self.next_u64() >> 11) as f64;
         bits / (1u64 << 53) as f64
     }
 
     /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
+    pub(crate) fn chance(&mut self, p: f64) -> bool {
         self.unit() < p
     }
 
     /// An exponentially distributed wait with the given mean, in ms (at least 1).
-    pub fn exponential(&mut self, mean_ms: u64) -> u64 {
+    pub(crate) fn exponential(&mut self, mean_ms: u64) -> u64 {
         let mean = mean_ms as f64;
         let wait = -mean * (1.0 - self.unit()).ln();
         // The wait is ≥ 0 and capped far below u64::MAX, so the cast is exact enough.
@@ -72,7 +72,7 @@ impl SimRng {
     }
 
     /// 16 random bytes, for the random part of a new key.
-    pub fn bytes16(&mut self) -> [u8; 16] {
+    pub(crate) fn bytes16(&mut self) -> [u8; 16] {
         let mut out = [0u8; 16];
         out[..8].copy_from_slice(&self.next_u64().to_le_bytes());
         out[8..].copy_from_slice(&self.next_u64().to_le_bytes());

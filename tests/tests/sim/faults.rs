@@ -27,7 +27,7 @@ use super::world::World;
 /// How often each fault strikes. Intervals are means of exponential waits; 0 turns a
 /// fault off.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FaultConfig {
+pub(crate) struct FaultConfig {
     /// Mean time between crashes of one sender.
     pub sender_crash_every_ms: u64,
     /// A crashed sender stays down up to this long.
@@ -87,7 +87,7 @@ impl FaultConfig {
     /// `clock_reset_for_ms.1`: behind by those two more. Without it, behind by the whole
     /// reset.
     #[must_use]
-    pub fn margin_needed_ms(&self, max_delay_ms: u64, clock_floor: bool) -> u64 {
+    pub(crate) fn margin_needed_ms(&self, max_delay_ms: u64, clock_floor: bool) -> u64 {
         let reset = if self.clock_reset_every_ms == 0 {
             0
         } else if clock_floor {
@@ -101,7 +101,7 @@ impl FaultConfig {
 
 /// One injected fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// A sender process dies; what it had not committed is lost.
     SenderCrash {
         /// Which.
@@ -164,7 +164,7 @@ pub enum Fault {
 
 /// How many faults of each kind struck.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FaultStats {
+pub(crate) struct FaultStats {
     /// Sender crashes.
     pub sender_crashes: u64,
     /// Of those, long outages.
@@ -198,7 +198,7 @@ pub struct FaultStats {
 
 impl FaultStats {
     /// Adds `other`'s counts to these.
-    pub fn add(&mut self, other: &FaultStats) {
+    pub(crate) fn add(&mut self, other: &FaultStats) {
         self.sender_crashes += other.sender_crashes;
         self.long_outages += other.long_outages;
         self.receiver_crashes += other.receiver_crashes;
@@ -217,7 +217,7 @@ impl FaultStats {
 
     /// Every fault counted once.
     #[must_use]
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.sender_crashes
             + self.receiver_crashes
             + self.clock_jumps_back
@@ -231,7 +231,7 @@ impl FaultStats {
 }
 
 /// Draws the run's faults in `[start, start + window)` and schedules them.
-pub fn schedule(
+pub(crate) fn schedule(
     rng: &mut SimRng,
     config: &FaultConfig,
     senders: usize,
@@ -298,7 +298,7 @@ fn arrivals(rng: &mut SimRng, mean: u64, start: u64, end: u64) -> Vec<u64> {
 }
 
 /// A clock offset uniform in `[-skew, skew]`.
-pub fn offset_within(rng: &mut SimRng, skew: i64) -> i64 {
+pub(crate) fn offset_within(rng: &mut SimRng, skew: i64) -> i64 {
     let span = u64::try_from(skew).unwrap_or(0).saturating_mul(2);
     i64::try_from(rng.range(0, span)).unwrap_or(0) - skew
 }

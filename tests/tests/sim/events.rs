@@ -12,7 +12,7 @@ use super::faults::Fault;
 
 /// A request on the wire: one attempt of one intent.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     /// The sender's index.
     pub sender: usize,
     /// The sender's incarnation that sent it; its reply goes back to that one.
@@ -29,7 +29,7 @@ pub struct Request {
 
 /// A reply on the wire.
 #[derive(Debug, Clone)]
-pub struct Response {
+pub(crate) struct Response {
     /// The sender's index.
     pub sender: usize,
     /// The sender's incarnation the request came from.
@@ -42,7 +42,7 @@ pub struct Response {
 
 /// A two-phase execution in progress at the receiver.
 #[derive(Debug, Clone)]
-pub struct Job {
+pub(crate) struct Job {
     /// The request being executed.
     pub request: Request,
     /// Its record id.
@@ -55,7 +55,7 @@ pub struct Job {
 
 /// One thing that happens at one time.
 #[derive(Debug, Clone)]
-pub enum Event {
+pub(crate) enum Event {
     /// A customer buys at a sender: a sale and its intent.
     Sale {
         /// The sender.
@@ -139,7 +139,7 @@ impl Ord for Scheduled {
 
 /// Events by time, ties in scheduling order.
 #[derive(Default)]
-pub struct Queue {
+pub(crate) struct Queue {
     heap: BinaryHeap<Scheduled>,
     seq: u64,
     work: usize,
@@ -147,7 +147,7 @@ pub struct Queue {
 
 impl Queue {
     /// Schedules `event` at true time `at`.
-    pub fn push(&mut self, at: u64, event: Event) {
+    pub(crate) fn push(&mut self, at: u64, event: Event) {
         if !event.is_chore() {
             self.work += 1;
         }
@@ -160,7 +160,7 @@ impl Queue {
     }
 
     /// The earliest event and its time.
-    pub fn pop(&mut self) -> Option<(u64, Event)> {
+    pub(crate) fn pop(&mut self) -> Option<(u64, Event)> {
         let next = self.heap.pop()?;
         if !next.event.is_chore() {
             self.work -= 1;
@@ -170,7 +170,7 @@ impl Queue {
 
     /// True while an event other than a periodic chore is scheduled.
     #[must_use]
-    pub fn has_work(&self) -> bool {
+    pub(crate) fn has_work(&self) -> bool {
         self.work > 0
     }
 }

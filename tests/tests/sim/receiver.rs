@@ -18,25 +18,25 @@ use idem_core::{
 use super::business::{self, Execution};
 
 /// The operation executed with the store's atomic execute.
-pub const ATOMIC_OP: &str = "sale.forward";
+pub(crate) const ATOMIC_OP: &str = "sale.forward";
 /// The operation executed on the two-phase path, against an external provider.
-pub const TWO_PHASE_OP: &str = "card.charge";
+pub(crate) const TWO_PHASE_OP: &str = "card.charge";
 
 /// The business table row name of the intent behind `id`: `tenant/key`.
 #[must_use]
-pub fn effect_key(id: &RecordId) -> String {
+pub(crate) fn effect_key(id: &RecordId) -> String {
     intent_name(id.tenant(), id.key())
 }
 
 /// The name of the intent `key` of the sender `tenant`, in logs and business tables.
 #[must_use]
-pub fn intent_name(tenant: &str, key: &str) -> String {
+pub(crate) fn intent_name(tenant: &str, key: &str) -> String {
     format!("{tenant}/{key}")
 }
 
 /// What the atomic path did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Atomic {
+pub(crate) enum Atomic {
     /// Claimed, ran the effect and settled, in one transaction.
     Ran {
         /// Which run of the effect this was (1 the first time).
@@ -55,7 +55,7 @@ pub enum Atomic {
 }
 
 /// A receiver's storage: idem's records plus the business tables.
-pub trait Receiver {
+pub(crate) trait Receiver {
     /// Atomic execute of an [`ATOMIC_OP`] request: claim, run the effect, settle, in one
     /// transaction. With `fail_work` the work returns an error and nothing commits.
     fn execute(
@@ -115,7 +115,7 @@ pub trait Receiver {
 
 /// [`Receiver`] over [`MemoryReceiver`] and two maps.
 #[derive(Debug)]
-pub struct MemoryStore {
+pub(crate) struct MemoryStore {
     records: MemoryReceiver,
     shop: BTreeMap<String, Execution>,
     provider: BTreeMap<String, Execution>,
@@ -126,7 +126,7 @@ pub struct MemoryStore {
 impl MemoryStore {
     /// An empty receiver with `config`.
     #[must_use]
-    pub fn new(config: Config) -> MemoryStore {
+    pub(crate) fn new(config: Config) -> MemoryStore {
         MemoryStore {
             records: MemoryReceiver::new(config),
             shop: BTreeMap::new(),

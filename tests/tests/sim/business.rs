@@ -8,13 +8,13 @@
 use idem_core::{Outcome, Verdict};
 
 /// Status of a succeeded execution.
-pub const CREATED: i32 = 201;
+pub(crate) const CREATED: i32 = 201;
 /// Status of a declined one: a definitive failure, replayed like a success.
-pub const DECLINED: i32 = 402;
+pub(crate) const DECLINED: i32 = 402;
 
 /// The business table's row of one intent.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Execution {
+pub(crate) struct Execution {
     /// How many times the effect ran. Exactly-once means never more than 1.
     pub count: u32,
     /// The verdict of the first run.
@@ -26,7 +26,7 @@ pub struct Execution {
 /// Runs the effect of the intent `effect_key` with `payload` once more, after the runs
 /// in `previous`. Returns the row to store and this run's verdict and outcome.
 #[must_use]
-pub fn perform(
+pub(crate) fn perform(
     previous: Option<&Execution>,
     effect_key: &str,
     payload: &[u8],
@@ -58,7 +58,7 @@ impl Execution {
     /// Bytes for a business table: count (u32 big-endian), verdict byte, code (i32
     /// big-endian), body.
     #[must_use]
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(9 + self.outcome.body.len());
         out.extend_from_slice(&self.count.to_be_bytes());
         out.push(match self.verdict {
@@ -76,7 +76,7 @@ impl Execution {
     ///
     /// On bytes no encode made: the simulation wrote them itself, so that is a bug.
     #[must_use]
-    pub fn decode(bytes: &[u8]) -> Execution {
+    pub(crate) fn decode(bytes: &[u8]) -> Execution {
         assert!(bytes.len() >= 9, "business row of {} bytes", bytes.len());
         let count = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         let verdict = match bytes[4] {

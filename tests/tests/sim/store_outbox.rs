@@ -31,7 +31,7 @@ enum SaleError {
 
 /// One sender's store file.
 #[derive(Debug)]
-pub struct StoreOutbox {
+pub(crate) struct StoreOutbox {
     path: PathBuf,
     config: LedgerConfig,
     store: Option<Store>,
@@ -44,7 +44,7 @@ impl StoreOutbox {
     ///
     /// When the file cannot be opened: the simulation's own temporary file.
     #[must_use]
-    pub fn open(path: PathBuf, config: LedgerConfig) -> StoreOutbox {
+    pub(crate) fn open(path: PathBuf, config: LedgerConfig) -> StoreOutbox {
         let mut outbox = StoreOutbox {
             path,
             config,
@@ -174,7 +174,7 @@ impl Outbox for StoreOutbox {
 /// Every sender and the receiver on idem-store, in files under one temporary
 /// directory that is removed when the backend is dropped.
 #[derive(Debug)]
-pub struct Durable {
+pub(crate) struct Durable {
     dir: tempfile::TempDir,
 }
 
@@ -185,7 +185,7 @@ impl Durable {
     ///
     /// When the directory cannot be made.
     #[must_use]
-    pub fn new(base: Option<&Path>) -> Durable {
+    pub(crate) fn new(base: Option<&Path>) -> Durable {
         let dir = match base {
             Some(base) => tempfile::tempdir_in(base),
             None => tempfile::tempdir(),

@@ -35,7 +35,7 @@ enum Work {
 
 /// The receiver's store file and the provider's file.
 #[derive(Debug)]
-pub struct StoreReceiver {
+pub(crate) struct StoreReceiver {
     path: PathBuf,
     config: Config,
     clock_floor: bool,
@@ -51,7 +51,7 @@ impl StoreReceiver {
     ///
     /// When a file cannot be opened: the simulation's own temporary files.
     #[must_use]
-    pub fn open(
+    pub(crate) fn open(
         path: PathBuf,
         provider: PathBuf,
         config: Config,

@@ -23,7 +23,7 @@ use super::world::World;
 
 /// How the intents of a run ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// Completed: the effect ran and the sender has its outcome.
     pub completed: u64,
     /// Failed definitively (declined): the effect ran and said no.

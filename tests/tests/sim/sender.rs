@@ -12,7 +12,7 @@ use idem_core::ledger::Effect;
 use idem_core::{Attempt, Fingerprint, Intent, Ledger, LedgerConfig, Reply, Timestamp};
 
 /// A sender's storage: sales and the intents that forward them.
-pub trait Outbox {
+pub(crate) trait Outbox {
     /// Records a sale with `payload` and creates its intent in the same transaction.
     /// With `fail_sale` the sale's own write fails and neither exists. Returns the
     /// intent created.
@@ -58,7 +58,7 @@ pub trait Outbox {
 
 /// [`Outbox`] over [`Ledger`] and a map of sales.
 #[derive(Debug)]
-pub struct MemoryOutbox {
+pub(crate) struct MemoryOutbox {
     ledger: Ledger,
     sales: BTreeMap<String, Vec<u8>>,
     // What survives a crash: the ledger as of its last commit (every call commits).
@@ -72,7 +72,7 @@ impl MemoryOutbox {
     ///
     /// On a config the ledger refuses: the simulation's own settings.
     #[must_use]
-    pub fn new(config: LedgerConfig) -> MemoryOutbox {
+    pub(crate) fn new(config: LedgerConfig) -> MemoryOutbox {
         MemoryOutbox {
             ledger: Ledger::new(config).expect("simulation ledger config"),
             sales: BTreeMap::new(),

@@ -1,0 +1,353 @@
+//! The receiver seam: what the HTTP layer, `idem proxy`, the reconciler and the
+//! operator need of a store, as one trait an engine implements. The redb [`Store`]
+//! implements it here.
+//!
+//! The protocol is idem-core's ([`idem_core::protocol`]): an engine reads a record,
+//! hands it to the core and applies the write the core returns, in one transaction
+//! (or, on a server database, as a write conditioned on what it read). No engine
+//! decides a rule of its own.
+//!
+//! The inputs are futures: a caller on an async runtime waits for its commit without
+//! holding a thread. On the redb store, a protocol input joins the store's group
+//! commit and its future is woken once its batch is durable; the batch itself runs on
+//! the store's driver thread. The reads and the maintenance calls of the redb store
+//! (get, list, stats, sweep, reconcile, export, import) run on the thread that polls
+//! them: call those from a blocking context when their work is large.
+
+use std::future::Future;
+use std::io::{BufRead, Write};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use idem_core::protocol::{Decision, Resolution};
+use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
+
+use crate::error::{Error, ImportError, MaintainError};
+use crate::group::Orphan;
+use crate::maintain::{Stats, SweepReport};
+use crate::read::ListFilter;
+use crate::reconcile::{Check, ReconcileError, ReconcileReport};
+use crate::store::{Shared, Store};
+use crate::transfer::Transferred;
+use crate::two_phase;
+
+/// What becomes of a claim whose holder gives it up without settling it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveUp {
+    /// Nothing was executed: the claim is deleted and a retry may claim the key.
+    Release,
+    /// The holder may have acted and cannot tell: the key becomes Unknown.
+    MarkUnknown,
+}
+
+/// A store of idempotency records, as a receiver uses it: the protocol's inputs
+/// (DESIGN §2, `docs/design.md`), the reads, and the operator's maintenance.
+///
+/// Every time is the caller's `now`; an engine may keep a clock of its own that
+/// never goes backwards (the redb store's clock floor), and uses it as the protocol
+/// says. Errors are the store's [`Error`] family, so that a caller tells a refusal of
+/// the protocol ([`Error::Refused`]) from a failure of the engine on every engine.
+///
+/// # Cancellation
+///
+/// A future of an input may be dropped before it is answered (an HTTP client hung up).
+/// The input may still take effect; [`Receiver::begin`] then gives back a claim that
+/// nobody received (it is released, so a retry claims the key again), and the other
+/// inputs are settlements whose effect is the caller's intent anyway.
+pub trait Receiver: Send + Sync + 'static {
+    /// The protocol settings the engine applies.
+    fn config(&self) -> &Config;
+
+    /// A request with `fingerprint` arrives for `id`: claim it, or answer it (replay,
+    /// in progress, conflict, unknown, forgotten). On [`Decision::Claimed`] the Pending
+    /// record is durable before the future is ready.
+    fn begin(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send;
+
+    /// The holder of `generation` extends its lease.
+    fn heartbeat(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Record, Error>> + Send;
+
+    /// The holder of `generation` settles the key with `verdict` and `outcome`.
+    fn complete(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        verdict: Verdict,
+        outcome: Outcome,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Record, Error>> + Send;
+
+    /// The holder of `generation` did nothing: the claim is deleted.
+    fn release(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// The holder of `generation` cannot tell whether it acted: the key becomes
+    /// Unknown.
+    fn mark_unknown(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Record, Error>> + Send;
+
+    /// A reconciler settles an Unknown record; `None` for [`Resolution::NotExecuted`].
+    fn resolve(
+        &self,
+        id: &RecordId,
+        resolution: Resolution,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Option<Record>, Error>> + Send;
+
+    /// Gives up the claim of `generation` without waiting: the engine applies `how` in
+    /// the background. For a guard dropped where nothing can be awaited (a task torn
+    /// down by its runtime); a failure leaves the claim Pending, and a retry after its
+    /// lease finds it as the protocol says.
+    fn give_up(&self, id: &RecordId, generation: Generation, how: GiveUp, now: Timestamp);
+
+    /// The record of `id`, if there is one.
+    fn get(&self, id: &RecordId) -> impl Future<Output = Result<Option<Record>, Error>> + Send;
+
+    /// The records that match `filter`, in the order [`Store::list`] gives.
+    fn list(
+        &self,
+        filter: &ListFilter,
+    ) -> impl Future<Output = Result<Vec<(RecordId, Record)>, Error>> + Send;
+
+    /// Counts by state and ages, for alerting.
+    fn stats(&self, now: Timestamp) -> impl Future<Output = Result<Stats, MaintainError>> + Send;
+
+    /// Sweeps settled records past their retention, at most `limit`.
+    fn sweep(
+        &self,
+        now: Timestamp,
+        limit: usize,
+        dry_run: bool,
+    ) -> impl Future<Output = Result<SweepReport, Error>> + Send;
+
+    /// Shows Unknown records to `checker`, oldest first, and settles those it answers.
+    fn reconcile<E: Send>(
+        &self,
+        now: Timestamp,
+        limit: usize,
+        checker: impl FnMut(&RecordId, &Record) -> Result<Check, E> + Send,
+    ) -> impl Future<Output = Result<ReconcileReport, ReconcileError<E>>> + Send;
+
+    /// Writes every record as the export's JSON lines.
+    fn export(
+        &self,
+        out: &mut (dyn Write + Send),
+    ) -> impl Future<Output = Result<Transferred, MaintainError>> + Send;
+
+    /// Reads an export's JSON lines into the store.
+    fn import(
+        &self,
+        input: &mut (dyn BufRead + Send),
+    ) -> impl Future<Output = Result<Transferred, ImportError>> + Send;
+}
+
+impl Receiver for Store {
+    fn config(&self) -> &Config {
+        Store::config(self)
+    }
+
+    async fn begin(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Result<Decision, Error> {
+        let shared = self.shared();
+        shared.writer.ensure_writable("begin")?;
+        let id_key = id.to_key_bytes();
+        if let Some(decision) = self.answer_before_batch(&id_key, fingerprint, now)? {
+            return Ok(decision);
+        }
+        let epoch = shared.cache.epoch();
+        let step = two_phase::begin_reading(fingerprint);
+        let answered = shared
+            .committer
+            .input_async(shared, id, now, step, Some(give_back(shared, id, now)))?
+            .await?;
+        Ok(self.begun(&id_key, answered, epoch))
+    }
+
+    async fn heartbeat(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+    ) -> Result<Record, Error> {
+        let shared = self.shared();
+        shared.writer.ensure_writable("heartbeat")?;
+        let step = two_phase::heartbeat(generation);
+        shared
+            .committer
+            .input_async(shared, id, now, step, None)?
+            .await
+    }
+
+    async fn complete(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        verdict: Verdict,
+        outcome: Outcome,
+        now: Timestamp,
+    ) -> Result<Record, Error> {
+        let shared = self.shared();
+        shared.writer.ensure_writable("complete")?;
+        let epoch = shared.cache.epoch();
+        let step = two_phase::complete(generation, verdict, outcome);
+        let record = shared
+            .committer
+            .input_async(shared, id, now, step, None)?
+            .await?;
+        self.keep_settled(id, Some(&record), epoch);
+        Ok(record)
+    }
+
+    async fn release(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        let shared = self.shared();
+        shared.writer.ensure_writable("release")?;
+        let step = two_phase::release(generation);
+        shared
+            .committer
+            .input_async(shared, id, now, step, None)?
+            .await
+    }
+
+    async fn mark_unknown(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+    ) -> Result<Record, Error> {
+        let shared = self.shared();
+        shared.writer.ensure_writable("mark_unknown")?;
+        let step = two_phase::mark_unknown(generation);
+        shared
+            .committer
+            .input_async(shared, id, now, step, None)?
+            .await
+    }
+
+    async fn resolve(
+        &self,
+        id: &RecordId,
+        resolution: Resolution,
+        now: Timestamp,
+    ) -> Result<Option<Record>, Error> {
+        let shared = self.shared();
+        shared.writer.ensure_writable("resolve")?;
+        let epoch = shared.cache.epoch();
+        let step = two_phase::resolve(resolution);
+        let record = shared
+            .committer
+            .input_async(shared, id, now, step, None)?
+            .await?;
+        self.keep_settled(id, record.as_ref(), epoch);
+        Ok(record)
+    }
+
+    fn give_up(&self, id: &RecordId, generation: Generation, how: GiveUp, now: Timestamp) {
+        give_up_in_background(self.shared(), id.to_key_bytes(), generation, how, now);
+    }
+
+    async fn get(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+        Store::get(self, id)
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<(RecordId, Record)>, Error> {
+        let mut records = Vec::new();
+        Store::list(self, filter, |id, record| {
+            records.push((id, record));
+            ControlFlow::Continue(())
+        })?;
+        Ok(records)
+    }
+
+    async fn stats(&self, now: Timestamp) -> Result<Stats, MaintainError> {
+        Store::stats(self, now)
+    }
+
+    async fn sweep(
+        &self,
+        now: Timestamp,
+        limit: usize,
+        dry_run: bool,
+    ) -> Result<SweepReport, Error> {
+        Store::sweep(self, now, limit, dry_run)
+    }
+
+    async fn reconcile<E: Send>(
+        &self,
+        now: Timestamp,
+        limit: usize,
+        checker: impl FnMut(&RecordId, &Record) -> Result<Check, E> + Send,
+    ) -> Result<ReconcileReport, ReconcileError<E>> {
+        Store::reconcile(self, now, limit, checker)
+    }
+
+    async fn export(&self, out: &mut (dyn Write + Send)) -> Result<Transferred, MaintainError> {
+        Store::export(self, out)
+    }
+
+    async fn import(&self, input: &mut (dyn BufRead + Send)) -> Result<Transferred, ImportError> {
+        Store::import(self, input)
+    }
+}
+
+/// What a begin whose future was dropped does with its answer: a claim nobody received
+/// is released in the background, so that a retry claims the key again.
+fn give_back(
+    shared: &Arc<Shared>,
+    id: &RecordId,
+    now: Timestamp,
+) -> Orphan<Result<(Decision, Option<Record>), Error>> {
+    let shared = Arc::downgrade(shared);
+    let id_key = id.to_key_bytes();
+    Box::new(move |answered| {
+        if let (Ok((Decision::Claimed { generation, .. }, _)), Some(shared)) =
+            (answered, shared.upgrade())
+        {
+            give_up_in_background(&shared, id_key, generation, GiveUp::Release, now);
+        }
+    })
+}
+
+fn give_up_in_background(
+    shared: &Arc<Shared>,
+    id_key: Vec<u8>,
+    generation: Generation,
+    how: GiveUp,
+    now: Timestamp,
+) {
+    match how {
+        GiveUp::Release => {
+            let step = two_phase::release(generation);
+            shared.committer.input_detached(shared, id_key, now, step);
+        }
+        GiveUp::MarkUnknown => {
+            let step = two_phase::mark_unknown(generation);
+            shared.committer.input_detached(shared, id_key, now, step);
+        }
+    }
+}
