@@ -72,15 +72,21 @@ pub fn seed(test: &str) -> u64 {
     seed
 }
 
-/// Starts this test binary again, running only the ignored test `entry`, with `env`.
+/// Starts this test binary again, running only the ignored test `entry` of `module`
+/// (its `module_path!()`), with `env`.
 /// The child's report lines are those starting with `@@`; its stdin is a pipe, for
 /// [`tell`].
-pub fn spawn_child(entry: &str, env: &[(&str, String)]) -> Child {
+pub fn spawn_child(module: &str, entry: &str, env: &[(&str, String)]) -> Child {
+    // The test's name in its binary: its module path without the binary's own name.
+    let name = match module.split_once("::") {
+        Some((_, path)) => format!("{path}::{entry}"),
+        None => entry.to_owned(),
+    };
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args([
             "--exact",
-            entry,
+            &name,
             "--ignored",
             "--nocapture",
             "--test-threads=1",

@@ -11,14 +11,12 @@
 //! journal names the file it belongs to, so the copied journal's header is made to name
 //! the copy, as it names the file after a power cut in place (`adopt`).
 
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::disk::{IoKind, SimDisk, Survival};
-use common::{Rng, T0, fp, id};
+use crate::common::disk::{IoKind, SimDisk, Survival};
+use crate::common::{Rng, T0, fp, id};
 use idem_core::{Outcome, Timestamp, Verdict};
 use idem_store::redb::{ConcurrencyMode, ReadableDatabase, TableDefinition};
 use idem_store::{DEFAULT_JOURNAL_LIMIT, Executed, ListFilter, OpenError, Store};

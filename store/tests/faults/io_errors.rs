@@ -6,14 +6,12 @@
 //! A store with its journal runs on a pair of disks (the store's and the journal's),
 //! and the fault hits one of them.
 
-mod common;
-
 use std::convert::Infallible;
 use std::time::Instant;
 
-use common::disk::{IoKind, SimDisk, Survival};
-use common::workload::{self, Contents, START, Workload, contents, ledger};
-use common::{Rng, fp, id, seed};
+use crate::common::disk::{IoKind, SimDisk, Survival};
+use crate::common::workload::{self, Contents, START, Workload, contents, ledger};
+use crate::common::{Rng, fp, id, seed};
 use idem_core::protocol::Decision;
 use idem_store::redb::ConcurrencyMode;
 use idem_store::{

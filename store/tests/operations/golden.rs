@@ -13,12 +13,10 @@
 //! made them, each with the build of its schema (ignored; they refuse to overwrite the
 //! files).
 
-mod common;
-
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 
-use common::{fp, id};
+use crate::common::{fp, id};
 use idem_core::protocol::Decision;
 use idem_core::{
     Fingerprint, Generation, IntentState, LedgerConfig, Outcome, Record, Reply, State, Status,

@@ -2,12 +2,10 @@
 //! in every order, concurrent deductions with a version check, and one business value
 //! claimed under two keys.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::{T0, fp, id};
+use crate::common::{T0, fp, id};
 use idem_core::machine::{EntityDecision, Machine, MachineSpec};
 use idem_core::{Outcome, Timestamp, Verdict};
 use idem_store::redb::{ConcurrencyMode, Durability, TableDefinition, WriteTransaction};

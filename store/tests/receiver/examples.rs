@@ -1,7 +1,7 @@
 //! The example programs run as tests, so the code the README points to keeps working.
 
 #[allow(dead_code, unreachable_pub)] // its `main` is the example's own entry point
-#[path = "../examples/vouchers.rs"]
+#[path = "../../examples/vouchers.rs"]
 mod vouchers;
 
 #[test]
@@ -11,7 +11,7 @@ fn the_vouchers_example_runs() {
 
 #[cfg(feature = "http")]
 #[allow(dead_code, unreachable_pub)] // its `main` is the example's own entry point
-#[path = "../examples/axum.rs"]
+#[path = "../../examples/axum.rs"]
 mod axum_example;
 
 #[cfg(feature = "http")]

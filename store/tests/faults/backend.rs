@@ -2,12 +2,10 @@
 //! (`StoreBuilder::open_on_backend`): what differs from a file, and the settings it
 //! refuses.
 
-mod common;
-
 use std::convert::Infallible;
 
-use common::disk::SimDisk;
-use common::{T0, fp, id};
+use crate::common::disk::SimDisk;
+use crate::common::{T0, fp, id};
 use idem_core::protocol::Decision;
 use idem_core::{Outcome, Timestamp, Verdict};
 use idem_store::redb::backends::InMemoryBackend;

@@ -4,7 +4,7 @@
 //! `write_the_seed_corpus` made the seeds (ignored).
 
 #[allow(dead_code, unreachable_pub)] // the fuzz crate's public check, a private module here
-#[path = "../../fuzz/src/import.rs"]
+#[path = "../../../fuzz/src/import.rs"]
 mod import;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};

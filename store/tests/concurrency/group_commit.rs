@@ -5,8 +5,6 @@
 //! lock (an `execute` whose work waits), the inputs queue up meanwhile, and the lock is
 //! let go once they all wait (see [`wait_until_queued`]): the next leader takes them all.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::ops::ControlFlow;
@@ -16,7 +14,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::common::{
     Rng, T0, accounts, add_credit, expect_report, fp, id, report, reports, seed, spawn_child,
 };
 use idem_core::protocol::Decision;
@@ -677,6 +675,7 @@ fn sigkill_loses_no_acknowledged_group_commit() {
     let mut rolled_back = BTreeSet::new();
     for round in 0..KILLS {
         let mut child = spawn_child(
+            module_path!(),
             "group_crash_child",
             &[
                 ("IDEM_GROUP_DB", path.display().to_string()),

@@ -1,9 +1,7 @@
 //! The receiver protocol on a real redb file: every input of the two-phase path, the
 //! answers and the records they leave, and the generation counter across reopen.
 
-mod common;
-
-use common::{T0, fp, id};
+use crate::common::{T0, fp, id};
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{
     Config, Generation, LeaseExpiry, Outcome, Refusal, State, Status, Timestamp, Verdict,

@@ -3,13 +3,11 @@
 //! and off, including conflicts, expiry, sweep, clocks that disagree, and another
 //! handle's write lock.
 
-mod common;
-
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use common::{T0, fp, id};
+use crate::common::{T0, fp, id};
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Config, Outcome, Timestamp, Verdict};
 use idem_store::redb::ConcurrencyMode;

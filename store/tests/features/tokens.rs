@@ -2,12 +2,10 @@
 //! variants made impossible (check-then-delete, delete-then-fail), intents, sweep and
 //! bad input.
 
-mod common;
-
 use std::sync::Barrier;
 use std::thread;
 
-use common::{T0, accounts, add_credit, fp, id};
+use crate::common::{T0, accounts, add_credit, fp, id};
 use idem_core::protocol::Decision;
 use idem_core::{Config, Outcome, Timestamp, Verdict};
 use idem_store::redb::WriteTransaction;

@@ -15,8 +15,6 @@
 //! run: `IDEM_SEED=<seed> IDEM_POWER_RUN=<run>` repeats that run alone (the group-commit
 //! runs only as far as their threads' interleaving repeats).
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::ops::ControlFlow;
@@ -25,9 +23,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::disk::{Cut, IoKind, SECTOR, SimDisk, Survival};
-use common::workload::{self, Contents, START, Workload, contents, credit, generation_in};
-use common::{Rng, accounts, fp, id, seed};
+use crate::common::disk::{Cut, IoKind, SECTOR, SimDisk, Survival};
+use crate::common::workload::{self, Contents, START, Workload, contents, credit, generation_in};
+use crate::common::{Rng, accounts, fp, id, seed};
 use idem_store::redb::ConcurrencyMode;
 use idem_store::{ExecuteError, Executed, ListFilter, OpenError, State, Status, Timestamp};
 

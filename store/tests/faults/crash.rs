@@ -4,15 +4,13 @@
 //! The child uses the default multi-process mode, or the exclusive mode with its journal
 //! (reopened in either mode: any open first replays what a killed writer left in it).
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 use std::path::Path;
 use std::thread;
 use std::time::Duration;
 
-use common::{
+use crate::common::{
     Rng, T0, accounts, add_credit, expect_report, fp, id, report, reports, seed, spawn_child,
 };
 use idem_core::protocol::Decision;
@@ -124,7 +122,7 @@ fn sigkill_run(test: &str, journal: bool) {
         if journal {
             env.push(("IDEM_CRASH_JOURNAL", "1".into()));
         }
-        let mut child = spawn_child("crash_child", &env);
+        let mut child = spawn_child(module_path!(), "crash_child", &env);
         let lines = reports(child.stdout.take().unwrap());
         // Half the kills land while the child starts and opens (and recovers) the file,
         // or early in its loop; the other half somewhere in its loop, however slowly it

@@ -2,8 +2,6 @@
 //! process commits, refuses every write with [`Error::ReadOnly`] naming the operation,
 //! and changes no byte of the file, which may be read-only.
 
-mod common;
-
 use std::fs;
 use std::io::Cursor;
 use std::ops::ControlFlow;
@@ -11,7 +9,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::time::Duration;
 
-use common::{T0, expect_report, fp, id, report, reports, spawn_child};
+use crate::common::{T0, expect_report, fp, id, report, reports, spawn_child};
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Generation, LedgerConfig, Outcome, Timestamp, Verdict};
 use idem_store::redb::{self, TableDefinition};
@@ -461,6 +459,7 @@ fn a_crashed_writer_leaves_a_file_only_a_writable_open_recovers() {
     let path = dir.path().join("idem.redb");
     store_file(&path);
     let mut child = spawn_child(
+        module_path!(),
         "crashing_writer_child",
         &[("IDEM_RO_DB", path.display().to_string())],
     );

@@ -2,12 +2,10 @@
 //! failures, a consumer that crashes between handling and acknowledging, and a consumer
 //! process killed with SIGKILL. Every message's effect happens exactly once.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{Rng, T0, accounts, add_credit, fp, report, reports, seed, spawn_child};
+use crate::common::{Rng, T0, accounts, add_credit, fp, report, reports, seed, spawn_child};
 use idem_core::{Outcome, Timestamp};
 use idem_store::redb::WriteTransaction;
 use idem_store::{ExecuteError, Handled, Store};
@@ -166,6 +164,7 @@ fn a_consumer_killed_at_random_moments_gets_each_effect_once() {
         let kill_after = (round < 12).then(|| rng.below(deliver.len() as u64 / 2) + 1);
         let list: Vec<String> = deliver.iter().map(u64::to_string).collect();
         let mut child = spawn_child(
+            module_path!(),
             "inbox_child",
             &[
                 ("IDEM_INBOX_DB", path.display().to_string()),

@@ -3,11 +3,9 @@
 //! instead, on every path (two-phase, atomic execute, group commit, sweep), and the
 //! floor survives a restart.
 
-mod common;
-
 use std::convert::Infallible;
 
-use common::{T0, fp, id};
+use crate::common::{T0, fp, id};
 use idem_core::protocol::Decision;
 use idem_core::{Config, Outcome, Timestamp, Verdict};
 use idem_store::{Executed, Store};

@@ -1,13 +1,11 @@
 //! Files the store must refuse: each gets its own error naming the cause, and the file
 //! is left byte for byte as it was.
 
-mod common;
-
 use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{T0, fp, id};
+use crate::common::{T0, fp, id};
 use idem_core::{Config, Outcome, Timestamp, Verdict};
 use idem_store::redb::{self, ConcurrencyMode, Durability, TableDefinition};
 use idem_store::{OpenError, Store};

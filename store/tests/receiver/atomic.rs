@@ -1,13 +1,11 @@
 //! Atomic execute: the claim, the caller's writes and the settled record commit
 //! together or not at all, and many threads racing on keys credit each one exactly once.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use common::{Rng, T0, fp, id, seed};
+use crate::common::{Rng, T0, fp, id, seed};
 use idem_core::protocol::Decision;
 use idem_core::{Config, Outcome, State, Status, Timestamp, Verdict};
 use idem_store::redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};

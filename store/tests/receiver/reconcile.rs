@@ -1,9 +1,7 @@
 //! Reconciliation (DESIGN §11): abandoned claims turn Unknown, and a checker settles
 //! Unknown records oldest first, each only if it is still the record the checker saw.
 
-mod common;
-
-use common::{T0, fp, id};
+use crate::common::{T0, fp, id};
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Config, Generation, LeaseExpiry, Outcome, RecordId, State, Timestamp, Verdict};
 use idem_store::{Check, ReconcileError, ReconcileReport, Store};

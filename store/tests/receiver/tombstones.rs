@@ -2,13 +2,11 @@
 //! answered Forgotten and does not execute again, until the tombstone's own time ends;
 //! with tombstones off, it executes again.
 
-mod common;
-
 use std::cell::Cell;
 use std::convert::Infallible;
 use std::ops::ControlFlow;
 
-use common::{T0, fp, id};
+use crate::common::{T0, fp, id};
 use idem_core::protocol::Decision;
 use idem_core::{Config, Generation, Outcome, Record, State, Status, Timestamp, Verdict};
 use idem_store::{Executed, ListFilter, SWEEP_BATCH, Store};

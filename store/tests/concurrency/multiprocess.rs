@@ -2,15 +2,13 @@
 //! waits for another process's transaction at most the lock timeout, and reads never
 //! wait.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{T0, expect_report, fp, id, report, reports, spawn_child, tell, told};
+use crate::common::{T0, expect_report, fp, id, report, reports, spawn_child, tell, told};
 use idem_core::protocol::Decision;
 use idem_core::{Outcome, Timestamp, Verdict};
 use idem_store::redb::{ReadableTable, TableDefinition, WriteTransaction};
@@ -102,6 +100,7 @@ fn processes_share_one_file() {
     let mut children: Vec<_> = (0..CHILDREN)
         .map(|n| {
             let mut child = spawn_child(
+                module_path!(),
                 "writer_child",
                 &[
                     ("IDEM_MP_DB", path.display().to_string()),
@@ -223,6 +222,7 @@ fn a_long_write_elsewhere_delays_writes_within_the_bound_and_never_reads() {
 
     // The child holds a write transaction until this process tells it to commit.
     let mut child = spawn_child(
+        module_path!(),
         "holder_child",
         &[("IDEM_MP_DB", path.display().to_string())],
     );

@@ -1,11 +1,9 @@
 //! Sweep, stats, list, export and import, check and compact on a real file.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
-use common::{Rng, T0, fp, id, seed};
+use crate::common::{Rng, T0, fp, id, seed};
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Generation, Outcome, Record, RecordId, State, Status, Timestamp, Verdict};
 use idem_store::redb::{self, ReadableTable, TableDefinition};

@@ -2,9 +2,7 @@
 //! from the next-attempt index, replies and restarts that survive reopening, and the
 //! same transitions as idem-core's in-memory ledger.
 
-mod common;
-
-use common::{Rng, T0};
+use crate::common::{Rng, T0};
 use idem_core::ledger::Effect;
 use idem_core::{
     Fingerprint, IntentState, Ledger, LedgerConfig, LedgerError, Outcome, RecordId, Reply,
@@ -490,7 +488,7 @@ fn drive(rng: &mut Rng, now: Timestamp, keys: &[String]) -> Option<(usize, Reply
 
 #[test]
 fn the_outbox_makes_the_same_transitions_as_the_in_memory_ledger() {
-    let seed = common::seed("the_outbox_makes_the_same_transitions_as_the_in_memory_ledger");
+    let seed = crate::common::seed("the_outbox_makes_the_same_transitions_as_the_in_memory_ledger");
     let mut rng = Rng::new(seed);
     let config = LedgerConfig {
         server_retention_ms: 60_000,
