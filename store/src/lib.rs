@@ -267,53 +267,33 @@ compile_error!(
     "idem-store: the feature test-unfloored-clock is test-only and is refused in a release build"
 );
 
-mod backend;
-mod cache;
-mod clock;
-mod entities;
+mod api;
+mod engine;
 mod error;
-mod execute;
-mod group;
-mod handle;
 #[cfg(feature = "http")]
 pub mod http;
-mod inbox;
-mod journal;
-mod lock;
-mod maintain;
-mod open;
-mod outbox;
-mod read;
+mod operator;
+mod protocol;
 mod receiver;
-mod reconcile;
-mod snapshot;
-mod store;
-mod tables;
-mod token;
-mod transfer;
-mod two_phase;
-mod view;
-mod wait;
-mod writer;
 
-pub use cache::{DEFAULT_REPLAY_CACHE, REPLAY_CACHE_BYTES, REPLAY_CACHE_MAX_BODY};
-pub use clock::now;
-pub use entities::{EntityId, Uniqueness};
+pub use api::store::Store;
+pub use engine::cache::{DEFAULT_REPLAY_CACHE, REPLAY_CACHE_BYTES, REPLAY_CACHE_MAX_BODY};
+pub use engine::clock::now;
+pub use engine::journal::DEFAULT_JOURNAL_LIMIT;
+pub use engine::open::{DEFAULT_LOCK_TIMEOUT, StoreBuilder};
 pub use error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
-pub use execute::Executed;
-pub use group::{CommitCounts, MAX_BATCH};
-pub use inbox::{Handled, Inbox};
-pub use journal::DEFAULT_JOURNAL_LIMIT;
-pub use maintain::{CheckReport, IntentCounts, SWEEP_BATCH, Stats, SweepReport};
-pub use open::{DEFAULT_LOCK_TIMEOUT, StoreBuilder};
-pub use outbox::{EnqueueError, IntentFilter, IntentView, Outbox, OutboxError};
-pub use read::ListFilter;
+pub use operator::maintain::{CheckReport, IntentCounts, SWEEP_BATCH, Stats, SweepReport};
+pub use operator::read::ListFilter;
+pub use operator::transfer::{EXPORT_VERSION, Transferred};
+pub use operator::view::{RecordView, ViewError, record_json};
+pub use protocol::entity::{EntityId, Uniqueness};
+pub use protocol::execute::Executed;
+pub use protocol::group::{CommitCounts, MAX_BATCH};
+pub use protocol::inbox::{Handled, Inbox};
+pub use protocol::outbox::{EnqueueError, IntentFilter, IntentView, Outbox, OutboxError};
+pub use protocol::reconcile::{Abandoned, Check, ReconcileError, ReconcileReport};
+pub use protocol::token::Consumed;
 pub use receiver::{GiveUp, Receiver};
-pub use reconcile::{Abandoned, Check, ReconcileError, ReconcileReport};
-pub use store::Store;
-pub use token::Consumed;
-pub use transfer::{EXPORT_VERSION, Transferred};
-pub use view::{RecordView, ViewError, record_json};
 
 // The core types this crate's API takes and returns: an application may depend on
 // idem-store alone.

@@ -22,14 +22,14 @@ use std::sync::Arc;
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
 
+use crate::api::store::{Shared, Store};
 use crate::error::{Error, ImportError, MaintainError};
-use crate::group::Orphan;
-use crate::maintain::{Stats, SweepReport};
-use crate::read::ListFilter;
-use crate::reconcile::{Check, ReconcileError, ReconcileReport};
-use crate::store::{Shared, Store};
-use crate::transfer::Transferred;
-use crate::two_phase;
+use crate::operator::maintain::{Stats, SweepReport};
+use crate::operator::read::ListFilter;
+use crate::operator::transfer::Transferred;
+use crate::protocol::group::Orphan;
+use crate::protocol::reconcile::{Check, ReconcileError, ReconcileReport};
+use crate::protocol::two_phase;
 
 /// What becomes of a claim whose holder gives it up without settling it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

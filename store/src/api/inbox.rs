@@ -1,0 +1,23 @@
+//! The consumer inbox of an at-least-once queue.
+
+use crate::error::Error;
+use crate::protocol::inbox::Inbox;
+
+use crate::api::store::Store;
+
+impl Store {
+    /// The inbox of `consumer`: messages of an at-least-once queue handled once each,
+    /// their records under `(consumer, topic, message_id)`. See [`Inbox::handle`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Id`] for a consumer name that breaks the tenant rules.
+    pub fn inbox<'s>(&'s self, consumer: &'s str) -> Result<Inbox<'s>, Error> {
+        Inbox::new(
+            &self.shared.writer,
+            &self.shared.cache,
+            &self.shared.config,
+            consumer,
+        )
+    }
+}

@@ -1,0 +1,714 @@
+//! Opening a store file: [`StoreBuilder`], the checks that keep a bad file untouched,
+//! and the bounded wait for another process's lock.
+//!
+//! An existing file is first opened read-only, which changes no byte, to refuse a
+//! directory, a read-only file, a non-redb or damaged file and a newer schema before
+//! anything writes to it. Only then is it opened for writing, and, with
+//! [`StoreBuilder::verify_on_open`] (the default), redb verifies the checksum of every
+//! page before it trusts the file. A redb file without idem's tables (a new file, or one
+//! that so far holds only the application's own tables) gets them; a file whose
+//! `idem.records` table holds records but whose `idem.meta` table is gone is refused as
+//! corrupt.
+//!
+//! A read-only open ([`StoreBuilder::read_only`]) is that first read-only open alone: it
+//! checks the schema, keeps the handle, and never writes.
+
+use std::fs;
+use std::io;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use idem_core::Config;
+use redb::{
+    ConcurrencyMode, Database, DatabaseError, Durability, ReadableDatabase, ReadableTableMetadata,
+    StorageError, TableError,
+};
+
+use crate::engine::backend::Location;
+use crate::engine::cache::DEFAULT_REPLAY_CACHE;
+use crate::engine::handle::Handle;
+use crate::engine::journal::{self, DEFAULT_JOURNAL_LIMIT};
+use crate::engine::lock::begin_write;
+use crate::engine::tables::{
+    self, Counters, META, OLDEST_SCHEMA, RECORDS, SCHEMA_KEY, SCHEMA_VERSION, Tables,
+};
+use crate::engine::wait::{Attempt, Deadline, retry_until};
+use crate::error::{Error, OpenError};
+
+/// A file opened and checked by a [`StoreBuilder`], with the settings the store keeps.
+pub(crate) struct Opened {
+    pub(crate) handle: Handle,
+    pub(crate) location: Location,
+    pub(crate) config: Config,
+    pub(crate) durability: Durability,
+    pub(crate) lock_timeout: Duration,
+    pub(crate) replay_cache: usize,
+    pub(crate) floored: bool,
+    // Opened for writing in ConcurrencyMode::ExclusiveWriter: no other process writes.
+    pub(crate) alone: bool,
+}
+
+/// The default bound on waiting for another process's lock: 5 s.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Options for [`crate::Store::builder`]: the protocol [`Config`] and the redb settings.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use idem_core::{Config, LeaseExpiry};
+/// use idem_store::Store;
+///
+/// let store = Store::builder()
+///     .config(Config { lease_ms: 10_000, on_lease_expiry: LeaseExpiry::Unknown, ..Config::default() })
+///     .lock_timeout(Duration::from_secs(2))
+///     .open("terminal.redb")?;
+/// # Ok::<(), idem_store::OpenError>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `open` is called"]
+pub struct StoreBuilder {
+    config: Config,
+    durability: Durability,
+    lock_timeout: Duration,
+    // `None`: the default of where the store is opened (a file or a backend).
+    concurrency: Option<ConcurrencyMode>,
+    cache_size: Option<usize>,
+    replay_cache: usize,
+    verify_on_open: bool,
+    read_only: bool,
+    floored: bool,
+    journal: bool,
+    journal_limit: u64,
+}
+
+impl Default for StoreBuilder {
+    fn default() -> StoreBuilder {
+        StoreBuilder {
+            config: Config::default(),
+            durability: Durability::Immediate,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            concurrency: None,
+            cache_size: None,
+            replay_cache: DEFAULT_REPLAY_CACHE,
+            verify_on_open: true,
+            read_only: false,
+            floored: true,
+            journal: true,
+            journal_limit: DEFAULT_JOURNAL_LIMIT,
+        }
+    }
+}
+
+impl StoreBuilder {
+    /// The protocol settings (lease, retentions, outcome limit, lease-expiry policy).
+    /// Default: [`Config::default`].
+    pub fn config(mut self, config: Config) -> StoreBuilder {
+        self.config = config;
+        self
+    }
+
+    /// How commits reach the disk. Default [`Durability::Immediate`]: every answer is
+    /// given after its fsync. [`Durability::None`] needs
+    /// [`ConcurrencyMode::ExclusiveWriter`], since a commit held only in this process's
+    /// memory would be invisible to the others.
+    pub fn durability(mut self, durability: Durability) -> StoreBuilder {
+        self.durability = durability;
+        self
+    }
+
+    /// How long opening, and every write, waits for another process that holds the lock
+    /// before giving up with [`OpenError::Locked`] or [`Error::Busy`]. Default 5 s.
+    pub fn lock_timeout(mut self, timeout: Duration) -> StoreBuilder {
+        self.lock_timeout = timeout;
+        self
+    }
+
+    /// How processes share the file. Default [`ConcurrencyMode::MultiWriter`]: any number
+    /// of processes open it and write, one write transaction at a time. Every process
+    /// opening one file must use the same mode. On a backend
+    /// ([`StoreBuilder::open_on_backend`]) the default is
+    /// [`ConcurrencyMode::ExclusiveWriter`].
+    pub fn concurrency(mut self, mode: ConcurrencyMode) -> StoreBuilder {
+        self.concurrency = Some(mode);
+        self
+    }
+
+    /// The most memory redb uses to cache pages, in bytes. Default: redb's.
+    pub fn cache_size(mut self, bytes: usize) -> StoreBuilder {
+        self.cache_size = Some(bytes);
+        self
+    }
+
+    /// How many settled records the store keeps in memory to answer a begin (or an
+    /// execute) on a settled key without a redb transaction. Default
+    /// [`DEFAULT_REPLAY_CACHE`] (4096); 0 turns the cache off.
+    ///
+    /// Answers are the same with or without it: a settled record never changes before
+    /// it expires, and an entry is never used at or past its `expires_at` (see the
+    /// source of `cache.rs` for the argument, several processes included). Records enter
+    /// when a begin reads them or a commit settles them, and leave first in, first out.
+    /// Memory is bounded by the entry count and by [`crate::REPLAY_CACHE_BYTES`] of keys
+    /// and outcome bodies; a body over [`crate::REPLAY_CACHE_MAX_BODY`] is not kept.
+    /// [`crate::Store::get`] does not use it.
+    pub fn replay_cache(mut self, entries: usize) -> StoreBuilder {
+        self.replay_cache = entries;
+        self
+    }
+
+    /// Verify every page's checksum when opening, so a damaged file is refused with
+    /// [`OpenError::Corrupt`] instead of being trusted. Default true.
+    ///
+    /// It reads the whole file once per open, under redb's write lock (other processes'
+    /// writes wait for it): about 40 ms for a 37 MB file of 100,000 records in a release
+    /// build. Turn it off only for files far larger than a terminal's.
+    pub fn verify_on_open(mut self, verify: bool) -> StoreBuilder {
+        self.verify_on_open = verify;
+        self
+    }
+
+    /// Whether a store that has its file to itself
+    /// ([`ConcurrencyMode::ExclusiveWriter`]) with [`Durability::Immediate`] commits
+    /// through a journal. Default true; other modes never do.
+    ///
+    /// The journal, `<file>-journal` beside the store file, turns a commit's scattered
+    /// page writes into one append: each commit's pages are written into the store file
+    /// (unsynced) and appended to the journal, and only the journal is synced before the
+    /// answer; the store file is synced at a checkpoint, when the journal reaches
+    /// [`StoreBuilder::journal_limit`] or the store closes. More commits per second
+    /// wherever a sync of scattered pages costs more than one of contiguous pages (1.1 to
+    /// 1.5 times as many in 10 of 11 timed runs on the test machine, 0.9 in the other;
+    /// the compare bench measures both). Every
+    /// answered commit stays fsync-durable: the next writable open, in any mode, first
+    /// writes what the journal holds into the file, and until then a read-only open
+    /// fails with [`OpenError::NeedsRecovery`]. A closed store leaves the journal empty
+    /// (unless a write or sync failed: then it is kept for the next open), so the store
+    /// file alone is the whole store. While a process has the store open, or after a
+    /// crash until the next writable open, the two files belong together: the journal
+    /// names its file (device and inode) and is refused beside another, so recover a
+    /// crashed store where it is before copying it.
+    pub fn journal(mut self, journal: bool) -> StoreBuilder {
+        self.journal = journal;
+        self
+    }
+
+    /// The journal's size in bytes past which a commit checkpoints (syncs the store file
+    /// and empties the journal) instead of appending. Default [`DEFAULT_JOURNAL_LIMIT`]
+    /// (4 MiB): about 350 single-input commits. At least 64 KiB, at most 4 GiB.
+    pub fn journal_limit(mut self, bytes: u64) -> StoreBuilder {
+        self.journal_limit = bytes;
+        self
+    }
+
+    /// The journal limit of a writable open in `concurrency`, when it uses a journal.
+    fn journal_for(&self, concurrency: ConcurrencyMode) -> Option<u64> {
+        let journaled = self.journal
+            && !self.read_only
+            && concurrency == ConcurrencyMode::ExclusiveWriter
+            && matches!(self.durability, Durability::Immediate);
+        journaled.then_some(self.journal_limit)
+    }
+
+    /// Open the file only to read it. Default false.
+    ///
+    /// A read-only store answers [`crate::Store::get`], [`crate::Store::list`], [`crate::Store::stats`],
+    /// [`crate::Store::generation`], [`crate::Store::export`], a dry-run [`crate::Store::sweep`],
+    /// [`crate::Store::read`] and the outbox's reads like any store, from the latest commit of
+    /// every process, and refuses every write (and [`crate::Store::check`], whose integrity
+    /// check needs the file for writing) with [`Error::ReadOnly`]. It changes no byte of
+    /// the file: it reads a file that is read-only, or on a read-only mount, and opens
+    /// beside processes that write it (in the same [concurrency
+    /// mode](StoreBuilder::concurrency)) without waiting for them.
+    ///
+    /// Opening read-only creates nothing ([`OpenError::NoStore`] when there is no store
+    /// yet), cannot recover a file whose last writer crashed ([`OpenError::NeedsRecovery`]
+    /// until a writable open has), and does not verify the file
+    /// ([`StoreBuilder::verify_on_open`] needs a writable open; [`crate::Store::check`] on a
+    /// writable store does it).
+    pub fn read_only(mut self, read_only: bool) -> StoreBuilder {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Test-only: never in production. Turns the clock floor off, so that writes use the
+    /// caller's time as given even when it went backwards, and a record settled by a
+    /// clock that went back expires early. It exists so that a test can show that the
+    /// floor is load-bearing.
+    #[cfg(feature = "test-unfloored-clock")]
+    #[doc(hidden)]
+    pub fn without_clock_floor(mut self) -> StoreBuilder {
+        self.floored = false;
+        self
+    }
+
+    /// Opens and checks the file at `path` for [`StoreBuilder::open`] (in `store.rs`).
+    pub(crate) fn open_file(self, path: &Path) -> Result<Opened, OpenError> {
+        self.config.validate()?;
+        let concurrency = self.concurrency.unwrap_or(ConcurrencyMode::MultiWriter);
+        self.check_durability(concurrency)?;
+        if self.read_only {
+            return self.open_file_read_only(path, concurrency);
+        }
+        let path = path.to_path_buf();
+        let deadline = Deadline::after(self.lock_timeout);
+        let existing = match fs::metadata(&path) {
+            Ok(meta) if meta.is_dir() => return Err(OpenError::IsDirectory { path }),
+            Ok(meta) if meta.permissions().readonly() => {
+                return Err(OpenError::ReadOnly { path });
+            }
+            Ok(meta) => meta.len() > 0,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(source) => return Err(OpenError::Io { path, source }),
+        };
+        if !existing {
+            self.create_atomically(&path, concurrency, deadline)?;
+        }
+        let location = Location::file(&path).journaled(self.journal_for(concurrency));
+        let current = self.precheck(&location, concurrency, deadline)?;
+        let db = self.writable(&location, current, concurrency, deadline)?;
+        Ok(self.opened(Handle::Writable(db), location, concurrency))
+    }
+
+    /// Opens a store on `backend` for [`StoreBuilder::open_on_backend`] (in `store.rs`).
+    pub(crate) fn open_backend(self, location: Location) -> Result<Opened, OpenError> {
+        self.config.validate()?;
+        let concurrency = self.concurrency.unwrap_or(ConcurrencyMode::ExclusiveWriter);
+        if concurrency != ConcurrencyMode::ExclusiveWriter && !location.locks_ranges() {
+            return Err(OpenError::Options(
+                "a concurrency mode other than ExclusiveWriter needs a backend that implements redb's byte-range locks, and this backend does not",
+            ));
+        }
+        self.check_durability(concurrency)?;
+        let location = if location.has_journal_backend() {
+            if concurrency != ConcurrencyMode::ExclusiveWriter
+                || !matches!(self.durability, Durability::Immediate)
+            {
+                return Err(OpenError::Options(
+                    "a journal needs ConcurrencyMode::ExclusiveWriter and Durability::Immediate",
+                ));
+            }
+            location.journaled(Some(self.journal_limit))
+        } else {
+            location
+        };
+        let label = location.label();
+        let deadline = Deadline::after(self.lock_timeout);
+        let empty = location.size().map_err(|source| OpenError::Io {
+            path: label.into(),
+            source,
+        })? == 0;
+        if self.read_only {
+            if empty {
+                return Err(OpenError::NoStore { path: label.into() });
+            }
+            let db = self.read_only_store(&location, concurrency, deadline)?;
+            return Ok(self.opened(Handle::ReadOnly(db), location, concurrency));
+        }
+        let current = !empty && self.precheck(&location, concurrency, deadline)?;
+        let db = self.writable(&location, current, concurrency, deadline)?;
+        Ok(self.opened(Handle::Writable(db), location, concurrency))
+    }
+
+    fn check_durability(&self, concurrency: ConcurrencyMode) -> Result<(), OpenError> {
+        if matches!(self.durability, Durability::None)
+            && concurrency != ConcurrencyMode::ExclusiveWriter
+        {
+            return Err(OpenError::Options(
+                "durability None needs ConcurrencyMode::ExclusiveWriter: a commit held only in this process's memory is invisible to other processes",
+            ));
+        }
+        Ok(())
+    }
+
+    fn opened(self, handle: Handle, location: Location, concurrency: ConcurrencyMode) -> Opened {
+        Opened {
+            alone: handle.writable().is_some() && concurrency == ConcurrencyMode::ExclusiveWriter,
+            handle,
+            location,
+            config: self.config,
+            durability: self.durability,
+            lock_timeout: self.lock_timeout,
+            replay_cache: self.replay_cache,
+            floored: self.floored,
+        }
+    }
+
+    fn redb_builder(&self, concurrency: ConcurrencyMode) -> redb::Builder {
+        let mut builder = Database::builder();
+        builder.set_concurrency_mode(concurrency);
+        if let Some(bytes) = self.cache_size {
+            builder.set_cache_size(bytes);
+        }
+        builder
+    }
+
+    /// Reads the schema of an existing store through a read-only open, which writes
+    /// nothing, so a newer or damaged file is refused untouched.
+    ///
+    /// True when the file is of this build's schema (false: it has none yet, is older,
+    /// or needs a recovery first).
+    fn precheck(
+        &self,
+        location: &Location,
+        concurrency: ConcurrencyMode,
+        deadline: Deadline,
+    ) -> Result<bool, OpenError> {
+        let label = location.label();
+        match self.open_without_writing(location, concurrency, deadline)? {
+            Some(db) => {
+                let schema = guarded(label, || read_schema(&db))?.map_err(|e| storage(label, e))?;
+                let current = matches!(schema, Ok(Some(SCHEMA_VERSION)));
+                check_schema(label, schema)?;
+                Ok(current)
+            }
+            // An unclean shutdown: only a writable open repairs it, and then the schema
+            // is checked inside the writable open.
+            None => Ok(false),
+        }
+    }
+
+    /// The writable open of `location`, initialized ([`StoreBuilder::initialize`]).
+    ///
+    /// A file not known to be of this build's schema (`current` false) that is to be
+    /// written through a journal is first initialized by an open without one, whose
+    /// commit syncs the file itself: the schema that makes builds which know no journal
+    /// refuse the file is durable in it before the journal holds any of its commits.
+    fn writable(
+        &self,
+        location: &Location,
+        current: bool,
+        concurrency: ConcurrencyMode,
+        deadline: Deadline,
+    ) -> Result<Database, OpenError> {
+        let label = location.label();
+        if location.is_journaled() && !current {
+            let plain = location.clone().journaled(None);
+            let db = self.open_for_writing(&plain, concurrency, deadline)?;
+            self.initialize(&db, label, deadline)?;
+        }
+        let db = self.open_for_writing(location, concurrency, deadline)?;
+        self.initialize(&db, label, deadline)?;
+        Ok(db)
+    }
+
+    /// The store for [`StoreBuilder::read_only`] on a file.
+    fn open_file_read_only(
+        self,
+        path: &Path,
+        concurrency: ConcurrencyMode,
+    ) -> Result<Opened, OpenError> {
+        let path = path.to_path_buf();
+        let deadline = Deadline::after(self.lock_timeout);
+        match fs::metadata(&path) {
+            Ok(meta) if meta.is_dir() => return Err(OpenError::IsDirectory { path }),
+            Ok(meta) if meta.len() > 0 => {}
+            Ok(_) => return Err(OpenError::NoStore { path }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(OpenError::NoStore { path });
+            }
+            Err(source) => return Err(OpenError::Io { path, source }),
+        }
+        let location = Location::file(&path);
+        let db = self.read_only_store(&location, concurrency, deadline)?;
+        Ok(self.opened(Handle::ReadOnly(db), location, concurrency))
+    }
+
+    /// A read-only open of a non-empty store whose schema this build reads, which it
+    /// keeps.
+    fn read_only_store(
+        &self,
+        location: &Location,
+        concurrency: ConcurrencyMode,
+        deadline: Deadline,
+    ) -> Result<redb::ReadOnlyDatabase, OpenError> {
+        let label = location.label();
+        let Some(db) = self.open_without_writing(location, concurrency, deadline)? else {
+            return Err(OpenError::NeedsRecovery { path: label.into() });
+        };
+        match guarded(label, || read_schema(&db))?.map_err(|e| storage(label, e))? {
+            Ok(None) => return Err(OpenError::NoStore { path: label.into() }),
+            schema => check_schema(label, schema)?,
+        }
+        Ok(db)
+    }
+
+    /// Opens `location` read-only, waiting (until the deadline) for a process that holds it
+    /// exclusively; `None` when it needs a recovery, which only a writable open does.
+    fn open_without_writing(
+        &self,
+        location: &Location,
+        concurrency: ConcurrencyMode,
+        deadline: Deadline,
+    ) -> Result<Option<redb::ReadOnlyDatabase>, OpenError> {
+        let builder = self.redb_builder(concurrency);
+        let label = location.label();
+        retry_until(
+            deadline,
+            || match guarded(label, || {
+                location
+                    .open(false)
+                    .and_then(|storage| builder.open_read_only_with_backend(storage))
+            }) {
+                Ok(Ok(db)) => Attempt::Done(Ok(Some(db))),
+                Ok(Err(DatabaseError::RepairAborted)) => Attempt::Done(Ok(None)),
+                Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => Attempt::Held,
+                Ok(Err(e)) => Attempt::Done(Err(open_error(label, e, deadline))),
+                Err(corrupt) => Attempt::Done(Err(corrupt)),
+            },
+            |waited| locked(label, waited),
+        )
+    }
+
+    /// Makes a new store file whole or not at all: the file is built and initialized
+    /// under a temporary name beside `path`, then linked into place. A crash while
+    /// creating leaves no half-made file at `path` (redb writes its header in steps, and
+    /// a file cut short between them is refused as "not a redb database" on every later
+    /// open). When another process created `path` first, its file is kept.
+    fn create_atomically(
+        &self,
+        path: &Path,
+        concurrency: ConcurrencyMode,
+        deadline: Deadline,
+    ) -> Result<(), OpenError> {
+        static CREATING: AtomicU64 = AtomicU64::new(0);
+        let io_error = |source| OpenError::Io {
+            path: path.into(),
+            source,
+        };
+        journal::remove_stale(path).map_err(io_error)?;
+        let name = path
+            .file_name()
+            .map_or_else(|| "idem".into(), |n| n.to_string_lossy());
+        let scratch = path.with_file_name(format!(
+            ".{name}.creating-{}-{}",
+            std::process::id(),
+            CREATING.fetch_add(1, Ordering::Relaxed)
+        ));
+        let built = self
+            .open_for_writing(&Location::file(&scratch), concurrency, deadline)
+            .and_then(|db| self.initialize(&db, &scratch, deadline));
+        let placed = built.and_then(|()| {
+            match fs::metadata(path) {
+                // An empty file at `path` holds nothing: replace it.
+                Ok(meta) if meta.len() == 0 => fs::rename(&scratch, path).map_err(io_error),
+                Ok(_) => Ok(()),
+                Err(_) => match fs::hard_link(&scratch, path) {
+                    Ok(()) => Ok(()),
+                    // Created meanwhile by another process: use that one.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                    // A filesystem without hard links (FAT on a memory card): a rename,
+                    // which could replace a file another process created a moment ago.
+                    Err(_) if !path.exists() => fs::rename(&scratch, path).map_err(io_error),
+                    Err(_) => Ok(()),
+                },
+            }
+        });
+        // The scratch name is gone after a rename; after a link it is a second name.
+        let _ = fs::remove_file(&scratch);
+        placed?;
+        journal::sync_parent(path).map_err(io_error)
+    }
+
+    fn open_for_writing(
+        &self,
+        location: &Location,
+        concurrency: ConcurrencyMode,
+        deadline: Deadline,
+    ) -> Result<Database, OpenError> {
+        let mut builder = self.redb_builder(concurrency);
+        builder.set_check_integrity_on_open(self.verify_on_open);
+        let label = location.label();
+        retry_until(
+            deadline,
+            || match guarded(label, || {
+                location
+                    .open(true)
+                    .and_then(|storage| builder.create_with_backend(storage))
+            }) {
+                Ok(Ok(db)) => Attempt::Done(Ok(db)),
+                Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => Attempt::Held,
+                Ok(Err(e)) => Attempt::Done(Err(open_error(label, e, deadline))),
+                Err(corrupt) => Attempt::Done(Err(corrupt)),
+            },
+            |waited| locked(label, waited),
+        )
+    }
+
+    /// Creates idem's tables and schema version in a file that has none yet, or upgrades
+    /// an older schema this build reads to its own.
+    fn initialize(&self, db: &Database, path: &Path, deadline: Deadline) -> Result<(), OpenError> {
+        let to_open_error = |e: Error| match e {
+            Error::Busy { waited } => OpenError::Locked {
+                path: path.into(),
+                waited,
+            },
+            Error::Corrupt { detail } => OpenError::Corrupt {
+                path: path.into(),
+                detail,
+            },
+            Error::Storage(source) => storage(path, source),
+            // Bytes in the meta table that do not decode.
+            other => OpenError::Corrupt {
+                path: path.into(),
+                detail: other.to_string(),
+            },
+        };
+        // The common case, a file already initialized, needs only a read, which never
+        // waits for another process's write transaction.
+        match guarded(path, || read_schema_of(db))?.map_err(|e| storage(path, e))? {
+            // No schema yet, or an older one this build upgrades.
+            Ok(None) => {}
+            Ok(Some(older)) if (OLDEST_SCHEMA..SCHEMA_VERSION).contains(&older) => {}
+            known_or_bad => return check_schema(path, known_or_bad),
+        }
+        let mut txn = begin_write(db, deadline).map_err(to_open_error)?;
+        if !matches!(self.durability, Durability::Immediate) {
+            txn.set_durability(self.durability)
+                .map_err(|e| to_open_error(e.into()))?;
+        }
+        // Initializing raises neither the generation counter nor the clock floor: these
+        // counters stay empty, and the commit below has nothing of theirs to write.
+        let counters = Counters::default();
+        let schema = {
+            let mut tables = Tables::open(&txn, &counters).map_err(to_open_error)?;
+            let schema = tables.schema().map_err(to_open_error)?;
+            if schema.is_none() && !tables.is_empty().map_err(to_open_error)? {
+                return Err(OpenError::Corrupt {
+                    path: path.into(),
+                    detail: "idem.records holds records but idem.meta has no schema version".into(),
+                });
+            }
+            schema
+        };
+        match schema {
+            Some(found) if !(OLDEST_SCHEMA..SCHEMA_VERSION).contains(&found) => {
+                txn.abort().map_err(|e| storage(path, e.into()))?;
+                check_schema(path, Ok(Some(found)))
+            }
+            // A new file, or an upgrade: `Tables::open` created the tables of this
+            // schema, an upgrade rebuilds the index from the records and deletes the
+            // old tables (`tables::upgrade`), and the version is recorded in the same
+            // transaction: a crash before the commit leaves the old file as it was.
+            None | Some(_) => {
+                if let Some(from) = schema {
+                    tables::upgrade(&txn, from).map_err(to_open_error)?;
+                }
+                {
+                    let mut tables = Tables::open(&txn, &counters).map_err(to_open_error)?;
+                    tables.set_schema().map_err(to_open_error)?;
+                }
+                txn.commit().map_err(|e| storage(path, e.into()))
+            }
+        }
+    }
+}
+
+/// The schema version in the file, or `None` when it has no idem tables yet.
+fn read_schema(db: &redb::ReadOnlyDatabase) -> Result<Result<Option<u64>, Error>, redb::Error> {
+    schema_in(&db.begin_read()?)
+}
+
+/// [`read_schema`] through a writable handle.
+fn read_schema_of(db: &Database) -> Result<Result<Option<u64>, Error>, redb::Error> {
+    schema_in(&db.begin_read()?)
+}
+
+fn schema_in(txn: &redb::ReadTransaction) -> Result<Result<Option<u64>, Error>, redb::Error> {
+    let meta = match txn.open_table(META) {
+        Ok(meta) => meta,
+        Err(TableError::TableDoesNotExist(_)) => {
+            return Ok(match txn.open_table(RECORDS) {
+                Ok(records) if !records.is_empty()? => Err(Error::Corrupt {
+                    detail: "idem.records holds records but idem.meta is missing".into(),
+                }),
+                Ok(_) | Err(TableError::TableDoesNotExist(_)) => Ok(None),
+                Err(e) => Err(e.into()),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(tables::read_meta(&meta, SCHEMA_KEY))
+}
+
+fn check_schema(path: &Path, schema: Result<Option<u64>, Error>) -> Result<(), OpenError> {
+    match schema {
+        Ok(None) => Ok(()),
+        Ok(Some(found)) if (OLDEST_SCHEMA..=SCHEMA_VERSION).contains(&found) => Ok(()),
+        Ok(Some(found)) if found > SCHEMA_VERSION => Err(OpenError::NewerFormat {
+            path: path.into(),
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        Ok(Some(found)) => Err(OpenError::Corrupt {
+            path: path.into(),
+            detail: format!("schema version {found} was never written by idem"),
+        }),
+        Err(e) => Err(OpenError::Corrupt {
+            path: path.into(),
+            detail: e.to_string(),
+        }),
+    }
+}
+
+/// Runs a redb call that may panic on a file damaged outside redb (its documented
+/// behaviour for plain opens), turning the panic into [`OpenError::Corrupt`].
+fn guarded<T>(path: &Path, call: impl FnOnce() -> T) -> Result<T, OpenError> {
+    catch_unwind(AssertUnwindSafe(call)).map_err(|_| OpenError::Corrupt {
+        path: path.into(),
+        detail: "redb could not read the file's structure".into(),
+    })
+}
+
+fn storage(path: &Path, source: redb::Error) -> OpenError {
+    match source {
+        redb::Error::Corrupted(detail) => OpenError::Corrupt {
+            path: path.into(),
+            detail,
+        },
+        // A file shorter than its own layout says, or bytes that are not redb's.
+        redb::Error::Io(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof
+            ) =>
+        {
+            OpenError::Corrupt {
+                path: path.into(),
+                detail: e.to_string(),
+            }
+        }
+        source => OpenError::Storage {
+            path: path.into(),
+            source,
+        },
+    }
+}
+
+/// The error of an open that waited `waited` for another process's lock and gave up.
+fn locked(path: &Path, waited: Duration) -> OpenError {
+    OpenError::Locked {
+        path: path.into(),
+        waited,
+    }
+}
+
+fn open_error(path: &Path, e: DatabaseError, deadline: Deadline) -> OpenError {
+    let owned: PathBuf = path.into();
+    match e {
+        DatabaseError::DatabaseAlreadyOpen => locked(path, deadline.waited()),
+        DatabaseError::LockProtocolMismatch => OpenError::IncompatibleProcess { path: owned },
+        DatabaseError::Storage(StorageError::Io(source)) => match source.kind() {
+            io::ErrorKind::ReadOnlyFilesystem => OpenError::ReadOnly { path: owned },
+            io::ErrorKind::IsADirectory => OpenError::IsDirectory { path: owned },
+            io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => {
+                storage(path, redb::Error::Io(source))
+            }
+            _ => OpenError::Io {
+                path: owned,
+                source,
+            },
+        },
+        other => storage(path, other.into()),
+    }
+}

@@ -1,0 +1,178 @@
+//! Atomic execute: the claim, the caller's work and the settled record, in one write
+//! transaction.
+//!
+//! [`execute_in`] is the one implementation. [`crate::Store::execute`] runs it in a
+//! transaction of its own; group commit runs it in a transaction shared with other
+//! callers. Either way the caller commits what it returns only when it returns `Ok`,
+//! and rolls the transaction back otherwise: the work may have written before it failed.
+
+use idem_core::protocol::{self, Decision};
+use idem_core::{
+    Config, Fingerprint, Outcome, Record, RecordId, Timestamp, Transition, Verdict, Write,
+};
+use redb::WriteTransaction;
+
+use crate::engine::cache::ReplayCache;
+use crate::engine::tables::Tables;
+use crate::engine::writer::Writer;
+use crate::error::ExecuteError;
+use crate::protocol::snapshot;
+
+/// What [`crate::Store::execute`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "the outcome must be answered to the caller"]
+pub enum Executed<T> {
+    /// This call claimed the key and ran the work; its writes and the settled record
+    /// committed together.
+    Ran {
+        /// What the work returned besides the outcome.
+        value: T,
+        /// The settled record, as committed.
+        record: Record,
+    },
+    /// The work did not run: the key was settled ([`Decision::Replay`]), held by a
+    /// two-phase executor ([`Decision::InProgress`]), live with another fingerprint
+    /// ([`Decision::Conflict`]) or needs reconciliation
+    /// ([`Decision::NeedsReconciliation`]). Never [`Decision::Claimed`].
+    NotRun(Decision),
+}
+
+impl<T> Executed<T> {
+    /// The settled verdict and outcome: the one just committed, or the one replayed.
+    /// `None` when the work did not run and nothing is settled.
+    #[must_use]
+    pub fn outcome(&self) -> Option<(Verdict, &Outcome)> {
+        match self {
+            Executed::Ran { record, .. } => match &record.status {
+                idem_core::Status::Settled {
+                    verdict, outcome, ..
+                } => Some((*verdict, outcome)),
+                _ => None,
+            },
+            Executed::NotRun(Decision::Replay {
+                verdict, outcome, ..
+            }) => Some((*verdict, outcome)),
+            Executed::NotRun(_) => None,
+        }
+    }
+}
+
+/// Atomic execute in a transaction of its own: [`crate::Store::execute`]. A key that
+/// is settled, in progress, in conflict or unknown is answered from the replay cache or
+/// a read snapshot; otherwise [`execute_in`] runs in a write transaction, which commits
+/// when it wrote and is rolled back when the work failed.
+pub(crate) fn alone<T, E>(
+    writer: &Writer,
+    cache: &ReplayCache,
+    config: &Config,
+    id: &RecordId,
+    fingerprint: Fingerprint,
+    now: Timestamp,
+    work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
+) -> Result<Executed<T>, ExecuteError<E>> {
+    writer.ensure_writable("execute")?;
+    let id_key = id.to_key_bytes();
+    let epoch = cache.epoch();
+    if let Some(decision) = snapshot::begin(writer, cache, config, &id_key, fingerprint, now)? {
+        return Ok(Executed::NotRun(decision));
+    }
+    let writing = writer.writing("execute")?;
+    let ran = {
+        let mut tables = writer.tables(&writing)?;
+        execute_in(
+            &writing.txn,
+            &mut tables,
+            &id_key,
+            fingerprint,
+            now,
+            config,
+            work,
+        )
+        .and_then(|ran| {
+            tables.write_counters()?;
+            Ok(ran)
+        })
+    };
+    let (changed, executed, _) = match ran {
+        Ok(ran) => ran,
+        Err(e) => {
+            // The work may have written before it failed: roll it all back. The work's
+            // error is the answer; should the abort fail too, the transaction is
+            // dropped, which rolls it back as well.
+            let _ = writer.finish(writing, false);
+            return Err(e);
+        }
+    };
+    writer.finish(writing, changed)?;
+    if let Executed::Ran { record, .. } = &executed {
+        cache.insert(&id_key, record, epoch);
+    }
+    Ok(executed)
+}
+
+/// Claims `id_key` in `txn` at `now` (never behind the clock floor), runs `work` in the
+/// same transaction and puts the settled record. Returns whether anything was written,
+/// what happened, and, when the work did not run, the record the decision was made from
+/// (for the replay cache).
+///
+/// When the key cannot be claimed (replay, in progress, conflict, unknown), the work
+/// does not run; the begin's own write, if any (a lease that ran out turning Unknown),
+/// is applied. No Pending record is ever written on this path: the claim and the
+/// settled record are one put.
+///
+/// The store's tables (`tables`) are opened as this function needs them, before and
+/// after the work. The work opens its own, under names other than `idem.*` (the
+/// outbox's [`crate::Outbox::enqueue_in`] opens the outbox's): redb refuses to open one
+/// table twice in a transaction, and the store's own tables are the store's to write.
+///
+/// # Errors
+///
+/// [`ExecuteError::Work`] with the work's error; [`ExecuteError::Store`] for storage
+/// errors or a refused outcome. After an error the transaction may hold the work's
+/// writes: the caller must not commit it.
+pub(crate) fn execute_in<T, E>(
+    txn: &WriteTransaction,
+    tables: &mut Tables<'_>,
+    id_key: &[u8],
+    fingerprint: Fingerprint,
+    now: Timestamp,
+    config: &Config,
+    work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
+) -> Result<(bool, Executed<T>, Option<Record>), ExecuteError<E>> {
+    let current = tables.get(id_key)?;
+    let now = tables.effective(now)?;
+    let next = tables.next_generation()?;
+    let Transition { decision, write } =
+        protocol::begin(current.as_ref(), fingerprint, next, now, config);
+    let pending = match (decision, write) {
+        (Decision::Claimed { .. }, Write::Put(pending)) => pending,
+        (decision, write) => {
+            let changed = tables.apply(id_key, current.as_ref(), &write)?;
+            if changed {
+                tables.raise_floor(now)?;
+            }
+            return Ok((changed, Executed::NotRun(decision), current));
+        }
+    };
+    let (verdict, outcome, value) = work(txn).map_err(ExecuteError::Work)?;
+    let settled = protocol::complete(
+        Some(&pending),
+        pending.generation,
+        verdict,
+        outcome,
+        now,
+        config,
+    )
+    .map_err(|refusal| ExecuteError::Store(refusal.into()))?;
+    tables.raise_generation(pending.generation)?;
+    tables.raise_floor(now)?;
+    tables.put(id_key, current.as_ref(), &settled)?;
+    Ok((
+        true,
+        Executed::Ran {
+            value,
+            record: settled,
+        },
+        None,
+    ))
+}

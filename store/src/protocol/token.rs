@@ -1,0 +1,365 @@
+//! One-time tokens: issuing them, admitting their first use, and sweeping expired ones.
+//!
+//! A token's entry lives in `idem.tokens` under the id bytes of `(tenant, operation,
+//! token)`; its use is an ordinary record in `idem.records` under the same bytes. A
+//! consume reads both in the write transaction that runs the protocol's `begin`
+//! ([`idem_core::token::admit`], then the claim), so two consumers can never both pass
+//! the check: the second sees the first one's record. Nothing deletes a token when it
+//! is used: a consume whose work fails rolls back its claim and leaves the token as it
+//! was, consumable.
+
+use idem_core::protocol::Decision;
+use idem_core::token::{self, Earlier, Issue};
+use idem_core::{
+    Config, Fingerprint, IssuedToken, Outcome, RecordId, Timestamp, Token, TokenRefusal, Verdict,
+    Write,
+};
+use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, WriteTransaction};
+use serde::{Deserialize, Serialize};
+
+use crate::engine::tables::{self, TOKEN_EXPIRY, TOKEN_INTENTS, TOKENS, Tables, open_read};
+use crate::engine::writer::Writer;
+use crate::error::{Error, ExecuteError};
+use crate::protocol::execute::{Executed, execute_in};
+use crate::protocol::group::Step;
+use crate::protocol::two_phase;
+
+/// What a consume of a token answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a refused token must be answered to the caller"]
+pub enum Consumed<T> {
+    /// The token cannot be used; nothing was written.
+    Refused(TokenRefusal),
+    /// The token is admitted: what the protocol (or the atomic execute) did.
+    Admitted(T),
+}
+
+/// The token in `id`'s key, validated.
+pub(crate) fn token_of(id: &RecordId) -> Result<Token, Error> {
+    Ok(Token::parse(id.key())?)
+}
+
+/// Issues a token for `(tenant, operation)`, or answers the one issued earlier for the
+/// same intent id while it is unused and unexpired.
+// The arguments of `Store::issue_token`, plus the writer and the config it holds.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn issue(
+    writer: &Writer,
+    config: &Config,
+    tenant: &str,
+    operation: &str,
+    ttl_ms: u64,
+    intent_id: Option<&str>,
+    random: [u8; 16],
+    now: Timestamp,
+) -> Result<Issue, Error> {
+    // Input rules first, before any transaction: bad input changes nothing.
+    token::check_ttl(ttl_ms, config)?;
+    let intent_key = match intent_id {
+        Some(intent_id) => {
+            token::check_intent_id(intent_id)?;
+            Some(RecordId::new(tenant, operation, intent_id)?.to_key_bytes())
+        }
+        None => {
+            RecordId::new(tenant, operation, "-")?;
+            None
+        }
+    };
+    let writing = writer.writing("issue_token")?;
+    let issued = {
+        let txn = &writing.txn;
+        let mut tables = writer.tables(&writing)?;
+        let now = tables.effective(now)?;
+        let mut intents = txn.open_table(TOKEN_INTENTS)?;
+        let earlier_token = match &intent_key {
+            Some(key) => match intents.get(key.as_slice())? {
+                Some(bytes) => {
+                    Some(
+                        Token::decode(bytes.value()).map_err(|source| Error::Decode {
+                            what: format!("token of intent {}", tables::describe_key(key)),
+                            source,
+                        })?,
+                    )
+                }
+                None => None,
+            },
+            None => None,
+        };
+        let earlier = match &earlier_token {
+            Some(token) => {
+                let id_key = RecordId::new(tenant, operation, token.as_str())?.to_key_bytes();
+                Some((
+                    token,
+                    tables.token(&id_key)?,
+                    tables.get(&id_key)?.is_some(),
+                ))
+            }
+            None => None,
+        };
+        let issue = token::issue(
+            earlier.as_ref().map(|(token, entry, used)| Earlier {
+                token,
+                entry: entry.as_ref(),
+                used: *used,
+            }),
+            ttl_ms,
+            intent_id,
+            random,
+            now,
+            config,
+        )?;
+        if let Issue::New { token, entry } = &issue {
+            let id_key = RecordId::new(tenant, operation, token.as_str())?.to_key_bytes();
+            if tables.token(&id_key)?.is_some() || tables.get(&id_key)?.is_some() {
+                return Err(Error::TokenTaken);
+            }
+            tables.put_token(&id_key, entry)?;
+            txn.open_table(TOKEN_EXPIRY)?
+                .insert(tables::timed_key(entry.expires_at, &id_key).as_slice(), ())?;
+            if let Some(key) = &intent_key {
+                intents.insert(key.as_slice(), token.encode().as_slice())?;
+            }
+            tables.raise_floor(now)?;
+        }
+        issue
+    };
+    writer.finish(writing, matches!(issued, Issue::New { .. }))?;
+    Ok(issued)
+}
+
+/// The two-phase consume as a group-commit step: admit the token, then the protocol's
+/// begin, in the transaction that applies the begin's write.
+pub(crate) fn consume(id_key: Vec<u8>, fingerprint: Fingerprint) -> impl Step<Consumed<Decision>> {
+    let mut begin = two_phase::begin(fingerprint);
+    move |tables: &mut Tables<'_>, current, config: &Config, now| {
+        let entry = tables.token(&id_key)?;
+        if let Err(refusal) = token::admit(entry.as_ref(), current, now) {
+            return Ok((Write::Nothing, Consumed::Refused(refusal)));
+        }
+        let (write, decision) = begin(tables, current, config, now)?;
+        Ok((write, Consumed::Admitted(decision)))
+    }
+}
+
+/// Atomic consume in `txn`: admit the token, then claim, run `work` and settle, as
+/// [`execute_in`]. Returns whether anything was written, and what happened.
+pub(crate) fn consume_execute_in<T, E>(
+    txn: &WriteTransaction,
+    tables: &mut Tables<'_>,
+    id_key: &[u8],
+    fingerprint: Fingerprint,
+    now: Timestamp,
+    config: &Config,
+    work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
+) -> Result<(bool, Consumed<Executed<T>>), ExecuteError<E>> {
+    let entry = tables.token(id_key)?;
+    let current = tables.get(id_key)?;
+    let at = tables.effective(now)?;
+    if let Err(refusal) = token::admit(entry.as_ref(), current.as_ref(), at) {
+        return Ok((false, Consumed::Refused(refusal)));
+    }
+    let (changed, executed, _) = execute_in(txn, tables, id_key, fingerprint, now, config, work)?;
+    Ok((changed, Consumed::Admitted(executed)))
+}
+
+/// The issued token under `id`, from a read snapshot.
+pub(crate) fn get(writer: &Writer, id: &RecordId) -> Result<Option<IssuedToken>, Error> {
+    let db = writer.read();
+    let txn = db.begin_read()?;
+    match open_read(&txn, TOKENS)? {
+        Some(tokens) => tables::read_token(&tokens, &id.to_key_bytes()),
+        None => Ok(None),
+    }
+}
+
+/// Verifies the tokens' tables for [`crate::Store::check`]: every entry decodes under a
+/// valid token id and has its expiry entry, the expiry index holds nothing else, and
+/// every intent's entry names a token. Reports each problem to `problem`.
+pub(crate) fn check(txn: &ReadTransaction, problem: &mut dyn FnMut(String)) -> Result<(), Error> {
+    let (Some(tokens), Some(expiry)) = (open_read(txn, TOKENS)?, open_read(txn, TOKEN_EXPIRY)?)
+    else {
+        // A file written before tokens existed, or one where none was ever issued.
+        return Ok(());
+    };
+    let mut count = 0u64;
+    for entry in tokens.iter()? {
+        let (key, _) = entry?;
+        count += 1;
+        let id_key = key.value();
+        let name = tables::describe_key(id_key);
+        match tables::decode_id(id_key) {
+            Ok(id) if Token::parse(id.key()).is_err() => {
+                problem(format!("token entry {name}: its key is not a token"));
+            }
+            Ok(_) => {}
+            Err(e) => problem(e.to_string()),
+        }
+        match tables::read_token(&tokens, id_key) {
+            Ok(Some(issued)) => {
+                if expiry
+                    .get(tables::timed_key(issued.expires_at, id_key).as_slice())?
+                    .is_none()
+                {
+                    problem(format!("token {name}: missing from the token expiry index"));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => problem(e.to_string()),
+        }
+    }
+    let len = expiry.len()?;
+    if len != count {
+        problem(format!(
+            "token expiry index holds {len} entries for {count} tokens"
+        ));
+    }
+    if let Some(intents) = open_read(txn, TOKEN_INTENTS)? {
+        for entry in intents.iter()? {
+            let (key, value) = entry?;
+            if let Err(e) = Token::decode(value.value()) {
+                problem(format!(
+                    "token of intent {}: {e}",
+                    tables::describe_key(key.value())
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An issued token as a line of an export: `{"token":{"tenant":…,"operation":…,
+/// "token":…,"issued_at":MS,"expires_at":MS,"intent_id":…}}` (`intent_id` only when
+/// it was issued for one). Its use, if any, is an ordinary record line.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TokenLine {
+    token: TokenView,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenView {
+    tenant: String,
+    operation: String,
+    token: String,
+    issued_at: u64,
+    expires_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    intent_id: Option<String>,
+}
+
+/// The number of issued tokens in the file.
+pub(crate) fn count(txn: &ReadTransaction) -> Result<u64, Error> {
+    match open_read(txn, TOKENS)? {
+        Some(tokens) => Ok(tokens.len()?),
+        None => Ok(0),
+    }
+}
+
+/// Calls `line` with every issued token, in key order.
+pub(crate) fn for_each<E: From<Error>>(
+    txn: &ReadTransaction,
+    mut line: impl FnMut(TokenLine) -> Result<(), E>,
+) -> Result<(), E> {
+    let Some(tokens) = open_read(txn, TOKENS)? else {
+        return Ok(());
+    };
+    for entry in tokens.iter().map_err(Error::from)? {
+        let (key, _) = entry.map_err(Error::from)?;
+        let id = tables::decode_id(key.value())?;
+        let Some(issued) = tables::read_token(&tokens, key.value())? else {
+            continue;
+        };
+        line(TokenLine {
+            token: TokenView {
+                tenant: id.tenant().into(),
+                operation: id.operation().into(),
+                token: id.key().into(),
+                issued_at: issued.issued_at.as_millis(),
+                expires_at: issued.expires_at.as_millis(),
+                intent_id: issued.intent_id,
+            },
+        })?;
+    }
+    Ok(())
+}
+
+/// Writes an imported token with its expiry entry and, when it was issued for an
+/// intent, the intent's entry (pointing at the latest token issued for it, as issuing
+/// leaves it). `Ok(Err(message))` when the line breaks a rule or the store holds a
+/// different token under its key (the same is accepted as is).
+pub(crate) fn import(
+    txn: &WriteTransaction,
+    tables: &mut Tables<'_>,
+    line: &TokenLine,
+) -> Result<Result<(), String>, Error> {
+    let view = &line.token;
+    let checked = Token::parse(&view.token)
+        .map_err(|e| format!("token: {e}"))
+        .and_then(|token| {
+            let id = RecordId::new(&view.tenant, &view.operation, token.as_str())
+                .map_err(|e| format!("token: {e}"))?;
+            if let Some(intent_id) = &view.intent_id {
+                token::check_intent_id(intent_id).map_err(|e| format!("token: {e}"))?;
+            }
+            if view.expires_at <= view.issued_at {
+                return Err(format!(
+                    "token: expires_at {} is not after issued_at {}",
+                    view.expires_at, view.issued_at
+                ));
+            }
+            Ok((token, id))
+        });
+    let (token, id) = match checked {
+        Ok(found) => found,
+        Err(message) => return Ok(Err(message)),
+    };
+    let entry = IssuedToken {
+        issued_at: Timestamp(view.issued_at),
+        expires_at: Timestamp(view.expires_at),
+        intent_id: view.intent_id.clone(),
+    };
+    let id_key = id.to_key_bytes();
+    match tables.token(&id_key)? {
+        Some(existing) if existing == entry => return Ok(Ok(())),
+        Some(_) => {
+            return Ok(Err(format!(
+                "token {id}: the store already holds a different token under this id"
+            )));
+        }
+        None => {}
+    }
+    tables.put_token(&id_key, &entry)?;
+    txn.open_table(TOKEN_EXPIRY)?
+        .insert(tables::timed_key(entry.expires_at, &id_key).as_slice(), ())?;
+    tables.raise_floor(entry.issued_at)?;
+    if let Some(intent_id) = &entry.intent_id {
+        let intent_key = RecordId::new(&view.tenant, &view.operation, intent_id)
+            .map_err(Error::from)?
+            .to_key_bytes();
+        let mut intents = txn.open_table(TOKEN_INTENTS)?;
+        let mapped = match intents.get(intent_key.as_slice())? {
+            Some(bytes) => Some(
+                Token::decode(bytes.value()).map_err(|source| Error::Decode {
+                    what: format!("token of intent {}", tables::describe_key(&intent_key)),
+                    source,
+                })?,
+            ),
+            None => None,
+        };
+        let later = match &mapped {
+            None => true,
+            Some(other) => {
+                let other_key =
+                    RecordId::new(&view.tenant, &view.operation, other.as_str())?.to_key_bytes();
+                tables
+                    .token(&other_key)?
+                    .is_none_or(|other| other.issued_at <= entry.issued_at)
+            }
+        };
+        if later {
+            intents.insert(intent_key.as_slice(), token.encode().as_slice())?;
+        }
+    }
+    Ok(Ok(()))
+}
