@@ -98,20 +98,11 @@ impl Store {
         expected_version: Option<u64>,
         now: Timestamp,
     ) -> Result<EntityDecision, Error> {
-        let writing = self.shared.writer.writing("transition")?;
-        let decided = entity::transition_in(&writing.txn, machine, id, to, expected_version, now);
-        match decided {
-            Ok(decision) => {
-                let applied = matches!(decision, EntityDecision::Applied { .. });
-                self.shared.writer.finish(writing, applied)?;
-                Ok(decision)
-            }
-            Err(e) => {
-                // The error is the answer; a failed abort drops the transaction anyway.
-                let _ = self.shared.writer.finish(writing, false);
-                Err(e)
-            }
-        }
+        self.shared.writer.transact("transition", |txn, _| {
+            let decision = entity::transition_in(txn, machine, id, to, expected_version, now)?;
+            let applied = matches!(decision, EntityDecision::Applied { .. });
+            Ok((decision, applied))
+        })
     }
 
     /// The entity `id`, if it was ever moved.
@@ -182,18 +173,10 @@ impl Store {
     ///
     /// [`Error::Name`]; storage errors.
     pub fn release_unique(&self, tenant: &str, scope: &str, value: &str) -> Result<bool, Error> {
-        let writing = self.shared.writer.writing("release_unique")?;
-        match entity::release_unique_in(&writing.txn, tenant, scope, value) {
-            Ok(released) => {
-                self.shared.writer.finish(writing, released)?;
-                Ok(released)
-            }
-            Err(e) => {
-                // The error is the answer; a failed abort drops the transaction anyway.
-                let _ = self.shared.writer.finish(writing, false);
-                Err(e)
-            }
-        }
+        self.shared.writer.transact("release_unique", |txn, _| {
+            let released = entity::release_unique_in(txn, tenant, scope, value)?;
+            Ok((released, released))
+        })
     }
 
     /// Who holds `value` in `scope`, if anyone.

@@ -40,15 +40,18 @@ impl Store {
         now: Timestamp,
         work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
     ) -> Result<Executed<T>, ExecuteError<E>> {
-        execute::alone(
+        let Ok(executed) = execute::alone(
             &self.shared.writer,
             &self.shared.cache,
             &self.shared.config,
-            id,
+            "execute",
+            &id.to_key_bytes(),
             fingerprint,
             now,
+            execute::admit_all,
             work,
-        )
+        )?;
+        Ok(executed)
     }
 
     /// Atomic execute, like [`Store::execute`], with the commit shared with concurrent

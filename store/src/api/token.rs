@@ -7,7 +7,7 @@ use redb::WriteTransaction;
 
 use crate::error::{Error, ExecuteError};
 use crate::operator::maintain::{self, SweepReport};
-use crate::protocol::execute::Executed;
+use crate::protocol::execute::{self, Executed};
 
 use crate::api::store::Store;
 use crate::protocol::token::{self, Consumed};
@@ -100,40 +100,22 @@ impl Store {
         now: Timestamp,
         work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
     ) -> Result<Consumed<Executed<T>>, ExecuteError<E>> {
-        self.shared.writer.ensure_writable("consume_execute")?;
         token::token_of(id)?;
-        let id_key = id.to_key_bytes();
-        let epoch = self.shared.cache.epoch();
-        if let Some(decision) = self.answer_from_snapshot(&id_key, fingerprint, now)? {
-            return Ok(Consumed::Admitted(Executed::NotRun(decision)));
-        }
-        let writing = self.shared.writer.writing("consume_execute")?;
-        let ran = {
-            let mut tables = self.shared.writer.tables(&writing)?;
-            token::consume_execute_in(
-                &writing.txn,
-                &mut tables,
-                &id_key,
-                fingerprint,
-                now,
-                &self.shared.config,
-                work,
-            )
-        };
-        let (changed, consumed) = match ran {
-            Ok(ran) => ran,
-            Err(e) => {
-                // The work may have written before it failed: roll it all back; the
-                // work's error is the answer, a failed abort drops the transaction anyway.
-                let _ = self.shared.writer.finish(writing, false);
-                return Err(e);
-            }
-        };
-        self.shared.writer.finish(writing, changed)?;
-        if let Consumed::Admitted(Executed::Ran { record, .. }) = &consumed {
-            self.shared.cache.insert(&id_key, record, epoch);
-        }
-        Ok(consumed)
+        let executed = execute::alone(
+            &self.shared.writer,
+            &self.shared.cache,
+            &self.shared.config,
+            "consume_execute",
+            &id.to_key_bytes(),
+            fingerprint,
+            now,
+            token::admit,
+            work,
+        )?;
+        Ok(match executed {
+            Ok(executed) => Consumed::Admitted(executed),
+            Err(refusal) => Consumed::Refused(refusal),
+        })
     }
 
     /// The issued token under `id` (`(tenant, operation, token)`), if it is stored; its

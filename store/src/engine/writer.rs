@@ -1,9 +1,10 @@
 //! The writer: the redb handle, the write lock, the durability of commits, and the
 //! failed-commit state that refuses writes until the store is reopened.
 //!
-//! Every write of the store goes through [`Writer::writing`] and ends in
-//! [`Writer::commit`] or [`Writer::finish`]; every read goes through [`Writer::read`].
-//! Nothing above this module touches the redb handle or the lock directly.
+//! Every write of the store runs in [`Writer::transact`], the one function that owns a
+//! write transaction: it begins it, opens the store's tables, writes the counters and
+//! commits, or aborts. Every read goes through [`Writer::read`]. Nothing above this
+//! module touches the redb handle, the lock or a transaction's lifecycle.
 
 use std::fmt;
 use std::io;
@@ -111,9 +112,9 @@ pub(crate) struct Reading<'w> {
 }
 
 /// A write transaction with the guards that make it this process's only one.
-pub(crate) struct Writing<'w> {
+struct Writing<'w> {
     // Declared first so it drops before the guards.
-    pub(crate) txn: WriteTransaction,
+    txn: WriteTransaction,
     // The generation counter and clock floor of this transaction, written at the commit.
     counters: Counters,
     _turn: Turn<'w>,
@@ -265,9 +266,45 @@ impl Writer {
         self.gate.held_here()
     }
 
+    /// Runs `work` in a write transaction of this process for `operation`, the one
+    /// function that owns a write transaction: begins it (waiting for this process's
+    /// other writers, then for other processes, until the lock timeout), hands `work`
+    /// the transaction and the store's tables (each opened on first use), then writes
+    /// the generation counter and clock floor the work raised and commits when the work
+    /// says it wrote, or aborts, which costs no fsync.
+    ///
+    /// `work` returns its answer and whether it wrote. When it fails, the transaction
+    /// is rolled back, whatever it wrote before, and its error is the answer (an abort
+    /// that fails too drops the transaction, which rolls it back as well).
+    pub(crate) fn transact<R, E: From<Error>>(
+        &self,
+        operation: &'static str,
+        work: impl FnOnce(&WriteTransaction, &mut Tables<'_>) -> Result<(R, bool), E>,
+    ) -> Result<R, E> {
+        let writing = self.writing(operation)?;
+        let ran = {
+            let mut tables = Tables::open_floored(&writing.txn, &writing.counters, self.floored);
+            work(&writing.txn, &mut tables).and_then(|ran| {
+                // Through the index the work may have open: redb opens a table once.
+                tables.write_counters()?;
+                Ok(ran)
+            })
+        };
+        match ran {
+            Ok((answer, wrote)) => {
+                self.finish(writing, wrote)?;
+                Ok(answer)
+            }
+            Err(e) => {
+                let _ = self.finish(writing, false);
+                Err(e)
+            }
+        }
+    }
+
     /// Begins this process's write transaction for `operation`, waiting for this
     /// process's other writers and then for other processes, until the lock timeout.
-    pub(crate) fn writing(&self, operation: &'static str) -> Result<Writing<'_>, Error> {
+    fn writing(&self, operation: &'static str) -> Result<Writing<'_>, Error> {
         self.ensure_usable(operation)?;
         let deadline = Deadline::after(self.lock_timeout);
         let db = self.read();
@@ -291,20 +328,11 @@ impl Writer {
         })
     }
 
-    /// The store's tables in `writing`'s transaction, each opened on first use.
-    pub(crate) fn tables<'t>(&self, writing: &'t Writing<'_>) -> Result<Tables<'t>, Error> {
-        Ok(Tables::open_floored(
-            &writing.txn,
-            &writing.counters,
-            self.floored,
-        ))
-    }
-
     /// Puts the generation counter and clock floor this transaction raised into meta
     /// ([`Counters::write`]), then commits, or marks the store as needing a reopen when
     /// the commit failed in a way redb says leaves the database unable to write. An
     /// error before the commit drops the transaction, which rolls it back.
-    pub(crate) fn commit(&self, writing: Writing<'_>) -> Result<(), Error> {
+    fn commit(&self, writing: Writing<'_>) -> Result<(), Error> {
         writing.counters.write(&writing.txn)?;
         let Writing {
             txn,
@@ -340,7 +368,7 @@ impl Writer {
     }
 
     /// Commits when `changed`, aborts otherwise (an abort costs no fsync).
-    pub(crate) fn finish(&self, writing: Writing<'_>, changed: bool) -> Result<(), Error> {
+    fn finish(&self, writing: Writing<'_>, changed: bool) -> Result<(), Error> {
         if changed {
             self.commit(writing)
         } else {

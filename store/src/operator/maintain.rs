@@ -183,10 +183,8 @@ pub(crate) fn sweep(
     let mut done = 0usize;
     loop {
         let batch = SWEEP_BATCH.min(limit - done);
-        let writing = writer.writing("sweep")?;
-        let mut swept_keys = Vec::new();
-        let (taken, more) = {
-            let mut tables = writer.tables(&writing)?;
+        let (taken, more, swept_keys) = writer.transact("sweep", |_, tables| {
+            let mut swept_keys = Vec::new();
             // A clock behind the floor sweeps as if it were at the floor. A sweep reads
             // the floor but never raises it: a sweep at a clock far ahead would
             // otherwise move the time of every later write.
@@ -224,9 +222,8 @@ pub(crate) fn sweep(
                 }
                 swept_keys.push(id_key.to_vec());
             }
-            (take, keys.len() > take)
-        };
-        writer.finish(writing, taken > 0)?;
+            Ok(((take, keys.len() > take, swept_keys), take > 0))
+        })?;
         cache.remove(swept_keys.iter().map(Vec::as_slice));
         done += taken;
         if !more || done >= limit {
@@ -288,10 +285,7 @@ pub(crate) fn sweep_tokens(
     loop {
         let removed = usize::try_from(report.removed).unwrap_or(usize::MAX);
         let batch = SWEEP_BATCH.min(limit.saturating_sub(removed));
-        let writing = writer.writing("sweep_tokens")?;
-        let (deleted, more) = {
-            let txn = &writing.txn;
-            let mut tables = writer.tables(&writing)?;
+        let (deleted, more) = writer.transact("sweep_tokens", |txn, tables| {
             let now = tables.effective(now)?;
             let mut expiry = txn.open_table(TOKEN_EXPIRY)?;
             let mut intents = txn.open_table(TOKEN_INTENTS)?;
@@ -323,9 +317,8 @@ pub(crate) fn sweep_tokens(
                 tables.delete_token(id_key)?;
                 expiry.remove(key.as_slice())?;
             }
-            (take, keys.len() > take)
-        };
-        writer.finish(writing, deleted > 0)?;
+            Ok(((take, keys.len() > take), take > 0))
+        })?;
         report.removed += deleted as u64;
         let removed = usize::try_from(report.removed).unwrap_or(usize::MAX);
         if !more || removed >= limit {

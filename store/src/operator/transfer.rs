@@ -159,15 +159,13 @@ pub(crate) fn import(
     cache: &ReplayCache,
     input: impl BufRead,
 ) -> Result<Transferred, ImportError> {
-    let writing = writer.writing("import")?;
-    let mut count = 0u64;
-    let mut intents = 0u64;
-    let (mut entity_lines, mut unique_lines, mut token_lines) = (0u64, 0u64, 0u64);
-    let mut announced = None;
-    let mut last_line = 0u64;
-    let mut written = Vec::new();
-    {
-        let mut tables = writer.tables(&writing)?;
+    let imported = writer.transact("import", |txn, tables| {
+        let mut count = 0u64;
+        let mut intents = 0u64;
+        let (mut entity_lines, mut unique_lines, mut token_lines) = (0u64, 0u64, 0u64);
+        let mut announced = None;
+        let mut last_line = 0u64;
+        let mut written = Vec::new();
         for (index, line) in input.lines().enumerate() {
             let number = index as u64 + 1;
             last_line = number;
@@ -201,7 +199,7 @@ pub(crate) fn import(
             if object.contains_key("token") {
                 let line: token::TokenLine = serde_json::from_value(Value::Object(object))
                     .map_err(|e| bad(e.to_string()))?;
-                token::import(&writing.txn, &mut tables, &line)?.map_err(bad)?;
+                token::import(txn, tables, &line)?.map_err(bad)?;
                 token_lines += 1;
                 continue;
             }
@@ -211,7 +209,7 @@ pub(crate) fn import(
             if object.contains_key("entity") || object.contains_key("unique") {
                 let line: BusinessLine = serde_json::from_value(Value::Object(object))
                     .map_err(|e| bad(e.to_string()))?;
-                entity::import(&writing.txn, &line)?.map_err(bad)?;
+                entity::import(txn, &line)?.map_err(bad)?;
                 match line {
                     BusinessLine::Entity(_) => entity_lines += 1,
                     BusinessLine::Unique(_) => unique_lines += 1,
@@ -230,7 +228,7 @@ pub(crate) fn import(
                     .intent
                     .to_intent()
                     .map_err(|e| bad(format!("intent {e}")))?;
-                import_intent(&writing.txn, &intent)?.map_err(bad)?;
+                import_intent(txn, &intent)?.map_err(bad)?;
                 intents += 1;
                 continue;
             }
@@ -259,8 +257,7 @@ pub(crate) fn import(
             tables.raise_floor(record.updated_at)?;
             count += 1;
         }
-    }
-    if let Some(header) = announced {
+        if let Some(header) = announced {
         let found = (count, intents, entity_lines, unique_lines, token_lines);
         let announced = (
             header.records,
@@ -278,18 +275,24 @@ pub(crate) fn import(
                 ),
             });
         }
-    }
-    writer.commit(writing)?;
+        }
+        Ok((
+            Transferred {
+                records: count,
+                intents,
+                entities: entity_lines,
+                unique: unique_lines,
+                tokens: token_lines,
+            },
+            written,
+        ))
+        .map(|imported| (imported, true))
+    })?;
+    let (transferred, written) = imported;
     // Defensive: the replay cache holds no record of a key the file did not hold,
     // unless another process swept it; it must not shadow the imported one.
     cache.invalidate(written.iter().map(Vec::as_slice));
-    Ok(Transferred {
-        records: count,
-        intents,
-        entities: entity_lines,
-        unique: unique_lines,
-        tokens: token_lines,
-    })
+    Ok(transferred)
 }
 
 /// The caller's writer, called through [`Caller::call`]: its panic is its own.

@@ -7,15 +7,15 @@
 //! and rolls the transaction back otherwise: the work may have written before it failed.
 
 use idem_core::protocol::{self, Decision};
-use idem_core::{
-    Config, Fingerprint, Outcome, Record, RecordId, Timestamp, Transition, Verdict, Write,
-};
+use idem_core::{Config, Fingerprint, Outcome, Record, Timestamp, Transition, Verdict, Write};
 use redb::WriteTransaction;
+
+use core::convert::Infallible;
 
 use crate::engine::cache::ReplayCache;
 use crate::engine::tables::Tables;
 use crate::engine::writer::Writer;
-use crate::error::ExecuteError;
+use crate::error::{Error, ExecuteError};
 use crate::protocol::snapshot;
 
 /// What [`crate::Store::execute`] did.
@@ -57,60 +57,57 @@ impl<T> Executed<T> {
     }
 }
 
-/// Atomic execute in a transaction of its own: [`crate::Store::execute`]. A key that
-/// is settled, in progress, in conflict or unknown is answered from the replay cache or
-/// a read snapshot; otherwise [`execute_in`] runs in a write transaction, which commits
-/// when it wrote and is rolled back when the work failed.
-pub(crate) fn alone<T, E>(
+/// Atomic execute in a transaction of its own, for [`crate::Store::execute`] and
+/// [`crate::Store::consume_execute`] (`operation` names which). A key that is settled,
+/// in progress, in conflict or unknown is answered from the replay cache or a read
+/// snapshot; otherwise [`execute_in`] runs in a write transaction, which commits when
+/// it wrote and is rolled back when the work failed or `admit` refused the key.
+// The arguments of the store's call, plus its parts and the admission.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn alone<T, E, X>(
     writer: &Writer,
     cache: &ReplayCache,
     config: &Config,
-    id: &RecordId,
+    operation: &'static str,
+    id_key: &[u8],
     fingerprint: Fingerprint,
     now: Timestamp,
+    admit: impl FnOnce(
+        &mut Tables<'_>,
+        &[u8],
+        Option<&Record>,
+        Timestamp,
+    ) -> Result<Result<(), X>, Error>,
     work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
-) -> Result<Executed<T>, ExecuteError<E>> {
-    writer.ensure_writable("execute")?;
-    let id_key = id.to_key_bytes();
+) -> Result<Result<Executed<T>, X>, ExecuteError<E>> {
+    writer.ensure_writable(operation)?;
     let epoch = cache.epoch();
-    if let Some(decision) = snapshot::begin(writer, cache, config, &id_key, fingerprint, now)? {
-        return Ok(Executed::NotRun(decision));
+    if let Some(decision) = snapshot::begin(writer, cache, config, id_key, fingerprint, now)? {
+        return Ok(Ok(Executed::NotRun(decision)));
     }
-    let writing = writer.writing("execute")?;
-    let ran = {
-        let mut tables = writer.tables(&writing)?;
-        execute_in(
-            &writing.txn,
-            &mut tables,
-            &id_key,
-            fingerprint,
-            now,
-            config,
-            work,
-        )
-        .and_then(|ran| {
-            tables.write_counters()?;
-            Ok(ran)
-        })
-    };
-    let (changed, executed, _) = match ran {
-        Ok(ran) => ran,
-        Err(e) => {
-            // The work may have written before it failed: roll it all back. The work's
-            // error is the answer; should the abort fail too, the transaction is
-            // dropped, which rolls it back as well.
-            let _ = writer.finish(writing, false);
-            return Err(e);
-        }
-    };
-    writer.finish(writing, changed)?;
-    if let Executed::Ran { record, .. } = &executed {
-        cache.insert(&id_key, record, epoch);
+    let executed = writer.transact(operation, |txn, tables| {
+        let (changed, executed, _) =
+            execute_in(txn, tables, id_key, fingerprint, now, config, admit, work)?;
+        Ok::<_, ExecuteError<E>>((executed, changed))
+    })?;
+    if let Ok(Executed::Ran { record, .. }) = &executed {
+        cache.insert(id_key, record, epoch);
     }
     Ok(executed)
 }
 
-/// Claims `id_key` in `txn` at `now` (never behind the clock floor), runs `work` in the
+/// Lets every key in: the admission of an execute that is not a consume.
+pub(crate) fn admit_all(
+    _: &mut Tables<'_>,
+    _: &[u8],
+    _: Option<&Record>,
+    _: Timestamp,
+) -> Result<Result<(), Infallible>, Error> {
+    Ok(Ok(()))
+}
+
+/// Claims `id_key` in `txn` at `now` (never behind the clock floor) once `admit` lets
+/// it in (a token's entry, for a consume; [`admit_all`] otherwise), runs `work` in the
 /// same transaction and puts the settled record. Returns whether anything was written,
 /// what happened, and, when the work did not run, the record the decision was made from
 /// (for the replay cache).
@@ -130,17 +127,28 @@ pub(crate) fn alone<T, E>(
 /// [`ExecuteError::Work`] with the work's error; [`ExecuteError::Store`] for storage
 /// errors or a refused outcome. After an error the transaction may hold the work's
 /// writes: the caller must not commit it.
-pub(crate) fn execute_in<T, E>(
+// The arguments of `alone`, with the transaction and its tables for the store's parts.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn execute_in<T, E, X>(
     txn: &WriteTransaction,
     tables: &mut Tables<'_>,
     id_key: &[u8],
     fingerprint: Fingerprint,
     now: Timestamp,
     config: &Config,
+    admit: impl FnOnce(
+        &mut Tables<'_>,
+        &[u8],
+        Option<&Record>,
+        Timestamp,
+    ) -> Result<Result<(), X>, Error>,
     work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
-) -> Result<(bool, Executed<T>, Option<Record>), ExecuteError<E>> {
+) -> Result<(bool, Result<Executed<T>, X>, Option<Record>), ExecuteError<E>> {
     let current = tables.get(id_key)?;
     let now = tables.effective(now)?;
+    if let Err(refused) = admit(tables, id_key, current.as_ref(), now)? {
+        return Ok((false, Err(refused), None));
+    }
     let next = tables.next_generation()?;
     let Transition { decision, write } =
         protocol::begin(current.as_ref(), fingerprint, next, now, config);
@@ -151,7 +159,7 @@ pub(crate) fn execute_in<T, E>(
             if changed {
                 tables.raise_floor(now)?;
             }
-            return Ok((changed, Executed::NotRun(decision), current));
+            return Ok((changed, Ok(Executed::NotRun(decision)), current));
         }
     };
     let (verdict, outcome, value) = work(txn).map_err(ExecuteError::Work)?;
@@ -169,10 +177,10 @@ pub(crate) fn execute_in<T, E>(
     tables.put(id_key, current.as_ref(), &settled)?;
     Ok((
         true,
-        Executed::Ran {
+        Ok(Executed::Ran {
             value,
             record: settled,
-        },
+        }),
         None,
     ))
 }

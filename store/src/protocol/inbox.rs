@@ -104,13 +104,15 @@ impl<'s> Inbox<'s> {
         handler: impl FnOnce(&WriteTransaction) -> Result<(Outcome, T), E>,
     ) -> Result<Handled<T>, ExecuteError<E>> {
         let id = RecordId::new(self.consumer, topic, message_id).map_err(Error::from)?;
-        let executed = execute::alone(
+        let Ok(executed) = execute::alone(
             self.writer,
             self.cache,
             self.config,
-            &id,
+            "execute",
+            &id.to_key_bytes(),
             fingerprint,
             now,
+            execute::admit_all,
             |txn| handler(txn).map(|(outcome, value)| (Verdict::Succeeded, outcome, value)),
         )?;
         Ok(match executed {

@@ -11,16 +11,14 @@
 use idem_core::protocol::Decision;
 use idem_core::token::{self, Earlier, Issue};
 use idem_core::{
-    Config, Fingerprint, IssuedToken, Outcome, RecordId, Timestamp, Token, TokenRefusal, Verdict,
-    Write,
+    Config, Fingerprint, IssuedToken, Record, RecordId, Timestamp, Token, TokenRefusal, Write,
 };
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::tables::{self, TOKEN_EXPIRY, TOKEN_INTENTS, TOKENS, Tables, open_read};
 use crate::engine::writer::Writer;
-use crate::error::{Error, ExecuteError};
-use crate::protocol::execute::{Executed, execute_in};
+use crate::error::Error;
 use crate::protocol::group::Step;
 use crate::protocol::two_phase;
 
@@ -65,10 +63,7 @@ pub(crate) fn issue(
             None
         }
     };
-    let writing = writer.writing("issue_token")?;
-    let issued = {
-        let txn = &writing.txn;
-        let mut tables = writer.tables(&writing)?;
+    writer.transact("issue_token", |txn, tables| {
         let now = tables.effective(now)?;
         let mut intents = txn.open_table(TOKEN_INTENTS)?;
         let earlier_token = match &intent_key {
@@ -121,10 +116,9 @@ pub(crate) fn issue(
             }
             tables.raise_floor(now)?;
         }
-        issue
-    };
-    writer.finish(writing, matches!(issued, Issue::New { .. }))?;
-    Ok(issued)
+        let new = matches!(issue, Issue::New { .. });
+        Ok((issue, new))
+    })
 }
 
 /// The two-phase consume as a group-commit step: admit the token, then the protocol's
@@ -141,25 +135,16 @@ pub(crate) fn consume(id_key: Vec<u8>, fingerprint: Fingerprint) -> impl Step<Co
     }
 }
 
-/// Atomic consume in `txn`: admit the token, then claim, run `work` and settle, as
-/// [`execute_in`]. Returns whether anything was written, and what happened.
-pub(crate) fn consume_execute_in<T, E>(
-    txn: &WriteTransaction,
+/// The admission of an atomic consume ([`crate::Store::consume_execute`]): the token's
+/// entry in the transaction that claims its use, so two consumers never both pass.
+pub(crate) fn admit(
     tables: &mut Tables<'_>,
     id_key: &[u8],
-    fingerprint: Fingerprint,
+    current: Option<&Record>,
     now: Timestamp,
-    config: &Config,
-    work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
-) -> Result<(bool, Consumed<Executed<T>>), ExecuteError<E>> {
+) -> Result<Result<(), TokenRefusal>, Error> {
     let entry = tables.token(id_key)?;
-    let current = tables.get(id_key)?;
-    let at = tables.effective(now)?;
-    if let Err(refusal) = token::admit(entry.as_ref(), current.as_ref(), at) {
-        return Ok((false, Consumed::Refused(refusal)));
-    }
-    let (changed, executed, _) = execute_in(txn, tables, id_key, fingerprint, now, config, work)?;
-    Ok((changed, Consumed::Admitted(executed)))
+    Ok(token::admit(entry.as_ref(), current, now))
 }
 
 /// The issued token under `id`, from a read snapshot.

@@ -14,7 +14,7 @@ use redb::WriteTransaction;
 
 use crate::engine::tables::Tables;
 use crate::error::{Error, ExecuteError};
-use crate::protocol::execute::{Executed, execute_in};
+use crate::protocol::execute::{Executed, admit_all, execute_in};
 
 /// What a caller whose batch was abandoned by a panicking leader gets: its own panic.
 pub(super) const ABANDONED: &str = "idem-store: the thread committing this input's batch panicked \
@@ -319,8 +319,17 @@ where
             ..
         } = self;
         let ran = panic::catch_unwind(AssertUnwindSafe(|| {
-            let (changed, executed, read) =
-                execute_in(txn, tables, id_key, *fingerprint, *now, config, &mut *work)?;
+            let (changed, executed, read) = execute_in(
+                txn,
+                tables,
+                id_key,
+                *fingerprint,
+                *now,
+                config,
+                admit_all,
+                &mut *work,
+            )?;
+            let Ok(executed) = executed;
             // Only settled records (and tombstones) are kept by the cache; a record the
             // decision changed (a lease run out, now Unknown) is not one.
             let read = read.filter(|record| !changed && record.expires_at().is_some());

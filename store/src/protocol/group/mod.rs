@@ -468,41 +468,24 @@ impl Committer {
         let mut failed = Vec::new();
         while !batch.is_empty() {
             // Every input was refused before it queued on a read-only store.
-            let writing = match writer.writing("write") {
-                Ok(writing) => writing,
-                Err(error) => {
-                    fail_all(&mut batch, error);
-                    break;
-                }
-            };
-            let mut changed = false;
-            let mut failed_at = None;
-            let opened = writer.tables(&writing).map(|mut tables| {
+            let ran = writer.transact("write", |txn, tables| {
+                let mut changed = false;
                 for (i, job) in batch.iter_mut().enumerate() {
-                    match job.run(config, &writing.txn, &mut tables) {
+                    match job.run(config, txn, tables) {
                         Ran::Unchanged => {}
                         Ran::Changed => changed = true,
-                        Ran::Failed => {
-                            failed_at = Some(i);
-                            break;
-                        }
+                        // Roll back; the others run again without it.
+                        Ran::Failed => return Ok((Some(i), false)),
                     }
                 }
+                Ok::<_, Error>((None, changed))
             });
-            if let Err(error) = opened {
-                fail_all(&mut batch, error);
-                break;
-            }
-            if let Some(i) = failed_at {
-                failed.push(batch.remove(i));
-                if let Err(error) = writer.finish(writing, false) {
-                    fail_all(&mut batch, error);
-                    break;
+            match ran {
+                Ok(Some(i)) => {
+                    failed.push(batch.remove(i));
+                    continue;
                 }
-                continue;
-            }
-            match writer.finish(writing, changed) {
-                Ok(()) => self.count_batch(batch.len()),
+                Ok(None) => self.count_batch(batch.len()),
                 Err(error) => fail_all(&mut batch, error),
             }
             break;

@@ -204,21 +204,12 @@ impl<'s> Outbox<'s> {
         self.writer.ensure_writable("enqueue")?;
         let intent = Intent::new(operation, payload, fingerprint, now, random, &self.config)
             .map_err(OutboxError::from)?;
-        let writing = self.writer.writing("enqueue")?;
-        if let Err(e) = insert(&writing.txn, &intent) {
-            self.writer.finish(writing, false)?;
-            return Err(e.into());
-        }
-        match work(&writing.txn, &intent) {
-            Ok(value) => {
-                self.writer.commit(writing)?;
-                Ok((intent, value))
-            }
-            Err(e) => {
-                self.writer.finish(writing, false)?;
-                Err(EnqueueError::Work(e))
-            }
-        }
+        let value = self.writer.transact("enqueue", |txn, _| {
+            insert(txn, &intent)?;
+            let value = work(txn, &intent).map_err(EnqueueError::Work)?;
+            Ok::<_, EnqueueError<E>>((value, true))
+        })?;
+        Ok((intent, value))
     }
 
     /// Starts a new intent inside a write transaction the caller already has, such as
@@ -252,11 +243,10 @@ impl<'s> Outbox<'s> {
     ///
     /// Storage or decode errors; nothing changed.
     pub fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<Attempt>, Error> {
-        let writing = self.writer.writing("due")?;
-        let mut attempts = Vec::new();
-        let mut changed = false;
-        {
-            let mut tables = IntentTables::open(&writing.txn)?;
+        self.writer.transact("due", |txn, _| {
+            let mut attempts = Vec::new();
+            let mut changed = false;
+            let mut tables = IntentTables::open(txn)?;
             let end = now.as_millis().saturating_add(1).to_be_bytes();
             let mut keys = Vec::new();
             for entry in tables.due.range::<&[u8]>(..&end[..])? {
@@ -277,9 +267,8 @@ impl<'s> Outbox<'s> {
                 tables.put(Some(&old), &new)?;
                 changed = true;
             }
-        }
-        self.writer.finish(writing, changed)?;
-        Ok(attempts)
+            Ok((attempts, changed))
+        })
     }
 
     /// Takes the receiver's reply to `key` into account and commits; see
@@ -321,10 +310,9 @@ impl<'s> Outbox<'s> {
     ///
     /// Storage or decode errors; nothing changed.
     pub fn restart(&self) -> Result<usize, Error> {
-        let writing = self.writer.writing("restart")?;
-        let mut requeued = 0;
-        {
-            let mut tables = IntentTables::open(&writing.txn)?;
+        self.writer.transact("restart", |txn, _| {
+            let mut requeued = 0;
+            let mut tables = IntentTables::open(txn)?;
             let prefix = [state_byte(IntentState::InFlight)];
             let mut keys = Vec::new();
             for entry in tables.states.range::<&[u8]>(&prefix[..]..)? {
@@ -342,9 +330,8 @@ impl<'s> Outbox<'s> {
                     requeued += 1;
                 }
             }
-        }
-        self.writer.finish(writing, requeued > 0)?;
-        Ok(requeued)
+            Ok((requeued, requeued > 0))
+        })
     }
 
     /// Removes a settled intent (after the application took its outcome) and returns
@@ -357,18 +344,15 @@ impl<'s> Outbox<'s> {
     /// [`LedgerError::UnknownKey`], [`LedgerError::NotTerminal`],
     /// [`LedgerError::Unresolved`]; storage errors.
     pub fn forget(&self, key: &str) -> Result<Intent, OutboxError> {
-        let writing = self.writer.writing("forget")?;
-        let found = (|| -> Result<Intent, OutboxError> {
-            let mut tables = IntentTables::open(&writing.txn)?;
+        self.writer.transact("forget", |txn, _| {
+            let mut tables = IntentTables::open(txn)?;
             let intent = tables
                 .get(key)?
                 .ok_or_else(|| LedgerError::UnknownKey { key: key.into() })?;
             intent.check_forget()?;
             tables.remove(&intent)?;
-            Ok(intent)
-        })();
-        self.writer.finish(writing, found.is_ok())?;
-        found
+            Ok((intent, true))
+        })
     }
 
     /// Records what happened to the expired intent `key`, as an operator or a checker
@@ -388,25 +372,22 @@ impl<'s> Outbox<'s> {
         reason: &str,
         now: Timestamp,
     ) -> Result<Intent, OutboxError> {
-        let writing = self.writer.writing("resolve")?;
-        let resolved = (|| -> Result<Intent, OutboxError> {
-            let mut tables = IntentTables::open(&writing.txn)?;
+        self.writer.transact("resolve", |txn, store_tables| {
+            let mut tables = IntentTables::open(txn)?;
             let old = tables
                 .get(key)?
                 .ok_or_else(|| LedgerError::UnknownKey { key: key.into() })?;
             // Dated at the clock floor at least, which is read here and not raised.
             let now = if self.writer.is_floored() {
-                now.max(self.writer.tables(&writing)?.clock_floor()?)
+                now.max(store_tables.clock_floor()?)
             } else {
                 now
             };
             let mut new = old.clone();
             new.resolve(resolved_as, reason, now)?;
             tables.put(Some(&old), &new)?;
-            Ok(new)
-        })();
-        self.writer.finish(writing, resolved.is_ok())?;
-        resolved
+            Ok((new, true))
+        })
     }
 
     /// When [`Outbox::due`] next has something to do: the earliest `next_attempt_at` of
@@ -512,10 +493,9 @@ impl<'s> Outbox<'s> {
         key: &str,
         step: impl FnOnce(&mut Intent, &LedgerConfig, &mut BackoffRng) -> Effect,
     ) -> Result<Effect, OutboxError> {
-        let writing = self.writer.writing(operation)?;
-        let outcome = (|| -> Result<(Effect, bool), OutboxError> {
-            let mut tables = IntentTables::open(&writing.txn)?;
-            let mut meta = writing.txn.open_table(META).map_err(Error::from)?;
+        self.writer.transact(operation, |txn, _| {
+            let mut tables = IntentTables::open(txn)?;
+            let mut meta = txn.open_table(META).map_err(Error::from)?;
             let old = tables
                 .get(key)?
                 .ok_or_else(|| LedgerError::UnknownKey { key: key.into() })?;
@@ -534,17 +514,7 @@ impl<'s> Outbox<'s> {
                 changed = true;
             }
             Ok((effect, changed))
-        })();
-        match outcome {
-            Ok((effect, changed)) => {
-                self.writer.finish(writing, changed)?;
-                Ok(effect)
-            }
-            Err(e) => {
-                self.writer.finish(writing, false)?;
-                Err(e)
-            }
-        }
+        })
     }
 }
 
