@@ -96,6 +96,10 @@ pub(crate) fn alone<T, E, X>(
     Ok(executed)
 }
 
+/// What [`execute_in`] did: whether it wrote, what happened (or the admission's
+/// refusal), and the record a decision that ran no work was made from.
+pub(crate) type ExecutedIn<T, X> = (bool, Result<Executed<T>, X>, Option<Record>);
+
 /// Lets every key in: the admission of an execute that is not a consume.
 pub(crate) fn admit_all(
     _: &mut Tables<'_>,
@@ -143,7 +147,7 @@ pub(crate) fn execute_in<T, E, X>(
         Timestamp,
     ) -> Result<Result<(), X>, Error>,
     work: impl FnOnce(&WriteTransaction) -> Result<(Verdict, Outcome, T), E>,
-) -> Result<(bool, Result<Executed<T>, X>, Option<Record>), ExecuteError<E>> {
+) -> Result<ExecutedIn<T, X>, ExecuteError<E>> {
     let current = tables.get(id_key)?;
     let now = tables.effective(now)?;
     if let Err(refused) = admit(tables, id_key, current.as_ref(), now)? {
