@@ -17,9 +17,11 @@ use idem_bench::measure::{BenchError, KeySequence, Row, Timing, measure, micros,
 use idem_bench::sqlite::{Begun, Request, SqliteStore, Synchronous, wal_bytes};
 use idem_bench::store::{self, Plan, Report};
 use idem_core::Fingerprint;
-use idem_store::SWEEP_BATCH;
 
 const NOW: i64 = 1_750_000_000_000;
+
+/// The records idem's sweep deletes per transaction, which SQLite's sweep takes too.
+const SWEEP_BATCH: usize = 256;
 
 fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let ops = ops_argument()?;

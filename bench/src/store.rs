@@ -18,8 +18,12 @@ use std::time::{Duration, Instant};
 
 use idem_core::protocol::{self, Decision};
 use idem_core::{Config, Fingerprint, Generation, Outcome, RecordId, Timestamp, Verdict};
+use idem_store::entity::EntityDecision;
+use idem_store::entity::EntityId;
+use idem_store::entity::Machine;
+use idem_store::entity::MachineSpec;
 use idem_store::redb::{ConcurrencyMode, Durability};
-use idem_store::{EntityDecision, EntityId, ExecuteError, Executed, Machine, MachineSpec, Store};
+use idem_store::{ExecuteError, Executed, Store};
 use serde::Serialize;
 
 use crate::measure::{BenchError, KeySequence, Row, Timing, measure};

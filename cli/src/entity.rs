@@ -5,7 +5,7 @@ use std::path::Path;
 
 use idem_core::Config;
 use idem_core::machine::{Entity, EntityDecision, Machine, MachineSpec};
-use idem_store::EntityId;
+use idem_store::entity::EntityId;
 use serde::Serialize;
 
 use crate::exit::{Ending, Exit, Failure, with_causes};

@@ -2,7 +2,10 @@
 //! expired one.
 
 use idem_core::{Intent, IntentState, LedgerConfig, LedgerError, ResolvedAs};
-use idem_store::{IntentFilter, IntentView, OutboxError, Store};
+use idem_store::Store;
+use idem_store::outbox::IntentFilter;
+use idem_store::outbox::IntentView;
+use idem_store::outbox::OutboxError;
 
 use crate::exit::{Ending, Exit, Failure};
 use crate::output::{Printer, table};
@@ -120,7 +123,7 @@ fn print_intent(session: &Session, intent: &Intent) -> Result<(), Failure> {
 }
 
 /// The outbox, for reading: its retry settings play no part in a read.
-fn outbox_of(store: &Store) -> Result<idem_store::Outbox<'_>, Failure> {
+fn outbox_of(store: &Store) -> Result<idem_store::outbox::Outbox<'_>, Failure> {
     store
         .outbox(LedgerConfig::with_seed(0))
         .map_err(|e| Failure::runtime(e.to_string()))

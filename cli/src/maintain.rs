@@ -6,7 +6,12 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 use idem_core::{Config, Timestamp};
-use idem_store::{IntentCounts, ListFilter, RecordView, Stats, SweepReport, Transferred};
+use idem_store::ListFilter;
+use idem_store::maintain::IntentCounts;
+use idem_store::maintain::RecordView;
+use idem_store::maintain::Stats;
+use idem_store::maintain::SweepReport;
+use idem_store::maintain::Transferred;
 use serde::Serialize;
 
 use crate::exit::{Ending, Exit, Failure};

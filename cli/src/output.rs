@@ -7,7 +7,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use idem_core::protocol::Decision;
 use idem_core::{Record, RecordId, Status, Timestamp};
-use idem_store::RecordView;
+use idem_store::maintain::RecordView;
 use serde::Serialize;
 
 use crate::exit::Failure;

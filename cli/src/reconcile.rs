@@ -7,7 +7,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 
 use idem_core::{Outcome, Record, RecordId};
-use idem_store::{Check, ReconcileError, ReconcileReport};
+use idem_store::maintain::Check;
+use idem_store::maintain::ReconcileError;
+use idem_store::maintain::ReconcileReport;
 use serde::Serialize;
 
 use crate::exit::{Ending, Exit, Failure, with_causes};

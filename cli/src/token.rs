@@ -6,7 +6,8 @@ use std::io::Read;
 
 use idem_core::token::{self, Issue};
 use idem_core::{Config, RecordId, Token, TokenRefusal};
-use idem_store::{Consumed, Store};
+use idem_store::Store;
+use idem_store::token::Consumed;
 use serde::Serialize;
 
 use crate::args::{RequestArgs, TokenIdArgs};

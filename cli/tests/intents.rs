@@ -5,8 +5,8 @@ mod common;
 
 use common::{Idem, T0};
 use idem_core::{Fingerprint, IntentState, LedgerConfig, LedgerError, Reply, Timestamp};
-use idem_store::OutboxError;
 use idem_store::Store;
+use idem_store::outbox::OutboxError;
 
 /// Two intents in the file: one completed, one queued.
 fn with_intents(idem: &Idem) -> (String, String) {

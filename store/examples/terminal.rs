@@ -6,10 +6,10 @@
 
 use std::error::Error;
 
+use idem_store::outbox::LedgerConfig;
+use idem_store::outbox::Reply;
 use idem_store::redb::{ReadableTableMetadata, TableDefinition, WriteTransaction};
-use idem_store::{
-    Decision, Executed, Fingerprint, LedgerConfig, Outcome, RecordId, Reply, Store, Verdict, now,
-};
+use idem_store::{Decision, Executed, Fingerprint, Outcome, RecordId, Store, Verdict, now};
 
 /// The terminal's own table: sale key → amount in cents.
 const SALES: TableDefinition<&str, u64> = TableDefinition::new("pos.sales");

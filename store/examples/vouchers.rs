@@ -6,11 +6,11 @@
 
 use std::error::Error;
 
+use idem_store::inbox::Handled;
 use idem_store::redb::{self, ReadableTable, TableDefinition, WriteTransaction};
-use idem_store::{
-    Consumed, Decision, Executed, Fingerprint, Handled, Outcome, RecordId, Store, TokenRefusal,
-    Verdict, now,
-};
+use idem_store::token::Consumed;
+use idem_store::token::TokenRefusal;
+use idem_store::{Decision, Executed, Fingerprint, Outcome, RecordId, Store, Verdict, now};
 
 /// The shop's own table: account → balance in cents.
 const BALANCES: TableDefinition<&str, u64> = TableDefinition::new("shop.balances");

@@ -100,7 +100,7 @@
 //! first, in bounded batches, and deletes the tombstone once
 //! [`Config::tombstone_retention_ms`](idem_core::Config::tombstone_retention_ms) (30 days
 //! by default) has passed too. Until then a late retry is answered
-//! [`Decision::Forgotten`](idem_core::protocol::Decision::Forgotten) and does not execute
+//! [`Decision::Forgotten`] and does not execute
 //! again; with tombstones off (0) it executes again. Pending and Unknown records are
 //! never swept: [`Store::stats`] shows them for alerting.
 //!
@@ -236,7 +236,7 @@
 //! floor only keeps an outcome or a lease a little longer. The outbox's intents take
 //! the caller's time as given: a sender's deadline counted from a raised time could be
 //! later than the true one; only the time of an expired intent's resolution is never
-//! behind the floor ([`Outbox::resolve`]). A file with a newer
+//! behind the floor ([`outbox::Outbox::resolve`]). A file with a newer
 //! schema, a damaged file, a read-only file, a directory and a file locked past the
 //! timeout are refused with an [`OpenError`] naming the cause, and left untouched.
 //!
@@ -277,33 +277,21 @@ mod protocol;
 mod receiver;
 
 pub use api::store::Store;
-pub use engine::cache::{DEFAULT_REPLAY_CACHE, REPLAY_CACHE_BYTES, REPLAY_CACHE_MAX_BODY};
+pub use api::{entity, inbox, maintain, outbox, token};
 pub use engine::clock::now;
-pub use engine::journal::DEFAULT_JOURNAL_LIMIT;
-pub use engine::open::{DEFAULT_LOCK_TIMEOUT, StoreBuilder};
+pub use engine::open::StoreBuilder;
 pub use error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
-pub use operator::maintain::{CheckReport, IntentCounts, SWEEP_BATCH, Stats, SweepReport};
 pub use operator::read::ListFilter;
-pub use operator::transfer::{EXPORT_VERSION, Transferred};
-pub use operator::view::{RecordView, ViewError, record_json};
-pub use protocol::entity::{EntityId, Uniqueness};
 pub use protocol::execute::Executed;
-pub use protocol::group::{CommitCounts, MAX_BATCH};
-pub use protocol::inbox::{Handled, Inbox};
-pub use protocol::outbox::{EnqueueError, IntentFilter, IntentView, Outbox, OutboxError};
-pub use protocol::reconcile::{Abandoned, Check, ReconcileError, ReconcileReport};
-pub use protocol::token::Consumed;
+pub use protocol::group::CommitCounts;
 pub use receiver::{GiveUp, Receiver};
 
-// The core types this crate's API takes and returns: an application may depend on
-// idem-store alone.
-pub use idem_core::token::{Issue, TOKEN_LEN};
+// The core types that the store's own signatures take and return, so that an
+// application may depend on idem-store alone; each feature module re-exports those of
+// its own signatures.
 pub use idem_core::{
-    Attempt, Config, ConfigError, Decision, DecodeError, Effect, Entity, EntityDecision,
-    Fingerprint, FingerprintError, Generation, IdError, Intent, IntentState, IssuedToken,
-    LeaseExpiry, LedgerConfig, LedgerConfigError, LedgerError, Machine, MachineError, MachineSpec,
-    Outcome, Record, RecordId, Refusal, Reply, Resolution, State, Status, Timestamp, Token,
-    TokenError, TokenRefusal, Verdict,
+    Config, Decision, Fingerprint, Generation, IdError, LeaseExpiry, Outcome, Record, RecordId,
+    Refusal, Resolution, State, Status, Timestamp, Verdict,
 };
 
 /// The redb version this store is built on, for the application's own tables in the

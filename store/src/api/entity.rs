@@ -1,12 +1,16 @@
-//! Entities with a state machine and a version check, and business uniqueness that outlives retention.
+//! The layers after the key (DESIGN §8, `docs/design.md`): entities moved by a state
+//! machine with a version check ([`crate::Store::transition_in`]), and business
+//! uniqueness that outlives retention ([`crate::Store::claim_unique_in`]).
+
+pub use crate::protocol::entity::{EntityId, Uniqueness};
+pub use idem_core::{Entity, EntityDecision, Machine, MachineError, MachineSpec};
 
 use idem_core::Timestamp;
-use idem_core::machine::{Entity, EntityDecision, Machine};
 use redb::{ReadTransaction, WriteTransaction};
 
 use crate::engine::handle::guard_read;
 use crate::error::Error;
-use crate::protocol::entity::{self, EntityId, Uniqueness};
+use crate::protocol::entity;
 
 use crate::api::store::Store;
 
@@ -21,10 +25,8 @@ impl Store {
     ///
     /// ```
     /// use idem_store::redb::{ReadableTable, TableDefinition};
-    /// use idem_store::{
-    ///     EntityDecision, EntityId, Executed, Fingerprint, Machine, MachineSpec, Outcome, RecordId,
-    ///     Store, Timestamp, Uniqueness, Verdict,
-    /// };
+    /// use idem_store::entity::{EntityDecision, EntityId, Machine, MachineSpec, Uniqueness};
+    /// use idem_store::{Executed, Fingerprint, Outcome, RecordId, Store, Timestamp, Verdict};
     ///
     /// const REFUNDS: TableDefinition<&str, u64> = TableDefinition::new("shop.refunds");
     ///

@@ -14,14 +14,14 @@ impl Store {
     ///
     /// `work` gets the transaction to write its own tables (any name that does not start
     /// with `idem.`) and to call the store's functions that take a transaction
-    /// ([`Outbox::enqueue_in`], [`Store::transition_in`], [`Store::claim_unique_in`]),
+    /// ([`crate::outbox::Outbox::enqueue_in`], [`Store::transition_in`], [`Store::claim_unique_in`]),
     /// and returns the verdict, the outcome to replay to every retry, and a value for
     /// this caller. No Pending record is ever visible on this path. If `work` returns an
     /// error (or panics), everything rolls back and the key stays claimable.
     ///
     /// `work` runs while this process holds the store's write lock: keep it short, do no
     /// network I/O in it, and write only through its transaction: the store's other
-    /// writes called from it are refused at once with [`Error::Reentrant`] (they would
+    /// writes called from it are refused at once with [`crate::Error::Reentrant`] (they would
     /// wait for the lock this call holds). For effects
     /// outside the file, use the two-phase path ([`Store::begin`]).
     ///
@@ -79,13 +79,13 @@ impl Store {
     /// multi-process modes a key the cache does not hold joins the next batch, which
     /// answers it. `work` runs while the batch holds the write lock on the leader's
     /// thread: a store write called from it (another execute, a begin, ...) is refused
-    /// with [`Error::Reentrant`] instead of waiting for itself.
+    /// with [`crate::Error::Reentrant`] instead of waiting for itself.
     ///
     /// # Errors
     ///
     /// As [`Store::execute`]: [`ExecuteError::Work`] with the work's error (rolled
     /// back); [`ExecuteError::Store`] for storage errors, a refused outcome, or the
-    /// batch's failed commit ([`Error::CommitFailed`], for every caller of the batch).
+    /// batch's failed commit ([`crate::Error::CommitFailed`], for every caller of the batch).
     pub fn execute_grouped<T, E, W>(
         &self,
         id: &RecordId,

@@ -1,7 +1,10 @@
-//! The consumer inbox of an at-least-once queue.
+//! The consumer inbox of an at-least-once queue (DESIGN §9, `docs/design.md`):
+//! [`crate::Store::inbox`] gives a consumer's [`Inbox`], whose [`Inbox::handle`] runs a
+//! message's handler once, however often it is delivered.
+
+pub use crate::protocol::inbox::{Handled, Inbox};
 
 use crate::error::Error;
-use crate::protocol::inbox::Inbox;
 
 use crate::api::store::Store;
 

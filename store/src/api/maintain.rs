@@ -1,19 +1,26 @@
-//! Maintenance: sweep, stats, the generation counter and clock floor, check and compact.
+//! The operator's work (DESIGN §4, §11, `docs/design.md`): sweep, stats, check and
+//! compact, the reconciler, export and import, and the JSON view of a record, with
+//! the reports each returns.
+
+pub use crate::operator::maintain::{CheckReport, IntentCounts, Stats, SweepReport};
+pub use crate::operator::transfer::Transferred;
+pub use crate::operator::view::{RecordView, ViewError, record_json};
+pub use crate::protocol::reconcile::{Abandoned, Check, ReconcileError, ReconcileReport};
 
 use idem_core::{Generation, Timestamp};
 
 use crate::error::{Error, MaintainError};
-use crate::operator::maintain::{self, CheckReport, Stats, SweepReport};
+use crate::operator::maintain;
 
 use crate::api::store::Store;
 
 impl Store {
     /// Sweeps settled records whose retention ended at `now`, and tombstones whose time
     /// ended, oldest `expires_at` first, at most `limit`, in write transactions of at
-    /// most [`crate::SWEEP_BATCH`] records. A settled record leaves its tombstone
+    /// most 256 records. A settled record leaves its tombstone
     /// (fingerprint, generation, verdict, completion time; no outcome) for
-    /// [`Config::tombstone_retention_ms`], so that a late retry is answered
-    /// [`Decision::Forgotten`] and does not execute again; with that setting at 0 it is
+    /// [`crate::Config::tombstone_retention_ms`], so that a late retry is answered
+    /// [`crate::Decision::Forgotten`] and does not execute again; with that setting at 0 it is
     /// deleted, and a late retry executes again. Pending and Unknown records are never
     /// swept. With `dry_run`, counts what would be swept and writes nothing (a read: it
     /// works on a read-only store).

@@ -1,8 +1,12 @@
-//! The sender's outbox: intents kept in the same file.
+//! The sender's outbox (DESIGN §3, `docs/design.md`): intents kept in the store's own
+//! file, created in the same transaction as the business write, sent and retried with
+//! their key until a definitive answer. [`crate::Store::outbox`] gives the [`Outbox`].
 
-use idem_core::{LedgerConfig, LedgerConfigError};
-
-use crate::protocol::outbox::Outbox;
+pub use crate::protocol::outbox::{EnqueueError, IntentFilter, IntentView, Outbox, OutboxError};
+pub use idem_core::{
+    Attempt, Effect, Intent, IntentState, LedgerConfig, LedgerConfigError, LedgerError, Reply,
+    ResolvedAs,
+};
 
 use crate::api::store::Store;
 

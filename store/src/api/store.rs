@@ -99,7 +99,7 @@ impl StoreBuilder {
     /// - A new store is made in place: there is no second name to build it under, so a
     ///   power cut while the first commit is written can leave an empty or a partial
     ///   redb header, which later opens refuse. Create the store before relying on it.
-    /// - [`Store::path`] is `None`; [`crate::Stats::file_bytes`] is the backend's length;
+    /// - [`Store::path`] is `None`; [`crate::maintain::Stats::file_bytes`] is the backend's length;
     ///   [`OpenError`]s name the storage `(storage backend)` where they would name a path.
     /// - The backend is opened twice: first read-only, which writes nothing, to refuse
     ///   a newer schema or a damaged store untouched, then for writing. redb calls

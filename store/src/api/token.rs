@@ -1,8 +1,14 @@
-//! One-time tokens: issued idempotently, consumed once, swept after their ttl.
+//! One-time tokens (DESIGN §9, `docs/design.md`): the right to do something once,
+//! handed out by the server. [`crate::Store::issue_token`] issues one (idempotently per
+//! intent id), [`crate::Store::consume`] and [`crate::Store::consume_execute`] use it
+//! once, [`crate::Store::sweep_tokens`] deletes expired ones.
+
+pub use crate::protocol::token::Consumed;
+pub use idem_core::token::{Issue, TOKEN_LEN};
+pub use idem_core::{IssuedToken, Token, TokenError, TokenRefusal};
 
 use idem_core::protocol::Decision;
-use idem_core::token::Issue;
-use idem_core::{Fingerprint, IssuedToken, Outcome, RecordId, Timestamp, Verdict};
+use idem_core::{Fingerprint, Outcome, RecordId, Timestamp, Verdict};
 use redb::WriteTransaction;
 
 use crate::error::{Error, ExecuteError};
@@ -10,7 +16,7 @@ use crate::operator::maintain::{self, SweepReport};
 use crate::protocol::execute::{self, Executed};
 
 use crate::api::store::Store;
-use crate::protocol::token::{self, Consumed};
+use crate::protocol::token;
 
 impl Store {
     /// Issues a one-time token for `(tenant, operation)`, valid for `ttl_ms` from `now`
@@ -51,8 +57,8 @@ impl Store {
     /// Consumes the token in `id`'s key (`id` is `(tenant, operation, token)`): the
     /// two-phase [`Store::begin`] on it, after the token is admitted in the same
     /// transaction. A token never issued under this tenant and operation is refused
-    /// with [`crate::TokenRefusal::NotIssued`], one whose ttl passed before its first use with
-    /// [`crate::TokenRefusal::Expired`]; otherwise the protocol decides: the first consume
+    /// with [`crate::token::TokenRefusal::NotIssued`], one whose ttl passed before its first use with
+    /// [`crate::token::TokenRefusal::Expired`]; otherwise the protocol decides: the first consume
     /// claims, a retry with the same fingerprint is replayed (not "already used"),
     /// another fingerprint is a conflict. Settle a claim with [`Store::complete`],
     /// [`Store::release`] (the token is consumable again) or [`Store::mark_unknown`].
@@ -130,9 +136,9 @@ impl Store {
     }
 
     /// Deletes the issued tokens whose ttl passed at `now`, oldest first, at most
-    /// `limit`, in write transactions of at most [`crate::SWEEP_BATCH`]. The record of a
+    /// `limit`, in write transactions of at most 256. The record of a
     /// used token is left to [`Store::sweep`]; a consume of a swept token is refused
-    /// with [`crate::TokenRefusal::NotIssued`] once that record is gone too.
+    /// with [`crate::token::TokenRefusal::NotIssued`] once that record is gone too.
     ///
     /// # Errors
     ///

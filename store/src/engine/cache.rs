@@ -53,15 +53,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use idem_core::{Record, Timestamp};
 
 /// The default number of settled records a [`crate::Store`] keeps in memory.
-pub const DEFAULT_REPLAY_CACHE: usize = 4096;
+pub(crate) const DEFAULT_REPLAY_CACHE: usize = 4096;
 
 /// The most bytes of keys and outcome bodies the replay cache holds, whatever its
 /// entry capacity: 16 MiB.
-pub const REPLAY_CACHE_BYTES: usize = 16 << 20;
+pub(crate) const REPLAY_CACHE_BYTES: usize = 16 << 20;
 
 /// The largest outcome body the replay cache keeps: 64 KiB. Larger ones are replayed
 /// from the file.
-pub const REPLAY_CACHE_MAX_BODY: usize = 64 << 10;
+pub(crate) const REPLAY_CACHE_MAX_BODY: usize = 64 << 10;
 
 /// The bytes an entry counts against [`REPLAY_CACHE_BYTES`].
 fn weight(id_key: &[u8], record: &Record) -> usize {

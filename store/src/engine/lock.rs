@@ -7,7 +7,7 @@ use std::thread::{self, ThreadId};
 
 use redb::{Database, TransactionError, WriteTransaction};
 
-use crate::engine::wait::{Attempt, Deadline, retry_until};
+use crate::engine::wait::{Deadline, Tried, retry_until};
 use crate::error::Error;
 
 /// Lets one thread of this process at a time into a write transaction; the others wait,
@@ -89,9 +89,9 @@ pub(crate) fn begin_write(db: &Database, deadline: Deadline) -> Result<WriteTran
     retry_until(
         deadline,
         || match db.try_begin_write() {
-            Ok(txn) => Attempt::Done(Ok(txn)),
-            Err(TransactionError::WouldBlock) => Attempt::Held,
-            Err(e) => Attempt::Done(Err(e.into())),
+            Ok(txn) => Tried::Done(Ok(txn)),
+            Err(TransactionError::WouldBlock) => Tried::Held,
+            Err(e) => Tried::Done(Err(e.into())),
         },
         busy_error,
     )

@@ -50,23 +50,23 @@ impl Deadline {
 }
 
 /// What one attempt of a [`retry_until`] found.
-pub(crate) enum Attempt<T, E> {
+pub(crate) enum Tried<T, E> {
     /// Done: stop waiting with this.
     Done(Result<T, E>),
     /// Held by someone else: try again after a pause, if time is left.
     Held,
 }
 
-/// Runs `attempt` until it is [`Attempt::Done`], pausing between attempts, or until
+/// Runs `attempt` until it is [`Tried::Done`], pausing between attempts, or until
 /// `deadline` passes: then `Err(gave_up(waited))`.
 pub(crate) fn retry_until<T, E>(
     deadline: Deadline,
-    mut attempt: impl FnMut() -> Attempt<T, E>,
+    mut attempt: impl FnMut() -> Tried<T, E>,
     gave_up: impl FnOnce(Duration) -> E,
 ) -> Result<T, E> {
     let mut pause = FIRST_PAUSE;
     loop {
-        if let Attempt::Done(done) = attempt() {
+        if let Tried::Done(done) = attempt() {
             return done;
         }
         let remaining = deadline.remaining();
@@ -86,7 +86,7 @@ mod tests {
     fn an_attempt_that_succeeds_at_once_never_waits() {
         let done: Result<u8, Duration> = retry_until(
             Deadline::after(Duration::ZERO),
-            || Attempt::Done(Ok(7)),
+            || Tried::Done(Ok(7)),
             |waited| waited,
         );
         assert_eq!(done, Ok(7));
@@ -100,9 +100,9 @@ mod tests {
             || {
                 tries += 1;
                 if tries < 5 {
-                    Attempt::Held
+                    Tried::Held
                 } else {
-                    Attempt::Done(Ok(tries))
+                    Tried::Done(Ok(tries))
                 }
             },
             |waited| waited,
@@ -118,7 +118,7 @@ mod tests {
             Deadline::after(timeout),
             || {
                 tries += 1;
-                Attempt::Held
+                Tried::Held
             },
             |waited| waited,
         );

@@ -21,7 +21,7 @@ use crate::engine::backend::Location;
 use crate::engine::handle::Handle;
 use crate::engine::lock::{Gate, Turn, begin_write, busy_error};
 use crate::engine::tables::{Counters, Known, RECORDS, Tables};
-use crate::engine::wait::{Attempt, Deadline, retry_until};
+use crate::engine::wait::{Deadline, Tried, retry_until};
 use crate::error::Error;
 
 /// The redb database of one store and everything that decides whether and how it may be
@@ -252,9 +252,9 @@ impl Writer {
         retry_until(
             Deadline::after(self.lock_timeout),
             || match self.db.try_write() {
-                Ok(db) => Attempt::Done(Ok(db)),
-                Err(TryLockError::Poisoned(poisoned)) => Attempt::Done(Ok(poisoned.into_inner())),
-                Err(TryLockError::WouldBlock) => Attempt::Held,
+                Ok(db) => Tried::Done(Ok(db)),
+                Err(TryLockError::Poisoned(poisoned)) => Tried::Done(Ok(poisoned.into_inner())),
+                Err(TryLockError::WouldBlock) => Tried::Held,
             },
             busy_error,
         )

@@ -19,7 +19,7 @@ use crate::protocol::outbox::{check_intents, count_intents_by_state};
 
 /// Records deleted per write transaction by [`crate::Store::sweep`], so a large sweep never
 /// holds the write lock for long.
-pub const SWEEP_BATCH: usize = 256;
+pub(crate) const SWEEP_BATCH: usize = 256;
 
 /// Problems [`Store::check`] lists one by one; beyond this it only counts them.
 const MAX_LISTED_PROBLEMS: usize = 100;

@@ -45,7 +45,7 @@ use crate::protocol::token;
 /// exports carry the outbox's intents, 3 since they carry entities, claimed values and
 /// one-time tokens.
 /// Versions 1 and 2 are read too.
-pub const EXPORT_VERSION: u64 = 3;
+pub(crate) const EXPORT_VERSION: u64 = 3;
 
 /// The first line of an export.
 #[derive(Debug, Serialize)]

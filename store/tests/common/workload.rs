@@ -13,11 +13,12 @@ use std::convert::Infallible;
 
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Config, Generation, LedgerConfig, Outcome, RecordId, Reply, Timestamp, Verdict};
+use idem_store::outbox::OutboxError;
 use idem_store::redb::backends::InMemoryBackend;
 use idem_store::redb::{
     ConcurrencyMode, ReadTransaction, ReadableTable, TableDefinition, TableHandle, WriteTransaction,
 };
-use idem_store::{Error, ExecuteError, ImportError, MaintainError, OutboxError, Store};
+use idem_store::{Error, ExecuteError, ImportError, MaintainError, Store};
 
 use super::{Rng, add_credit, fp, id};
 
@@ -364,7 +365,9 @@ impl Workload {
             Err(e) => {
                 let reopen = matches!(
                     e,
-                    idem_store::EnqueueError::Outbox(OutboxError::Store(Error::NeedsReopen))
+                    idem_store::outbox::EnqueueError::Outbox(OutboxError::Store(
+                        Error::NeedsReopen
+                    ))
                 );
                 Err(failed("enqueue", &e, reopen))
             }

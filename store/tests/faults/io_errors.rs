@@ -13,10 +13,10 @@ use crate::common::disk::{IoKind, SimDisk, Survival};
 use crate::common::workload::{self, Contents, START, Workload, contents, ledger};
 use crate::common::{Rng, fp, id, seed};
 use idem_core::protocol::Decision;
+use idem_store::outbox::OutboxError;
 use idem_store::redb::ConcurrencyMode;
 use idem_store::{
-    Error, ExecuteError, Executed, ImportError, MaintainError, OutboxError, Outcome, Store,
-    Timestamp, Verdict,
+    Error, ExecuteError, Executed, ImportError, MaintainError, Outcome, Store, Timestamp, Verdict,
 };
 
 /// Store calls per run.

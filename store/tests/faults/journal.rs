@@ -19,7 +19,7 @@ use crate::common::disk::{IoKind, SimDisk, Survival};
 use crate::common::{Rng, T0, fp, id};
 use idem_core::{Outcome, Timestamp, Verdict};
 use idem_store::redb::{ConcurrencyMode, ReadableDatabase, TableDefinition};
-use idem_store::{DEFAULT_JOURNAL_LIMIT, Executed, ListFilter, OpenError, Store};
+use idem_store::{Executed, ListFilter, OpenError, Store};
 
 fn journal_of(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_os_string();
@@ -84,6 +84,10 @@ enum File {
 /// A store file at `dir/store.redb` as a crash leaves it after `before` keys were
 /// committed and closed and `after` more were answered through the journal: the file
 /// as `file` says, and the journal as the answers left it.
+/// A journal limit these runs never reach, so that no checkpoint empties the journal
+/// (the store's default, 4 MiB).
+const JOURNAL_LIMIT: u64 = 4 << 20;
+
 fn crashed(dir: &Path, before: u32, after: u32, limit: u64, file: File) -> PathBuf {
     let path = dir.join("store.redb");
     let store = exclusive().journal_limit(limit).open(&path).unwrap();
@@ -114,7 +118,7 @@ fn crashed(dir: &Path, before: u32, after: u32, limit: u64, file: File) -> PathB
 #[test]
 fn the_next_open_writes_what_the_journal_holds_into_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let path = crashed(dir.path(), 5, 20, DEFAULT_JOURNAL_LIMIT, File::AsClosed);
+    let path = crashed(dir.path(), 5, 20, JOURNAL_LIMIT, File::AsClosed);
     // The file alone misses the commits only the journal holds: the journal is what
     // kept them. (Opened from a copy without the journal beside it.)
     let alone = dir.path().join("file-alone.redb");
@@ -148,7 +152,7 @@ fn a_killed_process_leaves_a_journal_whose_replay_changes_nothing() {
 #[test]
 fn an_open_in_another_mode_writes_the_journal_in_first() {
     let dir = tempfile::tempdir().unwrap();
-    let path = crashed(dir.path(), 2, 10, DEFAULT_JOURNAL_LIMIT, File::AsClosed);
+    let path = crashed(dir.path(), 2, 10, JOURNAL_LIMIT, File::AsClosed);
     // The default multi-process mode uses no journal, and still reads what one holds.
     let store = Store::open(&path).unwrap();
     assert_eq!(keys(&store), names(0..12));
@@ -162,7 +166,7 @@ fn an_open_in_another_mode_writes_the_journal_in_first() {
 #[test]
 fn a_read_only_open_asks_for_the_recovery_the_journal_needs() {
     let dir = tempfile::tempdir().unwrap();
-    let path = crashed(dir.path(), 2, 10, DEFAULT_JOURNAL_LIMIT, File::AsClosed);
+    let path = crashed(dir.path(), 2, 10, JOURNAL_LIMIT, File::AsClosed);
     let file_before = fs::read(&path).unwrap();
     let err = Store::builder().read_only(true).open(&path).unwrap_err();
     assert!(
@@ -182,7 +186,7 @@ fn a_read_only_open_asks_for_the_recovery_the_journal_needs() {
 #[test]
 fn a_new_store_never_takes_the_journal_a_deleted_one_left() {
     let dir = tempfile::tempdir().unwrap();
-    let path = crashed(dir.path(), 2, 10, DEFAULT_JOURNAL_LIMIT, File::AsClosed);
+    let path = crashed(dir.path(), 2, 10, JOURNAL_LIMIT, File::AsClosed);
     fs::remove_file(&path).unwrap();
     assert!(journal_of(&path).exists());
     let store = exclusive().open(&path).unwrap();
@@ -281,7 +285,7 @@ fn an_older_file_is_upgraded_in_the_file_itself_before_the_journal_holds_a_commi
 #[test]
 fn a_journal_of_another_file_is_refused_and_nothing_is_replayed() {
     let dir = tempfile::tempdir().unwrap();
-    let path = crashed(dir.path(), 2, 10, DEFAULT_JOURNAL_LIMIT, File::AsClosed);
+    let path = crashed(dir.path(), 2, 10, JOURNAL_LIMIT, File::AsClosed);
     let journal = journal_of(&path);
     // The backup: the same bytes, a new file.
     let backup = dir.path().join("backup.redb");

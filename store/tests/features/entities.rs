@@ -8,8 +8,10 @@ use std::sync::Arc;
 use crate::common::{T0, fp, id};
 use idem_core::machine::{EntityDecision, Machine, MachineSpec};
 use idem_core::{Outcome, Timestamp, Verdict};
+use idem_store::entity::EntityId;
+use idem_store::entity::Uniqueness;
 use idem_store::redb::{ConcurrencyMode, Durability, TableDefinition, WriteTransaction};
-use idem_store::{EntityId, ExecuteError, Executed, Store, Uniqueness};
+use idem_store::{ExecuteError, Executed, Store};
 
 fn machine(states: &[&str], moves: &[(&str, &str)]) -> Machine {
     Machine::new(MachineSpec {

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use crate::common::{Rng, T0, accounts, add_credit, fp, report, reports, seed, spawn_child};
 use idem_core::{Outcome, Timestamp};
+use idem_store::inbox::Handled;
 use idem_store::redb::WriteTransaction;
-use idem_store::{ExecuteError, Handled, Store};
+use idem_store::{ExecuteError, Store};
 
 const MESSAGES: u64 = 120;
 

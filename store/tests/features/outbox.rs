@@ -8,8 +8,11 @@ use idem_core::{
     Fingerprint, IntentState, Ledger, LedgerConfig, LedgerError, Outcome, RecordId, Reply,
     ResolvedAs, Timestamp, Verdict,
 };
+use idem_store::outbox::EnqueueError;
+use idem_store::outbox::IntentFilter;
+use idem_store::outbox::OutboxError;
 use idem_store::redb::{TableDefinition, WriteTransaction};
-use idem_store::{EnqueueError, ExecuteError, Executed, IntentFilter, OutboxError, Store};
+use idem_store::{ExecuteError, Executed, Store};
 
 const SALES: TableDefinition<&str, &[u8]> = TableDefinition::new("shop.sales");
 

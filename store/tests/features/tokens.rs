@@ -9,9 +9,12 @@ use crate::common::{T0, accounts, add_credit, fp, id};
 use idem_core::protocol::Decision;
 use idem_core::{Config, Outcome, Timestamp, Verdict};
 use idem_store::redb::WriteTransaction;
-use idem_store::{
-    Consumed, Error, ExecuteError, Executed, Issue, Store, Token, TokenError, TokenRefusal,
-};
+use idem_store::token::Consumed;
+use idem_store::token::Issue;
+use idem_store::token::Token;
+use idem_store::token::TokenError;
+use idem_store::token::TokenRefusal;
+use idem_store::{Error, ExecuteError, Executed, Store};
 
 const MINUTE: u64 = 60_000;
 
@@ -44,7 +47,7 @@ fn a_token_is_used_once_and_a_retry_replays() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(&dir);
     let token = issue(&store, 1, MINUTE, None);
-    assert_eq!(token.as_str().len(), idem_store::TOKEN_LEN);
+    assert_eq!(token.as_str().len(), idem_store::token::TOKEN_LEN);
     let tid = id("shop", "redeem", token.as_str());
     let at = Timestamp(T0 + 1_000);
 

@@ -22,8 +22,10 @@ use idem_core::{
     Fingerprint, Generation, IntentState, LedgerConfig, Outcome, Record, Reply, State, Status,
     Timestamp, Verdict,
 };
+use idem_store::maintain::Stats;
+use idem_store::maintain::SweepReport;
 use idem_store::redb::{ReadableTable, TableDefinition, TableHandle};
-use idem_store::{ListFilter, Stats, Store, SweepReport};
+use idem_store::{ListFilter, Store};
 
 const SALES: TableDefinition<&str, &[u8]> = TableDefinition::new("shop.sales");
 

@@ -101,7 +101,7 @@ fn a_damaged_store_is_refused() {
                 },
             };
             let key = id("shop", "credit", &format!("sale-{k}"));
-            format!("{}\n", idem_store::record_json(&key, &record))
+            format!("{}\n", idem_store::maintain::record_json(&key, &record))
         })
         .collect();
     Store::open(&pristine)

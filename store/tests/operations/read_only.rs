@@ -12,10 +12,9 @@ use std::time::Duration;
 use crate::common::{T0, expect_report, fp, id, report, reports, spawn_child};
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Generation, LedgerConfig, Outcome, Timestamp, Verdict};
+use idem_store::outbox::OutboxError;
 use idem_store::redb::{self, TableDefinition};
-use idem_store::{
-    Error, ExecuteError, ImportError, ListFilter, MaintainError, OpenError, OutboxError, Store,
-};
+use idem_store::{Error, ExecuteError, ImportError, ListFilter, MaintainError, OpenError, Store};
 
 const SALES: TableDefinition<&str, u64> = TableDefinition::new("shop.sales");
 const NOW: Timestamp = Timestamp(T0);

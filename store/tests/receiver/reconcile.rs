@@ -4,7 +4,10 @@
 use crate::common::{T0, fp, id};
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Config, Generation, LeaseExpiry, Outcome, RecordId, State, Timestamp, Verdict};
-use idem_store::{Check, ReconcileError, ReconcileReport, Store};
+use idem_store::Store;
+use idem_store::maintain::Check;
+use idem_store::maintain::ReconcileError;
+use idem_store::maintain::ReconcileReport;
 
 const LEASE: u64 = 1_000;
 

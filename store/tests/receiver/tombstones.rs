@@ -9,7 +9,7 @@ use std::ops::ControlFlow;
 use crate::common::{T0, fp, id};
 use idem_core::protocol::Decision;
 use idem_core::{Config, Generation, Outcome, Record, State, Status, Timestamp, Verdict};
-use idem_store::{Executed, ListFilter, SWEEP_BATCH, Store};
+use idem_store::{Executed, ListFilter, Store};
 
 const HOUR: u64 = 3_600_000;
 const DAY: u64 = 24 * HOUR;
@@ -168,7 +168,8 @@ fn a_tombstone_keeps_what_identifies_the_request_and_survives_a_reopen() {
 fn sweep_turns_records_into_tombstones_then_removes_them_in_bounded_batches() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir.path().join("t.redb"), DAY);
-    let n = SWEEP_BATCH + 44;
+    // More than one of the store's sweep transactions (256 records each).
+    let n = 300;
     let runs = Cell::new(0);
     for i in 0..n {
         assert!(matches!(
@@ -191,8 +192,13 @@ fn sweep_turns_records_into_tombstones_then_removes_them_in_bounded_batches() {
     let after_tombstones = Timestamp(T0 + 2 * HOUR + DAY);
     let dry = store.sweep(after_tombstones, usize::MAX, true).unwrap();
     assert_eq!((dry.tombstoned, dry.removed), (0, n as u64));
+    let commits = store.commit_counts().commits;
     let gone = store.sweep(after_tombstones, usize::MAX, false).unwrap();
     assert_eq!((gone.tombstoned, gone.removed), (0, n as u64));
+    assert!(
+        store.commit_counts().commits - commits >= 2,
+        "{n} records swept in bounded batches, more than one transaction"
+    );
     assert_eq!(store.stats(after_tombstones).unwrap().records(), 0);
     assert!(store.check().unwrap().is_ok());
     // Free again: a new request under an old key runs.

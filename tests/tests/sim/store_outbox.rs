@@ -3,15 +3,17 @@
 //! [`StoreReceiver`] in a temporary directory.
 //!
 //! A crash drops the [`Store`]: only what was committed remains. A restart opens the
-//! file again and calls [`idem_store::Outbox::restart`], as an application does when
+//! file again and calls [`idem_store::outbox::Outbox::restart`], as an application does when
 //! it starts.
 
 use std::path::{Path, PathBuf};
 
 use idem_core::ledger::Effect;
 use idem_core::{Attempt, Fingerprint, Intent, LedgerConfig, Reply, Timestamp};
+use idem_store::Store;
+use idem_store::outbox::EnqueueError;
+use idem_store::outbox::IntentFilter;
 use idem_store::redb::{self, ReadableTable, TableDefinition};
-use idem_store::{EnqueueError, IntentFilter, Store};
 
 use super::sender::Outbox;
 use super::store_receiver::StoreReceiver;
@@ -54,7 +56,7 @@ impl StoreOutbox {
         outbox
     }
 
-    fn outbox(&self) -> idem_store::Outbox<'_> {
+    fn outbox(&self) -> idem_store::outbox::Outbox<'_> {
         self.store
             .as_ref()
             .expect("the world never calls a crashed sender")

@@ -74,7 +74,7 @@ pub(crate) use recover::{recover_backend, recover_file, remove_stale, sync_paren
 /// The journal's header length: one sector, so that its write is never torn.
 pub(crate) const HEADER_LEN: u64 = 512;
 /// The journal size past which a sync checkpoints instead of appending: 4 MiB.
-pub const DEFAULT_JOURNAL_LIMIT: u64 = 4 << 20;
+pub(crate) const DEFAULT_JOURNAL_LIMIT: u64 = 4 << 20;
 /// The smallest journal limit: a smaller one is raised to this.
 const MIN_JOURNAL_LIMIT: u64 = HEADER_LEN + (64 << 10);
 
@@ -101,7 +101,7 @@ pub(crate) struct Journaled {
     main: Arc<dyn StorageBackend>,
     journal: Arc<dyn StorageBackend>,
     limit: u64,
-    state: Mutex<State>,
+    state: Mutex<Appending>,
     // The store file's identity, written in the journal's header.
     owner: Owner,
     // The journal file's lock, held while the store is open: no other process replays
@@ -132,7 +132,7 @@ pub(crate) fn owner_of(file: &File) -> io::Result<Owner> {
 }
 
 #[derive(Debug)]
-struct State {
+struct Appending {
     salt: u64,
     // The number of the next record.
     seq: u64,
@@ -146,7 +146,7 @@ struct State {
     failed: bool,
 }
 
-impl State {
+impl Appending {
     fn has_operations(&self) -> bool {
         self.overflowed || self.record.len() > RECORD_HEADER
     }
@@ -176,7 +176,7 @@ impl Journaled {
             main,
             journal,
             limit,
-            state: Mutex::new(State {
+            state: Mutex::new(Appending {
                 salt,
                 seq: 0,
                 end: HEADER_LEN,
@@ -205,12 +205,12 @@ impl Journaled {
         Journaled::open(main, journal, limit, owner, Some(lock)).map_err(storage_io)
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, Appending> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Makes every write so far durable in the store file and empties the journal.
-    fn checkpoint(&self, state: &mut State) -> io::Result<()> {
+    fn checkpoint(&self, state: &mut Appending) -> io::Result<()> {
         self.main.sync_data()?;
         state.salt = state.salt.wrapping_add(1);
         reset(&*self.journal, state.salt, self.owner)?;
@@ -223,8 +223,8 @@ impl Journaled {
     /// Runs `io` on the files, unless an earlier call failed; a failure stops every later
     /// one (see the module documentation).
     fn guarded<T>(
-        state: &mut State,
-        io: impl FnOnce(&mut State) -> io::Result<T>,
+        state: &mut Appending,
+        io: impl FnOnce(&mut Appending) -> io::Result<T>,
     ) -> io::Result<T> {
         if state.failed {
             return Err(io::Error::other(
@@ -240,7 +240,7 @@ impl Journaled {
 
     /// Keeps `op` (encoded by `encode`, `len` bytes) for the next record, unless the
     /// operations since the last sync no longer fit in the journal.
-    fn keep(&self, state: &mut State, len: usize, encode: impl FnOnce(&mut Vec<u8>)) {
+    fn keep(&self, state: &mut Appending, len: usize, encode: impl FnOnce(&mut Vec<u8>)) {
         if state.overflowed {
             return;
         }

@@ -111,11 +111,11 @@ impl StoreBuilder {
                     .open(false)
                     .and_then(|storage| builder.open_read_only_with_backend(storage))
             }) {
-                Ok(Ok(db)) => Attempt::Done(Ok(Some(db))),
-                Ok(Err(DatabaseError::RepairAborted)) => Attempt::Done(Ok(None)),
-                Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => Attempt::Held,
-                Ok(Err(e)) => Attempt::Done(Err(open_error(label, e, deadline))),
-                Err(corrupt) => Attempt::Done(Err(corrupt)),
+                Ok(Ok(db)) => Tried::Done(Ok(Some(db))),
+                Ok(Err(DatabaseError::RepairAborted)) => Tried::Done(Ok(None)),
+                Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => Tried::Held,
+                Ok(Err(e)) => Tried::Done(Err(open_error(label, e, deadline))),
+                Err(corrupt) => Tried::Done(Err(corrupt)),
             },
             |waited| locked(label, waited),
         )
@@ -187,10 +187,10 @@ impl StoreBuilder {
                     .open(true)
                     .and_then(|storage| builder.create_with_backend(storage))
             }) {
-                Ok(Ok(db)) => Attempt::Done(Ok(db)),
-                Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => Attempt::Held,
-                Ok(Err(e)) => Attempt::Done(Err(open_error(label, e, deadline))),
-                Err(corrupt) => Attempt::Done(Err(corrupt)),
+                Ok(Ok(db)) => Tried::Done(Ok(db)),
+                Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => Tried::Held,
+                Ok(Err(e)) => Tried::Done(Err(open_error(label, e, deadline))),
+                Err(corrupt) => Tried::Done(Err(corrupt)),
             },
             |waited| locked(label, waited),
         )

@@ -34,7 +34,7 @@ use crate::engine::lock::begin_write;
 use crate::engine::tables::{
     self, Counters, META, OLDEST_SCHEMA, RECORDS, SCHEMA_KEY, SCHEMA_VERSION, Tables,
 };
-use crate::engine::wait::{Attempt, Deadline, retry_until};
+use crate::engine::wait::{Deadline, Tried, retry_until};
 use crate::error::{Error, OpenError};
 
 mod checks;
@@ -53,7 +53,7 @@ pub(crate) struct Opened {
 }
 
 /// The default bound on waiting for another process's lock: 5 s.
-pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Options for [`crate::Store::builder`]: the protocol [`Config`] and the redb settings.
 ///
@@ -144,15 +144,15 @@ impl StoreBuilder {
     }
 
     /// How many settled records the store keeps in memory to answer a begin (or an
-    /// execute) on a settled key without a redb transaction. Default
-    /// [`DEFAULT_REPLAY_CACHE`] (4096); 0 turns the cache off.
+    /// execute) on a settled key without a redb transaction. Default 4096; 0 turns the
+    /// cache off.
     ///
     /// Answers are the same with or without it: a settled record never changes before
     /// it expires, and an entry is never used at or past its `expires_at` (see the
     /// source of `cache.rs` for the argument, several processes included). Records enter
     /// when a begin reads them or a commit settles them, and leave first in, first out.
-    /// Memory is bounded by the entry count and by [`crate::REPLAY_CACHE_BYTES`] of keys
-    /// and outcome bodies; a body over [`crate::REPLAY_CACHE_MAX_BODY`] is not kept.
+    /// Memory is bounded by the entry count and by 16 MiB of keys and outcome bodies; a
+    /// body over 64 KiB is not kept.
     /// [`crate::Store::get`] does not use it.
     pub fn replay_cache(mut self, entries: usize) -> StoreBuilder {
         self.replay_cache = entries;
@@ -196,8 +196,8 @@ impl StoreBuilder {
     }
 
     /// The journal's size in bytes past which a commit checkpoints (syncs the store file
-    /// and empties the journal) instead of appending. Default [`DEFAULT_JOURNAL_LIMIT`]
-    /// (4 MiB): about 350 single-input commits. At least 64 KiB, at most 4 GiB.
+    /// and empties the journal) instead of appending. Default 4 MiB: about 350
+    /// single-input commits. At least 64 KiB, at most 4 GiB.
     pub fn journal_limit(mut self, bytes: u64) -> StoreBuilder {
         self.journal_limit = bytes;
         self

@@ -54,7 +54,7 @@ type Answer<R> = thread::Result<R>;
 /// [`Answering`]): a claim nobody received is given back.
 pub(crate) type Orphan<R> = Box<dyn FnOnce(R) + Send>;
 
-/// Where a job's answer goes, shared by its [`Reply`] and its caller.
+/// Where a job's answer goes, shared by its [`Delivery`] and its caller.
 pub(super) struct Slot<R> {
     state: Mutex<SlotState<R>>,
 }
@@ -109,7 +109,7 @@ fn orphaned<R>(orphan: Option<Orphan<R>>, answer: Answer<R>) {
 /// A job's answer until delivery. Dropped undelivered (the leader panicked), it hands
 /// the caller a panic instead: the batch's outcome is unknown. Either way the caller
 /// is woken.
-pub(super) struct Reply<R> {
+pub(super) struct Delivery<R> {
     answer: Option<Answer<R>>,
     delivered: bool,
     slot: Arc<Slot<R>>,
@@ -117,10 +117,10 @@ pub(super) struct Reply<R> {
     thread: Option<Thread>,
 }
 
-impl<R> Reply<R> {
+impl<R> Delivery<R> {
     /// A reply to the current thread, through `slot`.
-    pub(super) fn to_thread(slot: Arc<Slot<R>>) -> Reply<R> {
-        Reply {
+    pub(super) fn to_thread(slot: Arc<Slot<R>>) -> Delivery<R> {
+        Delivery {
             answer: None,
             delivered: false,
             slot,
@@ -129,8 +129,8 @@ impl<R> Reply<R> {
     }
 
     /// A reply to whoever awaits `slot` (an [`Answering`]), or to nobody.
-    pub(super) fn to_task(slot: Arc<Slot<R>>) -> Reply<R> {
-        Reply {
+    pub(super) fn to_task(slot: Arc<Slot<R>>) -> Delivery<R> {
+        Delivery {
             answer: None,
             delivered: false,
             slot,
@@ -147,7 +147,7 @@ impl<R> Reply<R> {
     }
 }
 
-impl<R> Drop for Reply<R> {
+impl<R> Drop for Delivery<R> {
     fn drop(&mut self) {
         let answer = match (self.delivered, self.answer.take()) {
             (true, Some(answer)) => answer,
@@ -230,7 +230,7 @@ pub(super) struct Input<R, S> {
     /// The caller's time; the step gets it raised to the clock floor.
     pub(super) now: Timestamp,
     pub(super) step: S,
-    pub(super) reply: Reply<Result<R, Error>>,
+    pub(super) reply: Delivery<Result<R, Error>>,
 }
 
 /// The protocol step of an [`Input`]: the store's tables, the record as this
@@ -301,7 +301,7 @@ pub(super) struct Execution<T, E, W> {
     pub(super) fingerprint: Fingerprint,
     pub(super) now: Timestamp,
     pub(super) work: W,
-    pub(super) reply: Reply<ExecutedReading<T, E>>,
+    pub(super) reply: Delivery<ExecutedReading<T, E>>,
 }
 
 impl<T, E, W> Job for Execution<T, E, W>
@@ -367,7 +367,7 @@ mod tests {
     #[test]
     fn an_undelivered_reply_answers_with_a_panic() {
         let slot: Arc<Slot<u8>> = Slot::new(None);
-        let mut reply = Reply::to_thread(Arc::clone(&slot));
+        let mut reply = Delivery::to_thread(Arc::clone(&slot));
         reply.set(Ok(7));
         drop(reply); // the leader unwound before the commit
         let answer = slot.take().unwrap();
@@ -375,7 +375,7 @@ mod tests {
             answer.unwrap_err().downcast_ref::<&str>().copied(),
             Some(ABANDONED)
         );
-        let mut reply = Reply::to_thread(Arc::clone(&slot));
+        let mut reply = Delivery::to_thread(Arc::clone(&slot));
         reply.set(Ok(8));
         reply.deliver();
         assert_eq!(slot.take().unwrap().unwrap(), 8);

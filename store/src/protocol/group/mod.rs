@@ -56,11 +56,11 @@ use crate::engine::writer::Writer;
 mod jobs;
 
 pub(crate) use jobs::{Answering, Orphan, Step};
-use jobs::{ExecutedReading, Execution, Input, Job, Ran, Reply, Slot};
+use jobs::{Delivery, ExecutedReading, Execution, Input, Job, Ran, Slot};
 
 /// The most inputs one group transaction takes; the others wait for the next one, so
 /// that one transaction never holds the write lock for long.
-pub const MAX_BATCH: usize = 256;
+pub(crate) const MAX_BATCH: usize = 256;
 
 /// How many times a new leader yields at most while callers keep coming back.
 const GATHER_ROUNDS: usize = 16;
@@ -329,7 +329,7 @@ impl Committer {
             id_key,
             now,
             step,
-            reply: Reply::to_task(Slot::detached()),
+            reply: Delivery::to_task(Slot::detached()),
         });
         self.queue_for_driver(batches, job);
     }
@@ -339,10 +339,10 @@ impl Committer {
         &self,
         writer: &Writer,
         config: &Config,
-        job: impl FnOnce(Reply<R>) -> Box<dyn Job>,
+        job: impl FnOnce(Delivery<R>) -> Box<dyn Job>,
     ) -> R {
         let slot = Slot::new(None);
-        let job = job(Reply::to_thread(Arc::clone(&slot)));
+        let job = job(Delivery::to_thread(Arc::clone(&slot)));
         let mut queue = self.queue();
         queue.waiting.push_back(job);
         loop {
@@ -370,10 +370,10 @@ impl Committer {
         &self,
         batches: &Arc<B>,
         orphan: Option<Orphan<R>>,
-        job: impl FnOnce(Reply<R>) -> Box<dyn Job>,
+        job: impl FnOnce(Delivery<R>) -> Box<dyn Job>,
     ) -> Answering<R> {
         let slot = Slot::new(orphan);
-        self.queue_for_driver(batches, job(Reply::to_task(Arc::clone(&slot))));
+        self.queue_for_driver(batches, job(Delivery::to_task(Arc::clone(&slot))));
         Answering::new(slot)
     }
 
