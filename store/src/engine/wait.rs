@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 ///
 /// redb's write lock is not handed to waiters in turn: a process writing back to back
 /// takes it again microseconds after each commit, and a waiter gets it only by trying in
-/// such a gap. With pauses of up to 10 ms, three processes waiting beside one writing 90
-/// transactions in a row often (8 runs in 20) got no turn at all until it was done; at
-/// 1 ms one of them got a turn during its run in all 20. A waiter then makes about a
-/// thousand non-blocking attempts a second (about 1% of a core).
+/// such a gap, so pauses stay short: with longer ones a waiter beside a busy writer
+/// often got no turn until the writer was done (`docs/store.md`, "Several processes").
+/// A waiter then makes about a thousand non-blocking attempts a second.
 pub(crate) const MAX_PAUSE: Duration = Duration::from_millis(1);
 
 /// The first pause after a failed attempt.

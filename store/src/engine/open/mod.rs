@@ -163,8 +163,8 @@ impl StoreBuilder {
     /// [`OpenError::Corrupt`] instead of being trusted. Default true.
     ///
     /// It reads the whole file once per open, under redb's write lock (other processes'
-    /// writes wait for it): about 40 ms for a 37 MB file of 100,000 records in a release
-    /// build. Turn it off only for files far larger than a terminal's.
+    /// writes wait for it), so its time grows with the file (`docs/performance.md`).
+    /// Turn it off only for files far larger than a terminal's.
     pub fn verify_on_open(mut self, verify: bool) -> StoreBuilder {
         self.verify_on_open = verify;
         self
@@ -179,9 +179,8 @@ impl StoreBuilder {
     /// (unsynced) and appended to the journal, and only the journal is synced before the
     /// answer; the store file is synced at a checkpoint, when the journal reaches
     /// [`StoreBuilder::journal_limit`] or the store closes. More commits per second
-    /// wherever a sync of scattered pages costs more than one of contiguous pages (1.1 to
-    /// 1.5 times as many in 10 of 11 timed runs on the test machine, 0.9 in the other;
-    /// the compare bench measures both). Every
+    /// wherever a sync of scattered pages costs more than one of contiguous pages (the
+    /// compare bench measures both; `docs/performance.md`). Every
     /// answered commit stays fsync-durable: the next writable open, in any mode, first
     /// writes what the journal holds into the file, and until then a read-only open
     /// fails with [`OpenError::NeedsRecovery`]. A closed store leaves the journal empty

@@ -2,14 +2,14 @@
 //! one fsync, and each caller is answered only after that commit.
 //!
 //! A thread that calls the store puts its input (a [`Job`]) in the store's queue; if no
-//! batch is running, it becomes the leader: it takes every input waiting
-//! (at most [`MAX_BATCH`]), runs them one after the other in one write transaction,
-//! commits once, and then hands every caller of the batch its answer. Callers who
-//! arrive meanwhile queue up, and one of them leads the next batch: as soon as the
-//! commit has returned, so that the next batch runs while this one's callers are woken
-//! (a system call each: at 64 callers, as much of the leader's time as running their
-//! inputs, in a profile on a 2-core machine). With one caller this is one input per
-//! transaction, as before, plus a lock and two small allocations.
+//! batch is running, it becomes the leader: it takes every input waiting (at most
+//! [`MAX_BATCH`]), runs them one after the other in one write transaction, commits
+//! once, and then hands every caller of the batch its answer. Callers who arrive
+//! meanwhile queue up, and one of them leads the next batch: as soon as the commit has
+//! returned, so that the next batch runs while this one's callers are woken (a system
+//! call each for a thread, which at many callers costs the leader as much as running
+//! their inputs). With one caller this is one input per transaction, plus a lock and
+//! two small allocations.
 //!
 //! A task (an HTTP request on tokio) cannot lead: a batch blocks on its fsync, and a
 //! task must not block its runtime's thread. Its input goes in the same queue, and the
@@ -67,8 +67,8 @@ const GATHER_ROUNDS: usize = 16;
 
 /// How long a batch counts as running for [`Committer::is_batching`], from when its
 /// leader took the lead (gathering, the inputs' work and the commit's syncs included):
-/// on this machine the batches of a busy store follow one another every millisecond or
-/// two. One that has run longer is most likely waiting for another process's write
+/// a batch is one commit with its syncs, so a busy store's batches follow one another
+/// within a few milliseconds on a disk with fast syncs. One that has run longer is most likely waiting for another process's write
 /// lock, and a caller should not queue behind it for an answer a read snapshot gives at
 /// once. On a disk whose syncs take longer, batches outlast it and callers read the
 /// snapshot as before: correct, without the saving.
