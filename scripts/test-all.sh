@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up what a fresh machine lacks, then runs every check of idem:
-# formatting, lints, all tests, the no_std and wasm builds of the core, and fuzzing.
+# formatting, lints, the rustdoc, the module layers, all tests, the no_std and wasm builds
+# of the core, and fuzzing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,14 +14,22 @@ for target in wasm32-unknown-unknown thumbv7em-none-eabihf; do
   grep -qx "$target" <<<"$installed_targets" || rustup target add "$target"
 done
 
-step "curl, for the idem proxy scenario (cli/tests/proxy/curl-scenario.sh)"
+step "curl, for the idem proxy scenario (cli/tests/proxy/curl-scenario.sh); python3, for scripts/module-cycles.py"
 command -v curl >/dev/null || { apt-get update && apt-get install -y curl; }
+command -v python3 >/dev/null || { apt-get update && apt-get install -y python3; }
 
 step "cargo fmt --all --check"
 cargo fmt --all --check
 
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
+
+step "RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps (and with idem-store's http feature)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --features idem-store/http
+
+step "idem-store's modules import in no cycle (scripts/module-cycles.py)"
+python3 scripts/module-cycles.py store/src
 
 step "test-only features reach no product: none in the workspace's graph without dev-dependencies"
 # idem-tests enables them through dev-dependencies only; a release build with them fails

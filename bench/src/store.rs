@@ -392,7 +392,7 @@ impl Writes<'_> {
         Ok(Row::new(id, name, callers, &timing).with_commits(timing.calls.len() as u64, commits))
     }
 
-    /// An entity move per call (DESIGN §8): [`Store::transition`] in a transaction of
+    /// An entity move per call (docs/design.md §8): [`Store::transition`] in a transaction of
     /// its own, and [`Store::transition_in`] inside an atomic execute (the key's record
     /// and the move in one commit). One entity per row flips between two states, so
     /// every call is a real move that bumps the version.

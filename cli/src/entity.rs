@@ -1,5 +1,5 @@
 //! `idem transition` and `idem entity get|list`: business entities moved by a state
-//! machine with a version check (DESIGN §8).
+//! machine with a version check (docs/design.md §8).
 
 use std::path::Path;
 

@@ -5,7 +5,7 @@ use std::panic;
 use std::path::{Component, Path};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// An exit status of the CLI contract (DESIGN §5).
+/// An exit status of the CLI contract (docs/design.md §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Exit {
     /// Done: claimed, replay, settled, found.

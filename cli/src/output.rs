@@ -286,7 +286,7 @@ pub(crate) fn table(rows: &[Vec<String>]) -> String {
     lines.join("\n")
 }
 
-/// `begin`'s JSON shapes, exactly as DESIGN §5 gives them.
+/// `begin`'s JSON shapes, exactly as docs/design.md §5 gives them.
 #[derive(Debug, Serialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]
 pub(crate) enum DecisionView {

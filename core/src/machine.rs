@@ -1,4 +1,4 @@
-//! Entity state machines with a version check (DESIGN §8): the layers after the key.
+//! Entity state machines with a version check (docs/design.md §8): the layers after the key.
 //!
 //! The key (the receiver protocol) stops a retry from running twice, but not two keys
 //! for one business fact, callbacks that arrive out of order, or two operators editing

@@ -308,6 +308,24 @@ pub enum ExecuteError<E> {
     Store(#[from] Error),
 }
 
+/// A JSON view (a record, an intent) that breaks a rule; names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ViewError {
+    /// The field at fault.
+    pub field: &'static str,
+    /// What is wrong with it and the rule.
+    pub message: String,
+}
+
+/// A [`ViewError`] of `field`.
+pub(crate) fn view_error(field: &'static str, message: impl Into<String>) -> ViewError {
+    ViewError {
+        field,
+        message: message.into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -207,7 +207,8 @@
 //!
 //! # The file
 //!
-//! The store's tables are named `idem.*` (see the layout in the source of `tables.rs`);
+//! The store's tables are named `idem.*` (see the layout in the source of
+//! `engine/tables/mod.rs`);
 //! the application may keep its own tables in the same file under other names. Every
 //! key and value is our own byte string (records are a format-version byte plus
 //! postcard); one index table holds the records' expiry and state indexes, their counts
@@ -230,7 +231,7 @@
 //! terminal whose clock jumped back therefore settles outcomes at the time of its last
 //! write at the latest: they can expire early only by the time between that write and
 //! the jump, plus the time the clock stays behind (so a retention must cover the
-//! longest gap between writes and the clock's error, DESIGN §2). A sweep reads the
+//! longest gap between writes and the clock's error, docs/design.md §2). A sweep reads the
 //! floor but does not raise it. Answers that write nothing
 //! (a replay, an in-progress answer) use the caller's `now` as given: a clock behind the
 //! floor only keeps an outcome or a lease a little longer. The outbox's intents take
@@ -253,12 +254,56 @@
 //! returns [`Error::NeedsReopen`] too. Whether the failed call's changes are durable is
 //! known only after the reopen; every answer given before it is.
 //!
-//! # HTTP (feature `http`)
+//! # The receiver seam, and HTTP (feature `http`)
 //!
-//! `http` is a tower layer that gives any HTTP service (hyper, axum) idempotency keys
-//! per draft-ietf-httpapi-idempotency-key-header, on this store and the pure mapping of
-//! `idem_core::http`; `idem proxy` runs it in front of any backend. Off by default: the
-//! store alone pulls in no HTTP crate.
+//! [`Receiver`] is what the HTTP layer, `idem proxy`, the reconciler and the operator
+//! need of a store, as one trait; [`Store`] implements it. Its inputs are futures: a
+//! caller on an async runtime waits for its commit without holding a thread, and a
+//! begin whose future is dropped gives back the claim nobody received.
+//!
+//! `http` is a tower layer over any [`Receiver`] that gives an HTTP service (hyper,
+//! axum) idempotency keys per draft-ietf-httpapi-idempotency-key-header, with the pure
+//! mapping of `idem_core::http`; `idem proxy` runs it in front of any backend. Off by
+//! default: the store alone pulls in no HTTP crate.
+//!
+//! # Features of the API
+//!
+//! Beside [`Store`], each family has a module: [`entity`] (state machines with a version
+//! check, business uniqueness), [`token`] (one-time tokens), [`inbox`] (a queue
+//! consumer's inbox), [`outbox`] (the sender's intents in the same file), [`maintain`]
+//! (sweep, stats, check, reconcile, export and import, with their reports) and `http`.
+//!
+//! # Layers of the source
+//!
+//! Each layer uses only the ones below it; no module imports one that imports it
+//! (`scripts/module-cycles.py` checks this in the test command).
+//!
+//! ```text
+//! lib.rs            the crate's documentation and public surface
+//! http/             the tower layer over any Receiver: mod.rs (Settings, the layer),
+//!                   service.rs (the service and the claim it settles)
+//! api/              the public face; each feature's `impl Store` in a file of its own:
+//!                   store.rs (Store, opening it, the answers without a write),
+//!                   two_phase.rs, execute.rs, entity.rs, token.rs, inbox.rs, outbox.rs,
+//!                   reconcile.rs, read.rs, maintain.rs, transfer.rs, receiver.rs
+//!                   (impl Receiver for Store), tests.rs
+//! receiver.rs       the seam: the Receiver trait, over the reports it returns
+//! operator/         the reads and maintenance over every table: read.rs (get, list),
+//!                   maintain.rs (sweep, stats, check, compact), transfer.rs (export,
+//!                   import), view/ (a record as JSON)
+//! protocol/         the paths an input runs: two_phase.rs (the steps), execute.rs
+//!                   (atomic execute, one implementation for every path), group/ (group
+//!                   commit: mod.rs the queue and its leaders, jobs.rs the inputs),
+//!                   snapshot.rs (answers from a read snapshot), entity.rs, token.rs,
+//!                   inbox.rs, reconcile.rs (the reconciler's steps), outbox/ (mod.rs,
+//!                   tables.rs, view.rs)
+//! engine/           redb: open/ (mod.rs the builder, checks.rs), backend.rs (where the
+//!                   bytes live), journal/ (mod.rs, record.rs, recover.rs), writer.rs
+//!                   (the one write transaction), tables/ (mod.rs the layout, index.rs,
+//!                   write.rs, upgrade.rs), cache.rs (the replay cache), handle.rs,
+//!                   lock.rs, wait.rs, clock.rs
+//! error.rs          the error of each operation, and of a JSON view; used by every layer
+//! ```
 
 // A test-only switch never ships: whatever unified it into a release build, the build
 // fails instead of linking it.

@@ -1,6 +1,6 @@
 //! The receiver seam: what the HTTP layer, `idem proxy`, the reconciler and the
-//! operator need of a store, as one trait an engine implements. The redb [`Store`]
-//! implements it here.
+//! operator need of a store, as one trait an engine implements. The redb
+//! [`crate::Store`] implements it in `api/receiver.rs`.
 //!
 //! The protocol is idem-core's ([`idem_core::protocol`]): an engine reads a record,
 //! hands it to the core and applies the write the core returns, in one transaction
@@ -16,20 +16,15 @@
 
 use std::future::Future;
 use std::io::{BufRead, Write};
-use std::ops::ControlFlow;
-use std::sync::Arc;
 
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
 
-use crate::api::store::{Shared, Store};
 use crate::error::{Error, ImportError, MaintainError};
 use crate::operator::maintain::{Stats, SweepReport};
 use crate::operator::read::ListFilter;
 use crate::operator::transfer::Transferred;
-use crate::protocol::group::Orphan;
 use crate::protocol::reconcile::{Check, ReconcileError, ReconcileReport};
-use crate::protocol::two_phase;
 
 /// What becomes of a claim whose holder gives it up without settling it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +36,7 @@ pub enum GiveUp {
 }
 
 /// A store of idempotency records, as a receiver uses it: the protocol's inputs
-/// (DESIGN §2, `docs/design.md`), the reads, and the operator's maintenance.
+/// (docs/design.md §2), the reads, and the operator's maintenance.
 ///
 /// Every time is the caller's `now`; an engine may keep a clock of its own that
 /// never goes backwards (the redb store's clock floor), and uses it as the protocol
@@ -120,7 +115,7 @@ pub trait Receiver: Send + Sync + 'static {
     /// The record of `id`, if there is one.
     fn get(&self, id: &RecordId) -> impl Future<Output = Result<Option<Record>, Error>> + Send;
 
-    /// The records that match `filter`, in the order [`Store::list`] gives.
+    /// The records that match `filter`, in the order [`crate::Store::list`] gives.
     fn list(
         &self,
         filter: &ListFilter,
@@ -156,198 +151,4 @@ pub trait Receiver: Send + Sync + 'static {
         &self,
         input: &mut (dyn BufRead + Send),
     ) -> impl Future<Output = Result<Transferred, ImportError>> + Send;
-}
-
-impl Receiver for Store {
-    fn config(&self) -> &Config {
-        Store::config(self)
-    }
-
-    async fn begin(
-        &self,
-        id: &RecordId,
-        fingerprint: Fingerprint,
-        now: Timestamp,
-    ) -> Result<Decision, Error> {
-        let shared = self.shared();
-        shared.writer.ensure_writable("begin")?;
-        let id_key = id.to_key_bytes();
-        if let Some(decision) = self.answer_before_batch(&id_key, fingerprint, now)? {
-            return Ok(decision);
-        }
-        let epoch = shared.cache.epoch();
-        let step = two_phase::begin_reading(fingerprint);
-        let answered = shared
-            .committer
-            .input_async(shared, id, now, step, Some(give_back(shared, id, now)))?
-            .await?;
-        Ok(self.begun(&id_key, answered, epoch))
-    }
-
-    async fn heartbeat(
-        &self,
-        id: &RecordId,
-        generation: Generation,
-        now: Timestamp,
-    ) -> Result<Record, Error> {
-        let shared = self.shared();
-        shared.writer.ensure_writable("heartbeat")?;
-        let step = two_phase::heartbeat(generation);
-        shared
-            .committer
-            .input_async(shared, id, now, step, None)?
-            .await
-    }
-
-    async fn complete(
-        &self,
-        id: &RecordId,
-        generation: Generation,
-        verdict: Verdict,
-        outcome: Outcome,
-        now: Timestamp,
-    ) -> Result<Record, Error> {
-        let shared = self.shared();
-        shared.writer.ensure_writable("complete")?;
-        let epoch = shared.cache.epoch();
-        let step = two_phase::complete(generation, verdict, outcome);
-        let record = shared
-            .committer
-            .input_async(shared, id, now, step, None)?
-            .await?;
-        self.keep_settled(id, Some(&record), epoch);
-        Ok(record)
-    }
-
-    async fn release(
-        &self,
-        id: &RecordId,
-        generation: Generation,
-        now: Timestamp,
-    ) -> Result<(), Error> {
-        let shared = self.shared();
-        shared.writer.ensure_writable("release")?;
-        let step = two_phase::release(generation);
-        shared
-            .committer
-            .input_async(shared, id, now, step, None)?
-            .await
-    }
-
-    async fn mark_unknown(
-        &self,
-        id: &RecordId,
-        generation: Generation,
-        now: Timestamp,
-    ) -> Result<Record, Error> {
-        let shared = self.shared();
-        shared.writer.ensure_writable("mark_unknown")?;
-        let step = two_phase::mark_unknown(generation);
-        shared
-            .committer
-            .input_async(shared, id, now, step, None)?
-            .await
-    }
-
-    async fn resolve(
-        &self,
-        id: &RecordId,
-        resolution: Resolution,
-        now: Timestamp,
-    ) -> Result<Option<Record>, Error> {
-        let shared = self.shared();
-        shared.writer.ensure_writable("resolve")?;
-        let epoch = shared.cache.epoch();
-        let step = two_phase::resolve(resolution);
-        let record = shared
-            .committer
-            .input_async(shared, id, now, step, None)?
-            .await?;
-        self.keep_settled(id, record.as_ref(), epoch);
-        Ok(record)
-    }
-
-    fn give_up(&self, id: &RecordId, generation: Generation, how: GiveUp, now: Timestamp) {
-        give_up_in_background(self.shared(), id.to_key_bytes(), generation, how, now);
-    }
-
-    async fn get(&self, id: &RecordId) -> Result<Option<Record>, Error> {
-        Store::get(self, id)
-    }
-
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<(RecordId, Record)>, Error> {
-        let mut records = Vec::new();
-        Store::list(self, filter, |id, record| {
-            records.push((id, record));
-            ControlFlow::Continue(())
-        })?;
-        Ok(records)
-    }
-
-    async fn stats(&self, now: Timestamp) -> Result<Stats, MaintainError> {
-        Store::stats(self, now)
-    }
-
-    async fn sweep(
-        &self,
-        now: Timestamp,
-        limit: usize,
-        dry_run: bool,
-    ) -> Result<SweepReport, Error> {
-        Store::sweep(self, now, limit, dry_run)
-    }
-
-    async fn reconcile<E: Send>(
-        &self,
-        now: Timestamp,
-        limit: usize,
-        checker: impl FnMut(&RecordId, &Record) -> Result<Check, E> + Send,
-    ) -> Result<ReconcileReport, ReconcileError<E>> {
-        Store::reconcile(self, now, limit, checker)
-    }
-
-    async fn export(&self, out: &mut (dyn Write + Send)) -> Result<Transferred, MaintainError> {
-        Store::export(self, out)
-    }
-
-    async fn import(&self, input: &mut (dyn BufRead + Send)) -> Result<Transferred, ImportError> {
-        Store::import(self, input)
-    }
-}
-
-/// What a begin whose future was dropped does with its answer: a claim nobody received
-/// is released in the background, so that a retry claims the key again.
-fn give_back(
-    shared: &Arc<Shared>,
-    id: &RecordId,
-    now: Timestamp,
-) -> Orphan<Result<(Decision, Option<Record>), Error>> {
-    let shared = Arc::downgrade(shared);
-    let id_key = id.to_key_bytes();
-    Box::new(move |answered| {
-        if let (Ok((Decision::Claimed { generation, .. }, _)), Some(shared)) =
-            (answered, shared.upgrade())
-        {
-            give_up_in_background(&shared, id_key, generation, GiveUp::Release, now);
-        }
-    })
-}
-
-fn give_up_in_background(
-    shared: &Arc<Shared>,
-    id_key: Vec<u8>,
-    generation: Generation,
-    how: GiveUp,
-    now: Timestamp,
-) {
-    match how {
-        GiveUp::Release => {
-            let step = two_phase::release(generation);
-            shared.committer.input_detached(shared, id_key, now, step);
-        }
-        GiveUp::MarkUnknown => {
-            let step = two_phase::mark_unknown(generation);
-            shared.committer.input_detached(shared, id_key, now, step);
-        }
-    }
 }

@@ -12,7 +12,7 @@
 //! bare token, one key per request), fingerprints the request, claims the key in the
 //! store, replays a settled outcome with `Idempotent-Replayed: true`, and answers 409
 //! while the first request runs, 422 for the key with another payload and 503 for an
-//! outcome that is unknown (DESIGN §10). The tenant is fixed (`shop`), the operation the
+//! outcome that is unknown (docs/design.md §10). The tenant is fixed (`shop`), the operation the
 //! layer's default (`POST /orders`). Behind it the order handler is a plain service: it
 //! counts the execution, works for `--work-ms`, and answers 201 with a JSON body.
 //!

@@ -1,7 +1,7 @@
 //! Browser bindings of idem: the sender ledger, the fingerprints and an in-memory
 //! receiver, for JavaScript through wasm-bindgen.
 //!
-//! This crate is the Rust half of the npm package `idem-wasm` (DESIGN.md §6). It adds no
+//! This crate is the Rust half of the npm package `idem-wasm` (docs/design.md §6). It adds no
 //! logic of its own: every decision is made by `idem-core`, so a browser, Node and the
 //! Rust store compute the same keys, fingerprints and transitions. What lives here is the
 //! translation: JS values in (checked, with errors that name the field), JS objects out,

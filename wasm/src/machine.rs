@@ -1,4 +1,4 @@
-//! `Machine`: an entity state machine with a version check (DESIGN §8), so a browser app
+//! `Machine`: an entity state machine with a version check (docs/design.md §8), so a browser app
 //! can check a move locally before it sends it. The same rules as the store's
 //! `transition`: `idem_core::machine`.
 

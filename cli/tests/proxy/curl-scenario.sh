@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DESIGN §10's scenario, with curl, against `idem proxy` in front of a backend:
+# docs/design.md §10's scenario, with curl, against `idem proxy` in front of a backend:
 #   bash curl-scenario.sh DEFAULT_PROXY_URL OK_200_PROXY_URL
 # The first proxy replays with the original status, the second with --replay-status 200.
 # Exits 1 at the first answer that is not the expected one.

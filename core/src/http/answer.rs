@@ -1,4 +1,4 @@
-//! The answer to a request that does not run the handler: DESIGN §10's table, the RFC
+//! The answer to a request that does not run the handler: docs/design.md §10's table, the RFC
 //! 9457 problem documents, and the stored response a replay sends back.
 
 use alloc::borrow::ToOwned;
@@ -197,7 +197,7 @@ impl Problem {
     }
 }
 
-/// The answer to a decision, per DESIGN §10; `None` for [`Decision::Claimed`]: the
+/// The answer to a decision, per docs/design.md §10; `None` for [`Decision::Claimed`]: the
 /// handler runs and its answer is the answer.
 ///
 /// | decision | status | headers |

@@ -1,4 +1,4 @@
-//! The HTTP mapping of the receiver protocol (DESIGN §10), pure and shared by every
+//! The HTTP mapping of the receiver protocol (docs/design.md §10), pure and shared by every
 //! receiver and sender: no HTTP library, no I/O.
 //!
 //! A receiver in front of a handler does, per request:

@@ -1,4 +1,4 @@
-//! The layers after the key (DESIGN §8, `docs/design.md`): entities moved by a state
+//! The layers after the key (docs/design.md §8): entities moved by a state
 //! machine with a version check ([`crate::Store::transition_in`]), and business
 //! uniqueness that outlives retention ([`crate::Store::claim_unique_in`]).
 

@@ -1,4 +1,4 @@
-//! The consumer inbox of an at-least-once queue (DESIGN §9, `docs/design.md`):
+//! The consumer inbox of an at-least-once queue (docs/design.md §9):
 //! [`crate::Store::inbox`] gives a consumer's [`Inbox`], whose [`Inbox::handle`] runs a
 //! message's handler once, however often it is delivered.
 

@@ -1,10 +1,11 @@
-//! The operator's work (DESIGN §4, §11, `docs/design.md`): sweep, stats, check and
+//! The operator's work (docs/design.md §4, §11): sweep, stats, check and
 //! compact, the reconciler, export and import, and the JSON view of a record, with
 //! the reports each returns.
 
+pub use crate::error::ViewError;
 pub use crate::operator::maintain::{CheckReport, IntentCounts, Stats, SweepReport};
 pub use crate::operator::transfer::Transferred;
-pub use crate::operator::view::{RecordView, ViewError, record_json};
+pub use crate::operator::view::{RecordView, record_json};
 pub use crate::protocol::reconcile::{Abandoned, Check, ReconcileError, ReconcileReport};
 
 use idem_core::{Generation, Timestamp};

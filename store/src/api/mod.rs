@@ -7,6 +7,7 @@ pub mod inbox;
 pub mod maintain;
 pub mod outbox;
 pub(crate) mod read;
+mod receiver;
 pub(crate) mod reconcile;
 pub(crate) mod store;
 pub mod token;

@@ -1,4 +1,4 @@
-//! The sender's outbox (DESIGN §3, `docs/design.md`): intents kept in the store's own
+//! The sender's outbox (docs/design.md §3): intents kept in the store's own
 //! file, created in the same transaction as the business write, sent and retried with
 //! their key until a definitive answer. [`crate::Store::outbox`] gives the [`Outbox`].
 

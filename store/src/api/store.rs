@@ -1,16 +1,6 @@
-//! [`Store`]: the whole public API of idem-store, each method a short delegation to the
-//! module that does the work.
-//!
-//! The layers below, each depending only on the ones after it:
-//!
-//! - features: `two_phase.rs` (the protocol inputs as steps), `group/` (group commit,
-//!   which runs them), `execute.rs` (atomic execute, one implementation for both
-//!   paths), `snapshot.rs` (answers from a read snapshot), `read.rs`, `maintain.rs`,
-//!   `transfer.rs`, `outbox.rs`;
-//! - `writer.rs`: the redb handle, the write lock, durability and the failed-commit
-//!   state;
-//! - `tables.rs`, `handle.rs`, `lock.rs`, `wait.rs`, `cache.rs`: the file layout, the
-//!   redb database, the bounded waits and the replay cache.
+//! [`Store`]: what a store is (its writer, group-commit queue, replay cache and config,
+//! shared with the group-commit driver), how one is opened, and what every feature's
+//! `impl Store` builds on: the answers a begin gets without writing.
 //!
 //! Every input runs in a write transaction: read the record, run the core, apply its
 //! write, commit, and only then answer. A transaction whose inputs change nothing (an
@@ -18,7 +8,7 @@
 //! begin that writes nothing is answered from the replay cache or a read snapshot
 //! without a write transaction at all, except in the multi-process modes while batches
 //! follow one another: a key the cache does not hold then joins a batch (see
-//! `snapshot.rs`).
+//! `protocol/snapshot.rs`).
 
 use std::fmt;
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! One-time tokens (DESIGN §9, `docs/design.md`): the right to do something once,
+//! One-time tokens (docs/design.md §9): the right to do something once,
 //! handed out by the server. [`crate::Store::issue_token`] issues one (idempotently per
 //! intent id), [`crate::Store::consume`] and [`crate::Store::consume_execute`] use it
 //! once, [`crate::Store::sweep_tokens`] deletes expired ones.

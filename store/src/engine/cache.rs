@@ -3,7 +3,7 @@
 //!
 //! # Why an answer from the cache is the one the file would give
 //!
-//! A settled record never changes before it expires (DESIGN §2, invariant 1): sweep
+//! A settled record never changes before it expires (docs/design.md §2, invariant 1): sweep
 //! deletes it only once `now >= expires_at`; a begin claims the key again only once
 //! `now >= expires_at`; resolve applies only to Unknown, complete, heartbeat, release
 //! and mark_unknown only to Pending; import refuses a different record under an

@@ -1,5 +1,5 @@
 //! The HTTP receiver (feature `http`): a tower [`Layer`] that gives any HTTP service
-//! idempotency keys, per DESIGN §10, with the mapping of [`idem_core::http`].
+//! idempotency keys, per docs/design.md §10, with the mapping of [`idem_core::http`].
 //!
 //! ```text
 //! client ──▶ IdempotencyLayer ──▶ your service (axum router, hyper service, a proxy)

@@ -2,7 +2,7 @@
 //!
 //! An export is a header line, then one record per line, then one line per intent of
 //! the outbox (the terminal's queued sales), then one line per entity and per claimed
-//! business value (DESIGN §8), then one line per issued one-time token (DESIGN §9):
+//! business value (docs/design.md §8), then one line per issued one-time token (docs/design.md §9):
 //!
 //! ```text
 //! {"idem_export":3,"generation":42,"clock_floor":1700000000300,"records":2,"intents":1,"entities":1,"unique":1,"tokens":1}
@@ -36,7 +36,8 @@ use crate::engine::handle::{Caller, guard_read};
 use crate::engine::tables::{self, IndexReader, RECORDS};
 use crate::engine::writer::Writer;
 use crate::error::{Error, ImportError, MaintainError};
-use crate::operator::view::{RecordView, ViewError, unsigned, view_error};
+use crate::error::{ViewError, view_error};
+use crate::operator::view::{RecordView, unsigned};
 use crate::protocol::entity::{self, BusinessLine};
 use crate::protocol::outbox::{IntentView, count_intents, for_each_intent, import_intent};
 use crate::protocol::token;

@@ -1,4 +1,4 @@
-//! The layers after the key (DESIGN §8): entities moved by a state machine with a
+//! The layers after the key (docs/design.md §8): entities moved by a state machine with a
 //! version check, and business values claimed once.
 //!
 //! | table | key | value |

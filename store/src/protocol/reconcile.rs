@@ -1,4 +1,4 @@
-//! Reconciliation (DESIGN §11): claims whose executor went silent turned Unknown, and
+//! Reconciliation (docs/design.md §11): claims whose executor went silent turned Unknown, and
 //! Unknown records settled by a checker that can tell what happened.
 //!
 //! The checker runs outside any transaction (it may ask a payment provider or read a

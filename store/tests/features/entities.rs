@@ -1,4 +1,4 @@
-//! The layers after the key (DESIGN §8), with the source material's experiments: callbacks
+//! The layers after the key (docs/design.md §8), with the source material's experiments: callbacks
 //! in every order, concurrent deductions with a version check, and one business value
 //! claimed under two keys.
 

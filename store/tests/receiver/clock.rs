@@ -1,4 +1,4 @@
-//! The clock floor (DESIGN §2, "Time"): a store never lets time go backwards for its
+//! The clock floor (docs/design.md §2, "Time"): a store never lets time go backwards for its
 //! records. A write whose clock is behind the latest time a write used takes that time
 //! instead, on every path (two-phase, atomic execute, group commit, sweep), and the
 //! floor survives a restart.

@@ -1,4 +1,4 @@
-//! The HTTP layer against a tower service, without sockets: DESIGN §10's table, the
+//! The HTTP layer against a tower service, without sockets: docs/design.md §10's table, the
 //! settling of claims (2xx and 4xx kept, 5xx released, panics Unknown), bad input, and
 //! concurrent requests under one key.
 

@@ -1,4 +1,4 @@
-//! Reconciliation (DESIGN §11): abandoned claims turn Unknown, and a checker settles
+//! Reconciliation (docs/design.md §11): abandoned claims turn Unknown, and a checker settles
 //! Unknown records oldest first, each only if it is still the record the checker saw.
 
 use crate::common::{T0, fp, id};

@@ -1,4 +1,4 @@
-//! Tombstones (DESIGN §8): what outlives retention. A request whose outcome was swept is
+//! Tombstones (docs/design.md §8): what outlives retention. A request whose outcome was swept is
 //! answered Forgotten and does not execute again, until the tombstone's own time ends;
 //! with tombstones off, it executes again.
 

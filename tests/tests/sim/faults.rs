@@ -14,7 +14,7 @@
 //! the receiver is busy: within `clock_reset_quiet_ms` of a claim it made with a good
 //! clock, or else right after its next such claim. (A receiver idle for hours before its
 //! clock went back would settle at that old time; then the margin has to cover the idle
-//! time too, as DESIGN §2 says: retention covers the longest offline period plus the
+//! time too, as docs/design.md §2 says: retention covers the longest offline period plus the
 //! clock error.)
 
 use super::events::{Event, Queue};

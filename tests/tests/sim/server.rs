@@ -36,7 +36,7 @@ fn status(status: u16) -> Reply {
 }
 
 /// The HTTP answer to a decision that did not claim: the status and body of the shared
-/// mapping (`idem_core::http`, DESIGN §10). `retry_at` is the lease end of a 409, as the
+/// mapping (`idem_core::http`, docs/design.md §10). `retry_at` is the lease end of a 409, as the
 /// receiver knows it; the simulated senders take it as is (a real sender reads the
 /// `Retry-After` seconds against its own clock).
 fn decision_reply(decision: Decision) -> Reply {

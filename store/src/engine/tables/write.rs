@@ -22,7 +22,7 @@ use super::*;
 ///
 /// Time never goes backwards for the records: a write uses [`Tables::effective`], the
 /// caller's time or the clock floor, whichever is later, and then raises the floor to
-/// it with [`Tables::raise_floor`] (DESIGN §2, "Time").
+/// it with [`Tables::raise_floor`] (docs/design.md §2, "Time").
 pub(crate) struct Tables<'txn> {
     txn: &'txn WriteTransaction,
     counters: &'txn Counters,

@@ -17,6 +17,8 @@ use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
+use crate::error::{ViewError, view_error};
+
 /// One record as JSON fields. Optional fields are present exactly when the state has
 /// them: `lease_until` for Pending; `expires_at`, `completed_at`, `code` and
 /// `outcome_b64` for Succeeded and Failed; none for Unknown; `verdict`, `completed_at`
@@ -57,23 +59,6 @@ pub struct RecordView {
     /// Settled only: the outcome's body, standard base64.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outcome_b64: Option<String>,
-}
-
-/// A JSON record that breaks a rule; names the field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ViewError {
-    /// The field at fault.
-    pub field: &'static str,
-    /// What is wrong with it and the rule.
-    pub message: String,
-}
-
-pub(crate) fn view_error(field: &'static str, message: impl Into<String>) -> ViewError {
-    ViewError {
-        field,
-        message: message.into(),
-    }
 }
 
 /// The JSON object of a record: [`RecordView`] as a [`serde_json::Value`].

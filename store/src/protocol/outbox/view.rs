@@ -11,7 +11,7 @@ use idem_core::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::operator::view::{ViewError, view_error};
+use crate::error::{ViewError, view_error};
 
 /// An intent as JSON. Field names follow the CLI's contract for records: `*_b64` bytes,
 /// `*_at` times.

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The figures of docs/performance.md, on this machine, in one run: the store in process
+# (`idem bench`), `idem proxy` under load (bench/benches/http.rs), and the store beside
+# SQLite (bench/benches/compare.rs). Prints figures only; nothing here asserts a speed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "build (release)"
+cargo build --release -p idem-cli
+cargo bench -p idem-bench --bench http --no-run
+cargo bench -p idem-bench --bench compare --features sqlite --no-run
+
+step "idem bench: the store in process"
+./target/release/idem bench
+
+step "idem proxy under load"
+cargo bench -p idem-bench --bench http
+
+step "idem-store beside SQLite"
+cargo bench -p idem-bench --bench compare --features sqlite

@@ -1,0 +1,214 @@
+//! `impl Receiver for Store`: the redb engine behind the seam. A protocol input joins
+//! the store's group commit as a task's input, so its future holds no thread while its
+//! batch runs; a begin dropped while it waits gives its claim back.
+
+use std::io::{BufRead, Write};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use idem_core::protocol::{Decision, Resolution};
+use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
+
+use crate::api::store::{Shared, Store};
+use crate::error::{Error, ImportError, MaintainError};
+use crate::operator::maintain::{Stats, SweepReport};
+use crate::operator::read::ListFilter;
+use crate::operator::transfer::Transferred;
+use crate::protocol::group::Orphan;
+use crate::protocol::reconcile::{Check, ReconcileError, ReconcileReport};
+use crate::protocol::two_phase;
+use crate::receiver::{GiveUp, Receiver};
+
+impl Receiver for Store {
+    fn config(&self) -> &Config {
+        Store::config(self)
+    }
+
+    async fn begin(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Result<Decision, Error> {
+        let shared = self.shared();
+        shared.writer.ensure_writable("begin")?;
+        let id_key = id.to_key_bytes();
+        if let Some(decision) = self.answer_before_batch(&id_key, fingerprint, now)? {
+            return Ok(decision);
+        }
+        let epoch = shared.cache.epoch();
+        let step = two_phase::begin_reading(fingerprint);
+        let answered = shared
+            .committer
+            .input_async(shared, id, now, step, Some(give_back(shared, id, now)))?
+            .await?;
+        Ok(self.begun(&id_key, answered, epoch))
+    }
+
+    async fn heartbeat(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+    ) -> Result<Record, Error> {
+        let shared = self.shared();
+        shared.writer.ensure_writable("heartbeat")?;
+        let step = two_phase::heartbeat(generation);
+        shared
+            .committer
+            .input_async(shared, id, now, step, None)?
+            .await
+    }
+
+    async fn complete(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        verdict: Verdict,
+        outcome: Outcome,
+        now: Timestamp,
+    ) -> Result<Record, Error> {
+        let shared = self.shared();
+        shared.writer.ensure_writable("complete")?;
+        let epoch = shared.cache.epoch();
+        let step = two_phase::complete(generation, verdict, outcome);
+        let record = shared
+            .committer
+            .input_async(shared, id, now, step, None)?
+            .await?;
+        self.keep_settled(id, Some(&record), epoch);
+        Ok(record)
+    }
+
+    async fn release(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        let shared = self.shared();
+        shared.writer.ensure_writable("release")?;
+        let step = two_phase::release(generation);
+        shared
+            .committer
+            .input_async(shared, id, now, step, None)?
+            .await
+    }
+
+    async fn mark_unknown(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+    ) -> Result<Record, Error> {
+        let shared = self.shared();
+        shared.writer.ensure_writable("mark_unknown")?;
+        let step = two_phase::mark_unknown(generation);
+        shared
+            .committer
+            .input_async(shared, id, now, step, None)?
+            .await
+    }
+
+    async fn resolve(
+        &self,
+        id: &RecordId,
+        resolution: Resolution,
+        now: Timestamp,
+    ) -> Result<Option<Record>, Error> {
+        let shared = self.shared();
+        shared.writer.ensure_writable("resolve")?;
+        let epoch = shared.cache.epoch();
+        let step = two_phase::resolve(resolution);
+        let record = shared
+            .committer
+            .input_async(shared, id, now, step, None)?
+            .await?;
+        self.keep_settled(id, record.as_ref(), epoch);
+        Ok(record)
+    }
+
+    fn give_up(&self, id: &RecordId, generation: Generation, how: GiveUp, now: Timestamp) {
+        give_up_in_background(self.shared(), id.to_key_bytes(), generation, how, now);
+    }
+
+    async fn get(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+        Store::get(self, id)
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<(RecordId, Record)>, Error> {
+        let mut records = Vec::new();
+        Store::list(self, filter, |id, record| {
+            records.push((id, record));
+            ControlFlow::Continue(())
+        })?;
+        Ok(records)
+    }
+
+    async fn stats(&self, now: Timestamp) -> Result<Stats, MaintainError> {
+        Store::stats(self, now)
+    }
+
+    async fn sweep(
+        &self,
+        now: Timestamp,
+        limit: usize,
+        dry_run: bool,
+    ) -> Result<SweepReport, Error> {
+        Store::sweep(self, now, limit, dry_run)
+    }
+
+    async fn reconcile<E: Send>(
+        &self,
+        now: Timestamp,
+        limit: usize,
+        checker: impl FnMut(&RecordId, &Record) -> Result<Check, E> + Send,
+    ) -> Result<ReconcileReport, ReconcileError<E>> {
+        Store::reconcile(self, now, limit, checker)
+    }
+
+    async fn export(&self, out: &mut (dyn Write + Send)) -> Result<Transferred, MaintainError> {
+        Store::export(self, out)
+    }
+
+    async fn import(&self, input: &mut (dyn BufRead + Send)) -> Result<Transferred, ImportError> {
+        Store::import(self, input)
+    }
+}
+
+/// What a begin whose future was dropped does with its answer: a claim nobody received
+/// is released in the background, so that a retry claims the key again.
+fn give_back(
+    shared: &Arc<Shared>,
+    id: &RecordId,
+    now: Timestamp,
+) -> Orphan<Result<(Decision, Option<Record>), Error>> {
+    let shared = Arc::downgrade(shared);
+    let id_key = id.to_key_bytes();
+    Box::new(move |answered| {
+        if let (Ok((Decision::Claimed { generation, .. }, _)), Some(shared)) =
+            (answered, shared.upgrade())
+        {
+            give_up_in_background(&shared, id_key, generation, GiveUp::Release, now);
+        }
+    })
+}
+
+fn give_up_in_background(
+    shared: &Arc<Shared>,
+    id_key: Vec<u8>,
+    generation: Generation,
+    how: GiveUp,
+    now: Timestamp,
+) {
+    match how {
+        GiveUp::Release => {
+            let step = two_phase::release(generation);
+            shared.committer.input_detached(shared, id_key, now, step);
+        }
+        GiveUp::MarkUnknown => {
+            let step = two_phase::mark_unknown(generation);
+            shared.committer.input_detached(shared, id_key, now, step);
+        }
+    }
+}
