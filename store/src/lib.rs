@@ -293,7 +293,8 @@
 //!                   import), view/ (a record as JSON)
 //! protocol/         the paths an input runs: two_phase.rs (the steps), execute.rs
 //!                   (atomic execute, one implementation for every path), group/ (group
-//!                   commit: mod.rs the queue and its leaders, jobs.rs the inputs),
+//!                   commit: mod.rs the queue and its leaders, jobs.rs the inputs,
+//!                   failed.rs the answers of a failed batch),
 //!                   snapshot.rs (answers from a read snapshot), entity.rs, token.rs,
 //!                   inbox.rs, reconcile.rs (the reconciler's steps), outbox/ (mod.rs,
 //!                   tables.rs, view.rs)
