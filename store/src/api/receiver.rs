@@ -14,7 +14,7 @@ use crate::error::{Error, ImportError, MaintainError};
 use crate::operator::maintain::{Stats, SweepReport};
 use crate::operator::read::ListFilter;
 use crate::operator::transfer::Transferred;
-use crate::protocol::group::Orphan;
+use crate::protocol::group::{Orphan, Step};
 use crate::protocol::reconcile::{Check, ReconcileError, ReconcileReport};
 use crate::protocol::two_phase;
 use crate::receiver::{GiveUp, Receiver};
@@ -51,12 +51,7 @@ impl Receiver for Store {
         generation: Generation,
         now: Timestamp,
     ) -> Result<Record, Error> {
-        let shared = self.shared();
-        shared.writer.ensure_writable("heartbeat")?;
-        let step = two_phase::heartbeat(generation);
-        shared
-            .committer
-            .input_async(shared, id, now, step, None)?
+        self.input_async("heartbeat", id, now, two_phase::heartbeat(generation))
             .await
     }
 
@@ -68,14 +63,9 @@ impl Receiver for Store {
         outcome: Outcome,
         now: Timestamp,
     ) -> Result<Record, Error> {
-        let shared = self.shared();
-        shared.writer.ensure_writable("complete")?;
-        let epoch = shared.cache.epoch();
+        let epoch = self.shared().cache.epoch();
         let step = two_phase::complete(generation, verdict, outcome);
-        let record = shared
-            .committer
-            .input_async(shared, id, now, step, None)?
-            .await?;
+        let record = self.input_async("complete", id, now, step).await?;
         self.keep_settled(id, Some(&record), epoch);
         Ok(record)
     }
@@ -86,12 +76,7 @@ impl Receiver for Store {
         generation: Generation,
         now: Timestamp,
     ) -> Result<(), Error> {
-        let shared = self.shared();
-        shared.writer.ensure_writable("release")?;
-        let step = two_phase::release(generation);
-        shared
-            .committer
-            .input_async(shared, id, now, step, None)?
+        self.input_async("release", id, now, two_phase::release(generation))
             .await
     }
 
@@ -101,12 +86,7 @@ impl Receiver for Store {
         generation: Generation,
         now: Timestamp,
     ) -> Result<Record, Error> {
-        let shared = self.shared();
-        shared.writer.ensure_writable("mark_unknown")?;
-        let step = two_phase::mark_unknown(generation);
-        shared
-            .committer
-            .input_async(shared, id, now, step, None)?
+        self.input_async("mark_unknown", id, now, two_phase::mark_unknown(generation))
             .await
     }
 
@@ -116,14 +96,9 @@ impl Receiver for Store {
         resolution: Resolution,
         now: Timestamp,
     ) -> Result<Option<Record>, Error> {
-        let shared = self.shared();
-        shared.writer.ensure_writable("resolve")?;
-        let epoch = shared.cache.epoch();
+        let epoch = self.shared().cache.epoch();
         let step = two_phase::resolve(resolution);
-        let record = shared
-            .committer
-            .input_async(shared, id, now, step, None)?
-            .await?;
+        let record = self.input_async("resolve", id, now, step).await?;
         self.keep_settled(id, record.as_ref(), epoch);
         Ok(record)
     }
@@ -173,6 +148,25 @@ impl Receiver for Store {
 
     async fn import(&self, input: &mut (dyn BufRead + Send)) -> Result<Transferred, ImportError> {
         Store::import(self, input)
+    }
+}
+
+impl Store {
+    /// One protocol input of a task, refused on a read-only store as `operation`: its
+    /// answer once its batch is durable, waited for without a thread.
+    async fn input_async<R: Send + 'static>(
+        &self,
+        operation: &'static str,
+        id: &RecordId,
+        now: Timestamp,
+        step: impl Step<R>,
+    ) -> Result<R, Error> {
+        let shared = self.shared();
+        shared.writer.ensure_writable(operation)?;
+        shared
+            .committer
+            .input_async(shared, id, now, step, None)?
+            .await
     }
 }
 
