@@ -518,3 +518,177 @@ fn a_request_dropped_at_any_point_leaves_its_key_released_or_forwarded() {
     );
     assert!(states.contains(&None), "no hang-up came before the claim");
 }
+
+/// A receiver over a [`Store`] whose begin fails while `failing` is set: the layer on
+/// another implementation of the seam than the redb store itself.
+struct Flaky {
+    store: Store,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl idem_store::Receiver for Flaky {
+    fn config(&self) -> &idem_store::Config {
+        self.store.config()
+    }
+
+    async fn begin(
+        &self,
+        id: &RecordId,
+        fingerprint: idem_store::Fingerprint,
+        now: idem_store::Timestamp,
+    ) -> Result<idem_store::Decision, idem_store::Error> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(idem_store::Error::Busy {
+                waited: std::time::Duration::from_secs(5),
+            });
+        }
+        idem_store::Receiver::begin(&self.store, id, fingerprint, now).await
+    }
+
+    async fn heartbeat(
+        &self,
+        id: &RecordId,
+        generation: idem_store::Generation,
+        now: idem_store::Timestamp,
+    ) -> Result<idem_store::Record, idem_store::Error> {
+        idem_store::Receiver::heartbeat(&self.store, id, generation, now).await
+    }
+
+    async fn complete(
+        &self,
+        id: &RecordId,
+        generation: idem_store::Generation,
+        verdict: idem_store::Verdict,
+        outcome: idem_store::Outcome,
+        now: idem_store::Timestamp,
+    ) -> Result<idem_store::Record, idem_store::Error> {
+        idem_store::Receiver::complete(&self.store, id, generation, verdict, outcome, now).await
+    }
+
+    async fn release(
+        &self,
+        id: &RecordId,
+        generation: idem_store::Generation,
+        now: idem_store::Timestamp,
+    ) -> Result<(), idem_store::Error> {
+        idem_store::Receiver::release(&self.store, id, generation, now).await
+    }
+
+    async fn mark_unknown(
+        &self,
+        id: &RecordId,
+        generation: idem_store::Generation,
+        now: idem_store::Timestamp,
+    ) -> Result<idem_store::Record, idem_store::Error> {
+        idem_store::Receiver::mark_unknown(&self.store, id, generation, now).await
+    }
+
+    async fn resolve(
+        &self,
+        id: &RecordId,
+        resolution: idem_store::Resolution,
+        now: idem_store::Timestamp,
+    ) -> Result<Option<idem_store::Record>, idem_store::Error> {
+        idem_store::Receiver::resolve(&self.store, id, resolution, now).await
+    }
+
+    fn give_up(
+        &self,
+        id: &RecordId,
+        generation: idem_store::Generation,
+        how: idem_store::GiveUp,
+        now: idem_store::Timestamp,
+    ) {
+        idem_store::Receiver::give_up(&self.store, id, generation, how, now);
+    }
+
+    async fn get(&self, id: &RecordId) -> Result<Option<idem_store::Record>, idem_store::Error> {
+        self.store.get(id)
+    }
+
+    async fn list(
+        &self,
+        filter: &idem_store::ListFilter,
+    ) -> Result<Vec<(RecordId, idem_store::Record)>, idem_store::Error> {
+        idem_store::Receiver::list(&self.store, filter).await
+    }
+
+    async fn stats(
+        &self,
+        now: idem_store::Timestamp,
+    ) -> Result<idem_store::maintain::Stats, idem_store::MaintainError> {
+        self.store.stats(now)
+    }
+
+    async fn sweep(
+        &self,
+        now: idem_store::Timestamp,
+        limit: usize,
+        dry_run: bool,
+    ) -> Result<idem_store::maintain::SweepReport, idem_store::Error> {
+        self.store.sweep(now, limit, dry_run)
+    }
+
+    async fn reconcile<E: Send>(
+        &self,
+        now: idem_store::Timestamp,
+        limit: usize,
+        checker: impl FnMut(&RecordId, &idem_store::Record) -> Result<idem_store::maintain::Check, E>
+        + Send,
+    ) -> Result<idem_store::maintain::ReconcileReport, idem_store::maintain::ReconcileError<E>>
+    {
+        self.store.reconcile(now, limit, checker)
+    }
+
+    async fn export(
+        &self,
+        out: &mut (dyn std::io::Write + Send),
+    ) -> Result<idem_store::maintain::Transferred, idem_store::MaintainError> {
+        self.store.export(out)
+    }
+
+    async fn import(
+        &self,
+        input: &mut (dyn std::io::BufRead + Send),
+    ) -> Result<idem_store::maintain::Transferred, idem_store::ImportError> {
+        self.store.import(input)
+    }
+}
+
+#[tokio::test]
+async fn the_layer_runs_on_any_receiver_and_a_failed_begin_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Arc::new(Flaky {
+        store: Store::open(dir.path().join("flaky.redb")).unwrap(),
+        failing: true.into(),
+    });
+    let runs = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let runs = Arc::clone(&runs);
+        tower::service_fn(move |_request: Request<RequestBody<Body>>| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"made")))) }
+        })
+    };
+    let mut service = IdempotencyLayer::new(Arc::clone(&receiver), settings()).layer(handler);
+    let failed = send(&mut service, post(Some(KEY), r#"{"item":"tea"}"#)).await;
+    assert_eq!(failed.status, 500, "{}", failed.body);
+    assert_eq!(failed.problem(), "store-failed");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "nothing runs without a claim"
+    );
+
+    receiver.failing.store(false, Ordering::SeqCst);
+    let first = send(&mut service, post(Some(KEY), r#"{"item":"tea"}"#)).await;
+    let retry = send(&mut service, post(Some(KEY), r#"{"item":"tea"}"#)).await;
+    assert_eq!((first.status, retry.status), (200, 200));
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let id = RecordId::new("shop", "POST /orders", KEY_BARE).unwrap();
+    assert_eq!(
+        receiver.store.get(&id).unwrap().map(|r| r.state()),
+        Some(State::Succeeded)
+    );
+}
