@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> [%d s] %s\n' "$SECONDS" "$*"; }
 
 step "toolchain: rust targets and components"
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
@@ -55,4 +55,4 @@ cargo build -p idem-core --no-default-features --target thumbv7em-none-eabihf
 step "fuzzing: every target of fuzz/ for ${IDEM_FUZZ_SECONDS:-25} s (nightly, cargo-fuzz)"
 ./scripts/fuzz.sh
 
-step "all checks passed"
+step "all checks passed in $SECONDS s"
