@@ -344,9 +344,7 @@ impl<R: Receiver> Claim<R> {
             .complete(&self.id, self.generation, verdict, outcome, now)
             .await;
     }
-}
 
-impl<R: Receiver> Claim<R> {
     /// Runs `work` of the handler; if it panics, marks the key Unknown and waits for
     /// that to be durable before the panic goes on, so that the caller's 500 means the
     /// key is Unknown already.
