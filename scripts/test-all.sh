@@ -18,6 +18,14 @@ step "curl, for the idem proxy scenario (cli/tests/proxy/curl-scenario.sh); pyth
 command -v curl >/dev/null || { apt-get update && apt-get install -y curl; }
 command -v python3 >/dev/null || { apt-get update && apt-get install -y python3; }
 
+step "PostgreSQL server binaries, for the tests that start their own servers (initdb, pg_ctl)"
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { apt-get update && apt-get install -y postgresql; }
+# As root, the tests run the servers as the `postgres` user (initdb refuses root); the
+# package creates that user, a machine with the binaries but not the user gets it here.
+if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
+  useradd --system --home /var/lib/postgresql --shell /bin/bash postgres
+fi
+
 step "cargo fmt --all --check"
 cargo fmt --all --check
 

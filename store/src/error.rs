@@ -217,6 +217,35 @@ pub enum Error {
     /// redb failed for another reason.
     #[error("storage")]
     Storage(#[source] redb::Error),
+    /// The database failed the call (the PostgreSQL engine): the server refused a
+    /// statement, timed out, or the connection was lost. A statement the server refused
+    /// wrote nothing; after a lost connection the engine read the record back, and this
+    /// error means it could not tell or could not reach the database.
+    #[cfg(feature = "postgres")]
+    #[error("database: {operation}")]
+    Database {
+        /// The call that failed: `begin`, `complete`, `sweep`, ...
+        operation: &'static str,
+        /// The driver's error, with the server's message.
+        source: tokio_postgres::Error,
+    },
+    /// A begin lost the race for its key to other writers more times than the bound,
+    /// each time to a write that changed the record between its read and its write.
+    /// Nothing was written by this call; a retry is safe.
+    #[error("begin: the record changed under {attempts} attempts in a row; retry")]
+    Contended {
+        /// How many times the begin read and tried to write.
+        attempts: u32,
+    },
+    /// A value does not fit the column that keeps it (the PostgreSQL engine keeps
+    /// times and generations as signed 64-bit numbers).
+    #[error("{field}: {value} is beyond what the database keeps (at most 9223372036854775807)")]
+    OutOfRange {
+        /// The field: `generation`, `created_at`, ...
+        field: &'static str,
+        /// The value given.
+        value: u64,
+    },
 }
 
 impl From<redb::Error> for Error {

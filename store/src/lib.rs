@@ -319,6 +319,8 @@ mod error;
 #[cfg(feature = "http")]
 pub mod http;
 mod operator;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod protocol;
 mod receiver;
 

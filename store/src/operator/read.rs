@@ -35,7 +35,7 @@ impl ListFilter {
     }
 
     /// Refuses a tenant or operation that no record could have, naming the rule.
-    fn validate(&self) -> Result<(), Error> {
+    pub(crate) fn validate(&self) -> Result<(), Error> {
         let tenant = self.tenant.as_deref().unwrap_or("t");
         let operation = self.operation.as_deref().unwrap_or("o");
         RecordId::new(tenant, operation, "k")?;

@@ -26,7 +26,7 @@
 
 use std::io::{self, BufRead, BufWriter, Write};
 
-use idem_core::{Generation, Timestamp};
+use idem_core::{Generation, Intent, Record, RecordId, Timestamp};
 use redb::{ReadableTable, ReadableTableMetadata};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -94,27 +94,20 @@ fn export_guarded(writer: &Writer, mut out: impl Write) -> Result<Transferred, M
     let records = txn.open_table(RECORDS).map_err(Error::from)?;
     let index = IndexReader::open(&txn)?;
     let business = entity::counts(&txn)?;
-    let header = Header {
-        idem_export: EXPORT_VERSION,
-        generation: index.generation()?.0,
-        clock_floor: index.clock_floor()?.as_millis(),
+    let counts = Transferred {
         records: records.len().map_err(Error::from)?,
         intents: count_intents(&txn)?,
         entities: business.0,
         unique: business.1,
         tokens: token::count(&txn)?,
     };
-    let written = MaintainError::Export;
-    serde_json::to_writer(&mut out, &header).map_err(|e| written(io::Error::from(e)))?;
-    out.write_all(b"\n").map_err(written)?;
+    write_header(&mut out, index.generation()?, index.clock_floor()?, counts)?;
     let mut count = 0;
     for entry in records.iter().map_err(Error::from)? {
         let (key, bytes) = entry.map_err(Error::from)?;
         let id = tables::decode_id(key.value())?;
         let record = tables::decode_record(key.value(), bytes.value())?;
-        serde_json::to_writer(&mut out, &RecordView::new(&id, &record))
-            .map_err(|e| written(io::Error::from(e)))?;
-        out.write_all(b"\n").map_err(written)?;
+        write_line(&mut out, &RecordView::new(&id, &record))?;
         count += 1;
     }
     let mut intents = 0;
@@ -122,8 +115,7 @@ fn export_guarded(writer: &Writer, mut out: impl Write) -> Result<Transferred, M
         let line = IntentLine {
             intent: IntentView::new(&intent),
         };
-        serde_json::to_writer(&mut out, &line).map_err(|e| written(io::Error::from(e)))?;
-        out.write_all(b"\n").map_err(written)?;
+        write_line(&mut out, &line)?;
         intents += 1;
         Ok::<_, MaintainError>(())
     })?;
@@ -133,17 +125,15 @@ fn export_guarded(writer: &Writer, mut out: impl Write) -> Result<Transferred, M
             BusinessLine::Entity(_) => entity_lines += 1,
             BusinessLine::Unique(_) => unique_lines += 1,
         }
-        serde_json::to_writer(&mut out, &line).map_err(|e| written(io::Error::from(e)))?;
-        out.write_all(b"\n").map_err(written)?;
-        Ok::<_, MaintainError>(())
+        write_line(&mut out, &line)
     })?;
     let mut token_lines = 0;
     token::for_each(&txn, |line| {
-        serde_json::to_writer(&mut out, &line).map_err(|e| written(io::Error::from(e)))?;
-        out.write_all(b"\n").map_err(written)?;
+        write_line(&mut out, &line)?;
         token_lines += 1;
         Ok::<_, MaintainError>(())
     })?;
+    let written = MaintainError::Export;
     out.flush().map_err(written)?;
     Ok(Transferred {
         records: count,
@@ -161,15 +151,101 @@ pub(crate) fn import(
     input: impl BufRead,
 ) -> Result<Transferred, ImportError> {
     let imported = writer.transact("import", |txn, tables| {
-        let mut count = 0u64;
-        let mut intents = 0u64;
-        let (mut entity_lines, mut unique_lines, mut token_lines) = (0u64, 0u64, 0u64);
-        let mut announced = None;
-        let mut last_line = 0u64;
+        let mut lines = Lines::new(input);
         let mut written = Vec::new();
-        for (index, line) in input.lines().enumerate() {
-            let number = index as u64 + 1;
-            last_line = number;
+        while let Some((number, line)) = lines.next_line()? {
+            let bad = |message: String| ImportError::Line {
+                line: number,
+                message,
+            };
+            match line {
+                Line::Header {
+                    generation,
+                    clock_floor,
+                } => {
+                    tables.raise_generation(generation)?;
+                    tables.raise_floor(clock_floor)?;
+                }
+                Line::Token(line) => token::import(txn, tables, &line)?.map_err(bad)?,
+                Line::Business(line) => entity::import(txn, &line)?.map_err(bad)?,
+                Line::Intent(intent) => {
+                    import_intent(txn, &intent)?.map_err(bad)?;
+                }
+                Line::Record(id, record) => {
+                    let id_key = id.to_key_bytes();
+                    match tables.get(&id_key)? {
+                        Some(existing) if existing == record => {}
+                        Some(_) => {
+                            return Err(bad(format!(
+                                "{id}: the store already holds a different record under this id"
+                            )));
+                        }
+                        None => {
+                            tables.put(&id_key, None, &record)?;
+                            written.push(id_key);
+                        }
+                    }
+                    tables.raise_generation(record.generation)?;
+                    tables.raise_floor(record.updated_at)?;
+                }
+            }
+        }
+        Ok((lines.finish()?, written)).map(|imported| (imported, true))
+    })?;
+    let (transferred, written) = imported;
+    // Defensive: the replay cache holds no record of a key the file did not hold,
+    // unless another process swept it; it must not shadow the imported one.
+    cache.invalidate(written.iter().map(Vec::as_slice));
+    Ok(transferred)
+}
+
+/// One line of an export, read and checked on its own.
+pub(crate) enum Line {
+    /// The header: what the export's store had handed out and the time it had reached.
+    Header {
+        /// The generation counter.
+        generation: Generation,
+        /// The clock floor (0 before version 2).
+        clock_floor: Timestamp,
+    },
+    /// A record of the receiver.
+    Record(RecordId, Record),
+    /// An intent of the outbox.
+    Intent(Intent),
+    /// An entity or a claimed business value.
+    Business(BusinessLine),
+    /// An issued one-time token.
+    Token(token::TokenLine),
+}
+
+/// The lines of an export, in order: the header first if any, then records, intents,
+/// entities and claimed values, tokens; [`Lines::finish`] checks the counts the header
+/// announced. Every engine's import reads through it.
+pub(crate) struct Lines<R> {
+    input: io::Lines<R>,
+    number: u64,
+    announced: Option<Announced>,
+    found: Transferred,
+}
+
+impl<R: BufRead> Lines<R> {
+    pub(crate) fn new(input: R) -> Lines<R> {
+        Lines {
+            input: input.lines(),
+            number: 0,
+            announced: None,
+            found: Transferred::default(),
+        }
+    }
+
+    /// The next line and its number, or `None` at the end.
+    pub(crate) fn next_line(&mut self) -> Result<Option<(u64, Line)>, ImportError> {
+        loop {
+            let Some(line) = self.input.next() else {
+                return Ok(None);
+            };
+            self.number += 1;
+            let number = self.number;
             let bad = |message: String| ImportError::Line {
                 line: number,
                 message,
@@ -183,42 +259,44 @@ pub(crate) fn import(
                 Ok(_) => return Err(bad("expected a JSON object".into())),
                 Err(e) => return Err(bad(format!("not JSON: {e}"))),
             };
+            let found = &mut self.found;
+            let business = found.entities + found.unique;
             if object.contains_key("idem_export") {
-                if count > 0
-                    || intents > 0
-                    || entity_lines + unique_lines > 0
-                    || announced.is_some()
+                if found.records > 0
+                    || found.intents > 0
+                    || business > 0
+                    || self.announced.is_some()
                 {
                     return Err(bad("a header line may only come first".into()));
                 }
                 let header = read_header(&object).map_err(|e| bad(e.to_string()))?;
-                tables.raise_generation(Generation(header.generation))?;
-                tables.raise_floor(Timestamp(header.clock_floor.unwrap_or(0)))?;
-                announced = Some(header);
-                continue;
+                let line = Line::Header {
+                    generation: Generation(header.generation),
+                    clock_floor: Timestamp(header.clock_floor.unwrap_or(0)),
+                };
+                self.announced = Some(header);
+                return Ok(Some((number, line)));
             }
             if object.contains_key("token") {
                 let line: token::TokenLine = serde_json::from_value(Value::Object(object))
                     .map_err(|e| bad(e.to_string()))?;
-                token::import(txn, tables, &line)?.map_err(bad)?;
-                token_lines += 1;
-                continue;
+                found.tokens += 1;
+                return Ok(Some((number, Line::Token(line))));
             }
-            if token_lines > 0 {
+            if found.tokens > 0 {
                 return Err(bad("a line after the tokens: tokens come last".into()));
             }
             if object.contains_key("entity") || object.contains_key("unique") {
                 let line: BusinessLine = serde_json::from_value(Value::Object(object))
                     .map_err(|e| bad(e.to_string()))?;
-                entity::import(txn, &line)?.map_err(bad)?;
                 match line {
-                    BusinessLine::Entity(_) => entity_lines += 1,
-                    BusinessLine::Unique(_) => unique_lines += 1,
+                    BusinessLine::Entity(_) => found.entities += 1,
+                    BusinessLine::Unique(_) => found.unique += 1,
                 }
-                continue;
+                return Ok(Some((number, Line::Business(line))));
             }
             if object.contains_key("intent") {
-                if entity_lines + unique_lines > 0 {
+                if business > 0 {
                     return Err(bad(
                         "an intent line after the entities: intents come first".into()
                     ));
@@ -229,11 +307,10 @@ pub(crate) fn import(
                     .intent
                     .to_intent()
                     .map_err(|e| bad(format!("intent {e}")))?;
-                import_intent(txn, &intent)?.map_err(bad)?;
-                intents += 1;
-                continue;
+                found.intents += 1;
+                return Ok(Some((number, Line::Intent(intent))));
             }
-            if intents + entity_lines + unique_lines > 0 {
+            if found.intents + business > 0 {
                 return Err(bad(
                     "a record line after the intents or entities: records come first".into(),
                 ));
@@ -241,59 +318,73 @@ pub(crate) fn import(
             let (id, record) = RecordView::from_json(&object)
                 .and_then(|view| view.to_record())
                 .map_err(|e| bad(e.to_string()))?;
-            let id_key = id.to_key_bytes();
-            match tables.get(&id_key)? {
-                Some(existing) if existing == record => {}
-                Some(_) => {
-                    return Err(bad(format!(
-                        "{id}: the store already holds a different record under this id"
-                    )));
-                }
-                None => {
-                    tables.put(&id_key, None, &record)?;
-                    written.push(id_key);
-                }
+            found.records += 1;
+            return Ok(Some((number, Line::Record(id, record))));
+        }
+    }
+
+    /// What the lines held, once all are read: refused when a header announced other
+    /// counts (a truncated export).
+    pub(crate) fn finish(self) -> Result<Transferred, ImportError> {
+        let found = self.found;
+        if let Some(header) = self.announced {
+            let announced = Transferred {
+                records: header.records,
+                intents: header.intents.unwrap_or(0),
+                entities: header.entities.unwrap_or(0),
+                unique: header.unique.unwrap_or(0),
+                tokens: header.tokens.unwrap_or(0),
+            };
+            if announced != found {
+                return Err(ImportError::Line {
+                    line: self.number,
+                    message: format!(
+                        "the header announces {} records, {} intents, {} entities, {} claimed values and {} tokens, the input holds {}, {}, {}, {} and {} (truncated?)",
+                        announced.records,
+                        announced.intents,
+                        announced.entities,
+                        announced.unique,
+                        announced.tokens,
+                        found.records,
+                        found.intents,
+                        found.entities,
+                        found.unique,
+                        found.tokens
+                    ),
+                });
             }
-            tables.raise_generation(record.generation)?;
-            tables.raise_floor(record.updated_at)?;
-            count += 1;
         }
-        if let Some(header) = announced {
-        let found = (count, intents, entity_lines, unique_lines, token_lines);
-        let announced = (
-            header.records,
-            header.intents.unwrap_or(0),
-            header.entities.unwrap_or(0),
-            header.unique.unwrap_or(0),
-            header.tokens.unwrap_or(0),
-        );
-        if announced != found {
-            return Err(ImportError::Line {
-                line: last_line,
-                message: format!(
-                    "the header announces {} records, {} intents, {} entities, {} claimed values and {} tokens, the input holds {count}, {intents}, {entity_lines}, {unique_lines} and {token_lines} (truncated?)",
-                    announced.0, announced.1, announced.2, announced.3, announced.4
-                ),
-            });
-        }
-        }
-        Ok((
-            Transferred {
-                records: count,
-                intents,
-                entities: entity_lines,
-                unique: unique_lines,
-                tokens: token_lines,
-            },
-            written,
-        ))
-        .map(|imported| (imported, true))
-    })?;
-    let (transferred, written) = imported;
-    // Defensive: the replay cache holds no record of a key the file did not hold,
-    // unless another process swept it; it must not shadow the imported one.
-    cache.invalidate(written.iter().map(Vec::as_slice));
-    Ok(transferred)
+        Ok(found)
+    }
+}
+
+/// Writes an export's header line.
+pub(crate) fn write_header(
+    out: &mut impl Write,
+    generation: Generation,
+    clock_floor: Timestamp,
+    counts: Transferred,
+) -> Result<(), MaintainError> {
+    let header = Header {
+        idem_export: EXPORT_VERSION,
+        generation: generation.0,
+        clock_floor: clock_floor.as_millis(),
+        records: counts.records,
+        intents: counts.intents,
+        entities: counts.entities,
+        unique: counts.unique,
+        tokens: counts.tokens,
+    };
+    let written = MaintainError::Export;
+    serde_json::to_writer(&mut *out, &header).map_err(|e| written(io::Error::from(e)))?;
+    out.write_all(b"\n").map_err(written)
+}
+
+/// Writes one line of an export.
+pub(crate) fn write_line(out: &mut impl Write, line: &impl Serialize) -> Result<(), MaintainError> {
+    let written = MaintainError::Export;
+    serde_json::to_writer(&mut *out, line).map_err(|e| written(io::Error::from(e)))?;
+    out.write_all(b"\n").map_err(written)
 }
 
 /// The caller's writer, called through [`Caller::call`]: its panic is its own.

@@ -1,0 +1,524 @@
+//! The reads and the maintenance on PostgreSQL: list, stats, sweep (bounded batches
+//! under `FOR UPDATE SKIP LOCKED`, so any replica may sweep), reconcile, export and
+//! import. idem-core decides what sweep does to each record and how a check settles it.
+
+use std::io::{BufRead, Write};
+
+use idem_core::protocol::{self, Resolution, Swept};
+use idem_core::{Generation, Record, RecordId, Refusal, State, Timestamp};
+use tokio_postgres::IsolationLevel;
+
+use super::PgStore;
+use super::receiver::database;
+use super::row::{Columns, PENDING, SETTLED, TOMBSTONE, UNKNOWN, columns, id_at, record_at};
+use crate::error::{Error, ImportError, MaintainError};
+use crate::operator::maintain::{IntentCounts, Stats, SweepReport};
+use crate::operator::read::ListFilter;
+use crate::operator::transfer::{Line, Lines, Transferred, write_header, write_line};
+use crate::operator::view::RecordView;
+use crate::protocol::reconcile::{Check, ReconcileError, ReconcileReport};
+
+/// Records one sweep transaction handles at most: short transactions, so that claims
+/// and other sweepers never wait long on the rows it locks.
+const SWEEP_BATCH: usize = 500;
+
+/// Records an export reads per statement.
+const EXPORT_PAGE: i64 = 1_000;
+
+/// The `state` and `verdict` columns of a state.
+fn state_columns(state: State) -> (i16, Option<i16>) {
+    match state {
+        State::Pending => (PENDING, None),
+        State::Succeeded => (SETTLED, Some(0)),
+        State::Failed => (SETTLED, Some(1)),
+        State::Unknown => (UNKNOWN, None),
+        State::Forgotten => (TOMBSTONE, None),
+    }
+}
+
+fn limit_of(limit: Option<usize>) -> Option<i64> {
+    limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+impl PgStore {
+    pub(super) async fn list_records(
+        &self,
+        filter: &ListFilter,
+    ) -> Result<Vec<(RecordId, Record)>, Error> {
+        filter.validate()?;
+        let (state, verdict) = match filter.state.map(state_columns) {
+            Some((state, verdict)) => (Some(state), verdict),
+            None => (None, None),
+        };
+        let connection = self.connection("list").await?;
+        let rows = connection
+            .client
+            .query(
+                &connection.statements.list,
+                &[
+                    &filter.tenant,
+                    &filter.operation,
+                    &state,
+                    &verdict,
+                    &limit_of(filter.limit),
+                ],
+            )
+            .await
+            .map_err(database("list"))?;
+        rows.iter()
+            .map(|row| {
+                let id = id_at(row, 0)?;
+                let record = record_at(row, 3, &id)?;
+                Ok((id, record))
+            })
+            .collect()
+    }
+
+    pub(super) async fn stats_now(&self) -> Result<Stats, MaintainError> {
+        let connection = self.connection("stats").await?;
+        let row = connection
+            .client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE state = 0), \
+                        count(*) FILTER (WHERE state = 1 AND verdict = 0), \
+                        count(*) FILTER (WHERE state = 1 AND verdict = 1), \
+                        count(*) FILTER (WHERE state = 2), \
+                        count(*) FILTER (WHERE state = 3), \
+                        count(*) FILTER (WHERE state = 0 AND lease_until <= idem_now()), \
+                        count(*) FILTER (WHERE expires_at <= idem_now()), \
+                        idem_now() - min(created_at) FILTER (WHERE state = 0), \
+                        idem_now() - min(updated_at) FILTER (WHERE state = 2), \
+                        GREATEST(max(updated_at), \
+                                 (SELECT value FROM idem_meta WHERE name = 'clock_floor'), 0), \
+                        pg_total_relation_size('idem_records'), \
+                        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM idem_generation) \
+                   FROM idem_records",
+                &[],
+            )
+            .await
+            .map_err(database("stats"))?;
+        let number = |i: usize| -> Result<u64, Error> {
+            let value: i64 = row.try_get(i).map_err(database("stats"))?;
+            Ok(u64::try_from(value).unwrap_or(0))
+        };
+        let age = |i: usize| -> Result<Option<u64>, Error> {
+            let value: Option<i64> = row.try_get(i).map_err(database("stats"))?;
+            Ok(value.map(|v| u64::try_from(v).unwrap_or(0)))
+        };
+        Ok(Stats {
+            pending: number(0)?,
+            succeeded: number(1)?,
+            failed: number(2)?,
+            unknown: number(3)?,
+            forgotten: number(4)?,
+            pending_lease_expired: number(5)?,
+            expired: number(6)?,
+            oldest_pending_age_ms: age(7)?,
+            oldest_unknown_age_ms: age(8)?,
+            clock_floor: Timestamp(number(9)?),
+            file_bytes: number(10)?,
+            generation: Generation(number(11)?),
+            intents: IntentCounts::default(),
+        })
+    }
+
+    pub(super) async fn sweep_now(
+        &self,
+        limit: usize,
+        dry_run: bool,
+    ) -> Result<SweepReport, Error> {
+        let mut report = SweepReport::default();
+        let mut left = limit;
+        let mut connection = self.connection("sweep").await?;
+        let select = format!(
+            "SELECT idem_now(), tenant, operation, key, {} FROM idem_records \
+              WHERE expires_at <= idem_now() ORDER BY expires_at LIMIT $1",
+            columns("")
+        );
+        if dry_run {
+            let rows = connection
+                .client
+                .query(&select, &[&limit_of(Some(limit.saturating_add(1)))])
+                .await
+                .map_err(database("sweep"))?;
+            report.remaining_expired = rows.len() > limit;
+            for row in rows.iter().take(limit) {
+                let id = id_at(row, 1)?;
+                let now = super::row::time_at(row, 0, &id)?;
+                match protocol::sweep(&record_at(row, 4, &id)?, now, &self.inner.config) {
+                    Swept::Tombstone(_) => report.tombstoned += 1,
+                    Swept::Delete => report.removed += 1,
+                    Swept::Keep => {}
+                }
+            }
+            return Ok(report);
+        }
+        let locking = format!("{select} FOR UPDATE SKIP LOCKED");
+        while left > 0 {
+            let batch = left.min(SWEEP_BATCH);
+            let txn = connection
+                .client
+                .transaction()
+                .await
+                .map_err(database("sweep"))?;
+            let rows = txn
+                .query(&locking, &[&limit_of(Some(batch))])
+                .await
+                .map_err(database("sweep"))?;
+            let mut tombstones = SweepRows::default();
+            let mut deletes = SweepRows::default();
+            for row in &rows {
+                let id = id_at(row, 1)?;
+                let now = super::row::time_at(row, 0, &id)?;
+                match protocol::sweep(&record_at(row, 4, &id)?, now, &self.inner.config) {
+                    Swept::Tombstone(tombstone) => tombstones.push(&id, Some(&tombstone))?,
+                    Swept::Delete => deletes.push(&id, None)?,
+                    Swept::Keep => {}
+                }
+            }
+            if !tombstones.is_empty() {
+                txn.execute(
+                    "UPDATE idem_records r SET state = u.state, verdict = u.verdict, \
+                        updated_at = u.updated_at, completed_at = u.completed_at, \
+                        expires_at = u.expires_at, lease_until = NULL, \
+                        outcome_code = NULL, outcome_body = NULL \
+                       FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], \
+                                   $5::smallint[], $6::bigint[], $7::bigint[], $8::bigint[]) \
+                            AS u(tenant, operation, key, state, verdict, updated_at, completed_at, expires_at) \
+                      WHERE r.tenant = u.tenant AND r.operation = u.operation AND r.key = u.key",
+                    &[
+                        &tombstones.tenants,
+                        &tombstones.operations,
+                        &tombstones.keys,
+                        &tombstones.states,
+                        &tombstones.verdicts,
+                        &tombstones.updated_at,
+                        &tombstones.completed_at,
+                        &tombstones.expires_at,
+                    ],
+                )
+                .await
+                .map_err(database("sweep"))?;
+            }
+            if !deletes.is_empty() {
+                txn.execute(
+                    "DELETE FROM idem_records r \
+                      USING unnest($1::text[], $2::text[], $3::text[]) AS u(tenant, operation, key) \
+                      WHERE r.tenant = u.tenant AND r.operation = u.operation AND r.key = u.key",
+                    &[&deletes.tenants, &deletes.operations, &deletes.keys],
+                )
+                .await
+                .map_err(database("sweep"))?;
+            }
+            txn.commit().await.map_err(database("sweep"))?;
+            report.tombstoned += tombstones.len() as u64;
+            report.removed += deletes.len() as u64;
+            left -= batch;
+            if rows.len() < batch {
+                return Ok(report);
+            }
+        }
+        report.remaining_expired = connection
+            .client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM idem_records WHERE expires_at <= idem_now())",
+                &[],
+            )
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(database("sweep"))?;
+        Ok(report)
+    }
+
+    pub(super) async fn reconcile_now<E: Send>(
+        &self,
+        limit: usize,
+        mut checker: impl FnMut(&RecordId, &Record) -> Result<Check, E> + Send,
+    ) -> Result<ReconcileReport, ReconcileError<E>> {
+        let unknown = {
+            let connection = self.connection("reconcile").await?;
+            let rows = connection
+                .client
+                .query(
+                    &format!(
+                        "SELECT tenant, operation, key, {} FROM idem_records WHERE state = 2 \
+                          ORDER BY updated_at, tenant, operation, key LIMIT $1",
+                        columns("")
+                    ),
+                    &[&limit_of(Some(limit.saturating_add(1)))],
+                )
+                .await
+                .map_err(database("reconcile"))?;
+            rows.iter()
+                .map(|row| {
+                    let id = id_at(row, 0)?;
+                    let record = record_at(row, 3, &id)?;
+                    Ok((id, record))
+                })
+                .collect::<Result<Vec<_>, Error>>()?
+        };
+        let mut report = ReconcileReport {
+            remaining: unknown.len() > limit,
+            ..ReconcileReport::default()
+        };
+        for (id, record) in unknown.into_iter().take(limit) {
+            report.examined += 1;
+            let check = match checker(&id, &record) {
+                Ok(check) => check,
+                Err(source) => {
+                    return Err(ReconcileError::Checker { id, report, source });
+                }
+            };
+            let resolution = match check {
+                Check::Succeeded(outcome) => Resolution::Succeeded(outcome),
+                Check::Failed(outcome) => Resolution::Failed(outcome),
+                Check::NotExecuted => Resolution::NotExecuted,
+                Check::CannotTell => {
+                    report.undecided += 1;
+                    continue;
+                }
+            };
+            let counted = match &resolution {
+                Resolution::Succeeded(_) => &mut report.succeeded,
+                Resolution::Failed(_) => &mut report.failed,
+                Resolution::NotExecuted => &mut report.not_executed,
+            };
+            match self
+                .resolve_fenced("reconcile", &id, Some(record.generation), resolution)
+                .await
+            {
+                Ok(_) => *counted += 1,
+                Err(Error::Refused(
+                    Refusal::NotFound | Refusal::Stale { .. } | Refusal::WrongState { .. },
+                )) => report.changed_meanwhile += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(report)
+    }
+
+    pub(super) async fn export_records(
+        &self,
+        out: &mut (dyn Write + Send),
+    ) -> Result<Transferred, MaintainError> {
+        let mut connection = self.connection("export").await?;
+        // One snapshot for the header and every line.
+        let txn = connection
+            .client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(database("export"))?;
+        let head = txn
+            .query_one(
+                "SELECT count(*), \
+                        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM idem_generation), \
+                        GREATEST(max(updated_at), \
+                                 (SELECT value FROM idem_meta WHERE name = 'clock_floor'), 0) \
+                   FROM idem_records",
+                &[],
+            )
+            .await
+            .map_err(database("export"))?;
+        let number = |i: usize| -> Result<u64, Error> {
+            let value: i64 = head.try_get(i).map_err(database("export"))?;
+            Ok(u64::try_from(value).unwrap_or(0))
+        };
+        let counts = Transferred {
+            records: number(0)?,
+            ..Transferred::default()
+        };
+        let mut out = std::io::BufWriter::new(out);
+        write_header(
+            &mut out,
+            Generation(number(1)?),
+            Timestamp(number(2)?),
+            counts,
+        )?;
+        let page = format!(
+            "SELECT tenant, operation, key, {} FROM idem_records \
+              WHERE (tenant, operation, key) > ($1, $2, $3) \
+              ORDER BY tenant, operation, key LIMIT $4",
+            columns("")
+        );
+        let mut after = (String::new(), String::new(), String::new());
+        let mut written = 0;
+        loop {
+            let rows = txn
+                .query(&page, &[&after.0, &after.1, &after.2, &EXPORT_PAGE])
+                .await
+                .map_err(database("export"))?;
+            for row in &rows {
+                let id = id_at(row, 0)?;
+                let record = record_at(row, 3, &id)?;
+                write_line(&mut out, &RecordView::new(&id, &record))?;
+                written += 1;
+                after = (
+                    id.tenant().to_owned(),
+                    id.operation().to_owned(),
+                    id.key().to_owned(),
+                );
+            }
+            if rows.len() < EXPORT_PAGE as usize {
+                break;
+            }
+        }
+        out.flush().map_err(MaintainError::Export)?;
+        txn.commit().await.map_err(database("export"))?;
+        Ok(Transferred {
+            records: written,
+            ..Transferred::default()
+        })
+    }
+
+    pub(super) async fn import_records(
+        &self,
+        input: &mut (dyn BufRead + Send),
+    ) -> Result<Transferred, ImportError> {
+        let mut connection = self.connection("import").await?;
+        let txn = connection
+            .client
+            .transaction()
+            .await
+            .map_err(database("import"))?;
+        let insert = format!(
+            "INSERT INTO idem_records (tenant, operation, key, {}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+             ON CONFLICT DO NOTHING RETURNING generation",
+            columns("")
+        );
+        let get = format!(
+            "SELECT {} FROM idem_records WHERE tenant = $1 AND operation = $2 AND key = $3",
+            columns("")
+        );
+        let mut lines = Lines::new(input);
+        let mut highest = Generation(0);
+        let mut floor = Timestamp(0);
+        while let Some((number, line)) = lines.next_line()? {
+            let bad = |message: String| ImportError::Line {
+                line: number,
+                message,
+            };
+            let (id, record) = match line {
+                Line::Header {
+                    generation,
+                    clock_floor,
+                } => {
+                    highest = highest.max(generation);
+                    floor = floor.max(clock_floor);
+                    continue;
+                }
+                Line::Record(id, record) => (id, record),
+                Line::Intent(_) => {
+                    return Err(bad(
+                        "an outbox intent: a sender's intents stay in its file, PostgreSQL keeps a receiver's records".into(),
+                    ));
+                }
+                Line::Business(_) | Line::Token(_) => {
+                    return Err(bad(
+                        "entities, claimed values and tokens are not kept on PostgreSQL by this build; import the records alone".into(),
+                    ));
+                }
+            };
+            let c = Columns::of(&record)?;
+            let inserted = txn
+                .query_opt(
+                    &insert,
+                    &[
+                        &id.tenant(),
+                        &id.operation(),
+                        &id.key(),
+                        &c.fingerprint,
+                        &c.generation,
+                        &c.state,
+                        &c.verdict,
+                        &c.created_at,
+                        &c.updated_at,
+                        &c.lease_until,
+                        &c.completed_at,
+                        &c.expires_at,
+                        &c.outcome_code,
+                        &c.outcome_body,
+                    ],
+                )
+                .await
+                .map_err(database("import"))?;
+            if inserted.is_none() {
+                let existing = txn
+                    .query_one(&get, &[&id.tenant(), &id.operation(), &id.key()])
+                    .await
+                    .map_err(database("import"))?;
+                if record_at(&existing, 0, &id)? != record {
+                    return Err(bad(format!(
+                        "{id}: the database already holds a different record under this id"
+                    )));
+                }
+            }
+            highest = highest.max(record.generation);
+            floor = floor.max(record.updated_at);
+        }
+        let transferred = lines.finish()?;
+        // Raised before the commit: a raise that outlives a rolled-back import only
+        // leaves a gap, and no generation imported is ever handed out again.
+        let highest = super::row::signed("generation", highest.0)?;
+        if highest > 0 {
+            txn.execute(
+                "SELECT setval('idem_generation', GREATEST($1, \
+                   (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM idem_generation)))",
+                &[&highest],
+            )
+            .await
+            .map_err(database("import"))?;
+        }
+        let floor = super::row::signed("clock_floor", floor.0)?;
+        txn.execute(
+            "INSERT INTO idem_meta (name, value) VALUES ('clock_floor', $1) \
+             ON CONFLICT (name) DO UPDATE SET value = GREATEST(idem_meta.value, EXCLUDED.value)",
+            &[&floor],
+        )
+        .await
+        .map_err(database("import"))?;
+        txn.commit().await.map_err(database("import"))?;
+        Ok(transferred)
+    }
+}
+
+/// The rows of one sweep batch, as the arrays its statement takes.
+#[derive(Default)]
+struct SweepRows {
+    tenants: Vec<String>,
+    operations: Vec<String>,
+    keys: Vec<String>,
+    states: Vec<i16>,
+    verdicts: Vec<Option<i16>>,
+    updated_at: Vec<i64>,
+    completed_at: Vec<Option<i64>>,
+    expires_at: Vec<Option<i64>>,
+}
+
+impl SweepRows {
+    fn push(&mut self, id: &RecordId, record: Option<&Record>) -> Result<(), Error> {
+        self.tenants.push(id.tenant().to_owned());
+        self.operations.push(id.operation().to_owned());
+        self.keys.push(id.key().to_owned());
+        if let Some(record) = record {
+            let c = Columns::of(record)?;
+            self.states.push(c.state);
+            self.verdicts.push(c.verdict);
+            self.updated_at.push(c.updated_at);
+            self.completed_at.push(c.completed_at);
+            self.expires_at.push(c.expires_at);
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}

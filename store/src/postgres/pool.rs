@@ -1,0 +1,133 @@
+//! A small pool of connections, each with the engine's statements prepared and its
+//! session set for the protocol: `synchronous_commit = on` (an answer follows a durable
+//! commit, whatever the server's default) and READ COMMITTED.
+//!
+//! A connection that broke (the server restarted, a backend was terminated) is dropped
+//! when it comes back, and the next call connects anew: the pool recovers without a
+//! restart of the process.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio_postgres::{Client, NoTls};
+
+use super::statements::Statements;
+
+/// A connection with its statements.
+pub(super) struct Connection {
+    pub(super) client: Client,
+    pub(super) statements: Statements,
+}
+
+/// At most `size` connections to one database.
+pub(super) struct Pool {
+    config: tokio_postgres::Config,
+    statement_timeout: Duration,
+    idle: Mutex<Vec<Connection>>,
+    permits: Semaphore,
+}
+
+/// A connection lent by the pool; it goes back when dropped, unless it broke.
+pub(super) struct Lent<'p> {
+    pool: &'p Pool,
+    connection: Option<Connection>,
+    _permit: SemaphorePermit<'p>,
+}
+
+impl Deref for Lent<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.connection
+            .as_ref()
+            .expect("a lent connection is only taken by drop")
+    }
+}
+
+impl DerefMut for Lent<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        self.connection
+            .as_mut()
+            .expect("a lent connection is only taken by drop")
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if let Some(connection) = self.connection.take()
+            && !connection.client.is_closed()
+        {
+            self.pool
+                .idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(connection);
+        }
+    }
+}
+
+impl Pool {
+    pub(super) fn new(
+        config: tokio_postgres::Config,
+        size: usize,
+        statement_timeout: Duration,
+    ) -> Pool {
+        Pool {
+            config,
+            statement_timeout,
+            idle: Mutex::new(Vec::new()),
+            permits: Semaphore::new(size),
+        }
+    }
+
+    /// A connection: an idle one, or a new one.
+    pub(super) async fn get(&self) -> Result<Lent<'_>, tokio_postgres::Error> {
+        let permit = self
+            .permits
+            .acquire()
+            .await
+            .expect("the pool's semaphore is never closed");
+        let idle = {
+            let mut idle = self
+                .idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            loop {
+                match idle.pop() {
+                    Some(c) if c.client.is_closed() => continue,
+                    other => break other,
+                }
+            }
+        };
+        let connection = match idle {
+            Some(connection) => connection,
+            None => self.connect().await?,
+        };
+        Ok(Lent {
+            pool: self,
+            connection: Some(connection),
+            _permit: permit,
+        })
+    }
+
+    async fn connect(&self) -> Result<Connection, tokio_postgres::Error> {
+        let (client, connection) = self.config.connect(NoTls).await?;
+        // The connection's I/O runs as a task of its own; it ends when the client is
+        // dropped or the server goes away.
+        tokio::spawn(async move {
+            let _ended = connection.await;
+        });
+        let timeout_ms = self.statement_timeout.as_millis();
+        client
+            .batch_execute(&format!(
+                "SET synchronous_commit = on; \
+                 SET default_transaction_isolation = 'read committed'; \
+                 SET statement_timeout = {timeout_ms}"
+            ))
+            .await?;
+        let statements = Statements::prepare(&client).await?;
+        Ok(Connection { client, statements })
+    }
+}

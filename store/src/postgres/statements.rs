@@ -1,0 +1,152 @@
+//! The statements of the engine, prepared once per connection. Each protocol step is
+//! one autocommit statement; the time every statement uses is the database's
+//! (`idem_now()`), never below the record's last update, so that
+//! a record's times never go backwards.
+
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, Statement};
+
+use super::row::columns;
+
+/// The time a write of an existing row uses: the database's clock, or the row's last
+/// update when the clock reads earlier (the clock floor, per record).
+const ROW_TIME: &str = "GREATEST(idem_now(), updated_at)";
+
+/// Every statement of one connection.
+pub(super) struct Statements {
+    /// A fresh key's claim, or the record in the way: `(claimed, time, record…)`.
+    pub(super) claim: Statement,
+    /// One record with the time a write of it would use: `(time, record…)`.
+    pub(super) read: Statement,
+    /// One record: `(record…)`.
+    pub(super) get: Statement,
+    /// The write a begin decided, conditioned on the record it read: `(generation)`.
+    pub(super) replace: Statement,
+    /// A fenced update (heartbeat, complete, mark unknown, resolve), its times offsets
+    /// from the row's time: `(record…)`.
+    pub(super) update: Statement,
+    /// A fenced delete (release, resolve as not executed): `(generation)`.
+    pub(super) delete: Statement,
+    /// Records by filter, in key order: `(tenant, operation, key, record…)`.
+    pub(super) list: Statement,
+}
+
+impl Statements {
+    /// Prepares every statement on `client`.
+    pub(super) async fn prepare(client: &Client) -> Result<Statements, tokio_postgres::Error> {
+        let text = Type::TEXT;
+        let pk = [text.clone(), text.clone(), text.clone()];
+        let with = |more: &[Type]| -> Vec<Type> { pk.iter().chain(more).cloned().collect() };
+        let record = columns("");
+        let r_record = columns("r.");
+        let claim = format!(
+            "WITH clock AS (SELECT idem_now() AS now), \
+             claimed AS ( \
+               INSERT INTO idem_records (tenant, operation, key, fingerprint, generation, state, created_at, updated_at, lease_until) \
+               SELECT $1, $2, $3, $4, nextval('idem_generation'), 0, now, now, now + $5 FROM clock \
+               ON CONFLICT DO NOTHING \
+               RETURNING {record}) \
+             SELECT true, (SELECT now FROM clock), {record} FROM claimed \
+             UNION ALL \
+             SELECT false, GREATEST((SELECT now FROM clock), r.updated_at), {r_record} \
+               FROM idem_records r \
+              WHERE r.tenant = $1 AND r.operation = $2 AND r.key = $3 \
+                AND NOT EXISTS (SELECT 1 FROM claimed)"
+        );
+        let claim = client
+            .prepare_typed(&claim, &with(&[Type::BYTEA, Type::INT8]))
+            .await?;
+        let read = format!(
+            "SELECT {ROW_TIME}, {record} FROM idem_records \
+              WHERE tenant = $1 AND operation = $2 AND key = $3"
+        );
+        let read = client.prepare_typed(&read, &pk).await?;
+        let get = format!(
+            "SELECT {record} FROM idem_records WHERE tenant = $1 AND operation = $2 AND key = $3"
+        );
+        let get = client.prepare_typed(&get, &pk).await?;
+        let replace = "UPDATE idem_records SET \
+               generation = CASE WHEN $4 THEN nextval('idem_generation') ELSE generation END, \
+               fingerprint = $10, state = $11, verdict = $12, created_at = $13, updated_at = $14, \
+               lease_until = $15, completed_at = $16, expires_at = $17, \
+               outcome_code = $18, outcome_body = $19 \
+             WHERE tenant = $1 AND operation = $2 AND key = $3 \
+               AND generation = $5 AND state = $6 AND updated_at = $7 \
+               AND lease_until IS NOT DISTINCT FROM $8 AND expires_at IS NOT DISTINCT FROM $9 \
+             RETURNING generation";
+        let i8 = Type::INT8;
+        let i2 = Type::INT2;
+        let replace = client
+            .prepare_typed(
+                replace,
+                &with(&[
+                    Type::BOOL,
+                    i8.clone(),
+                    i2.clone(),
+                    i8.clone(),
+                    i8.clone(),
+                    i8.clone(),
+                    Type::BYTEA,
+                    i2.clone(),
+                    i2.clone(),
+                    i8.clone(),
+                    i8.clone(),
+                    i8.clone(),
+                    i8.clone(),
+                    i8.clone(),
+                    Type::INT4,
+                    Type::BYTEA,
+                ]),
+            )
+            .await?;
+        let update = format!(
+            "UPDATE idem_records SET state = $6, verdict = $7, updated_at = {ROW_TIME}, \
+               lease_until = {ROW_TIME} + $8, completed_at = {ROW_TIME} + $9, \
+               expires_at = {ROW_TIME} + $10, outcome_code = $11, outcome_body = $12 \
+             WHERE tenant = $1 AND operation = $2 AND key = $3 \
+               AND ($4::bigint IS NULL OR generation = $4) AND state = $5 \
+             RETURNING {record}"
+        );
+        let update = client
+            .prepare_typed(
+                &update,
+                &with(&[
+                    i8.clone(),
+                    i2.clone(),
+                    i2.clone(),
+                    i2.clone(),
+                    i8.clone(),
+                    i8.clone(),
+                    i8.clone(),
+                    Type::INT4,
+                    Type::BYTEA,
+                ]),
+            )
+            .await?;
+        let delete = "DELETE FROM idem_records \
+             WHERE tenant = $1 AND operation = $2 AND key = $3 \
+               AND ($4::bigint IS NULL OR generation = $4) AND state = $5 \
+             RETURNING generation";
+        let delete = client
+            .prepare_typed(delete, &with(&[i8.clone(), i2.clone()]))
+            .await?;
+        let list = format!(
+            "SELECT tenant, operation, key, {record} FROM idem_records \
+              WHERE ($1::text IS NULL OR tenant = $1) AND ($2::text IS NULL OR operation = $2) \
+                AND ($3::smallint IS NULL OR state = $3) AND ($4::smallint IS NULL OR verdict = $4) \
+              ORDER BY tenant, operation, key LIMIT $5"
+        );
+        let list = client
+            .prepare_typed(&list, &[text.clone(), text, i2.clone(), i2, i8])
+            .await?;
+        Ok(Statements {
+            claim,
+            read,
+            get,
+            replace,
+            update,
+            delete,
+            list,
+        })
+    }
+}

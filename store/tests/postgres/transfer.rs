@@ -1,0 +1,150 @@
+//! Moving a box's records into the shared database and back: `export` from the file,
+//! `import` into PostgreSQL, and the reverse, byte for byte.
+
+use idem_core::protocol::Decision;
+use idem_core::{Config, Outcome, Timestamp, Verdict};
+use idem_store::{Receiver, Store};
+
+use super::{Server, client, fp, id, store};
+
+const DAY: u64 = 24 * 3_600_000;
+
+/// A day and an hour ago on this machine's clock, which the test server shares: the
+/// record settled then is past its retention on the database too, the later ones not.
+fn t0() -> u64 {
+    idem_store::now().0 - DAY - 3_600_000
+}
+
+/// A file with every kind of record: settled both ways, pending, unknown, a tombstone.
+fn file_with_records(dir: &std::path::Path) -> Store {
+    let store = Store::open(dir.join("box.redb")).unwrap();
+    let (day, t0) = (DAY, t0());
+    let at = |ms: u64| Timestamp(t0 + ms);
+    let Decision::Claimed { generation, .. } = store.begin(&id("old"), fp("p"), at(0)).unwrap()
+    else {
+        panic!()
+    };
+    store
+        .complete(
+            &id("old"),
+            generation,
+            Verdict::Succeeded,
+            Outcome::new(200, "x"),
+            at(0),
+        )
+        .unwrap();
+    // Past its retention: the sweep leaves its tombstone.
+    assert_eq!(store.sweep(at(day + 1), 10, false).unwrap().tombstoned, 1);
+    for (n, verdict) in [(0, Verdict::Succeeded), (1, Verdict::Failed)] {
+        let k = id(&format!("settled-{n}"));
+        let now = at(day + 2 + n);
+        let Decision::Claimed { generation, .. } = store.begin(&k, fp("p"), now).unwrap() else {
+            panic!()
+        };
+        let outcome = Outcome::new(200 + n as i32, vec![n as u8, 0xff]);
+        store
+            .complete(&k, generation, verdict, outcome, now)
+            .unwrap();
+    }
+    store.begin(&id("pending"), fp("p"), at(day + 10)).unwrap();
+    let Decision::Claimed { generation, .. } =
+        store.begin(&id("unknown"), fp("p"), at(day + 11)).unwrap()
+    else {
+        panic!()
+    };
+    store
+        .mark_unknown(&id("unknown"), generation, at(day + 12))
+        .unwrap();
+    store
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_move_from_a_file_to_the_database_and_back_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = file_with_records(dir.path());
+    let mut from_file = Vec::new();
+    file.export(&mut from_file).unwrap();
+
+    let server = Server::start();
+    let pg = store(&server, Config::default(), 2).await;
+    let moved = pg.import(&mut from_file.as_slice()).await.unwrap();
+    assert_eq!(moved.records, 5);
+    // Importing the same export again changes nothing.
+    pg.import(&mut from_file.as_slice()).await.unwrap();
+    let mut from_db = Vec::new();
+    pg.export(&mut from_db).await.unwrap();
+
+    // The records answer on the database as they did on the file.
+    assert!(matches!(
+        pg.begin(&id("settled-1"), fp("p"), Timestamp(0)).await.unwrap(),
+        Decision::Replay { verdict: Verdict::Failed, outcome, .. } if outcome.body == [1, 0xff]
+    ));
+    assert!(matches!(
+        pg.begin(&id("old"), fp("p"), Timestamp(0)).await.unwrap(),
+        Decision::Forgotten { .. }
+    ));
+    // Generations carry on above the file's.
+    let Decision::Claimed { generation, .. } =
+        pg.begin(&id("fresh"), fp("p"), Timestamp(0)).await.unwrap()
+    else {
+        panic!()
+    };
+    assert!(generation > file.stats(idem_store::now()).unwrap().generation);
+    pg.release(&id("fresh"), generation, Timestamp(0))
+        .await
+        .unwrap();
+
+    // Back to a new file: its export is the first one, byte for byte.
+    let back = Store::open(dir.path().join("back.redb")).unwrap();
+    back.import(&mut from_db.as_slice()).unwrap();
+    let mut round_trip = Vec::new();
+    back.export(&mut round_trip).unwrap();
+    let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).unwrap();
+    let (first, again) = (text(&from_file), text(&round_trip));
+    // The generation counter moved on by the claim made on the database meanwhile.
+    let body = |export: &str| {
+        export
+            .lines()
+            .skip(1)
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(body(&first), body(&again));
+    assert_eq!(first.lines().count(), 6);
+
+    // Database to database: equal exports.
+    let db = client(&server).await;
+    db.batch_execute("CREATE DATABASE second").await.unwrap();
+    let second = idem_store::postgres::PgStore::connect(&super::url_of(&server, "second"))
+        .await
+        .unwrap();
+    second.import(&mut from_db.as_slice()).await.unwrap();
+    let mut again = Vec::new();
+    second.export(&mut again).await.unwrap();
+    assert_eq!(text(&again), text(&from_db));
+}
+
+/// An export with what the database does not keep (an outbox intent, an entity) is
+/// refused with the line, and nothing of it is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_with_lines_the_database_does_not_keep_writes_nothing() {
+    let server = Server::start();
+    let pg = store(&server, Config::default(), 2).await;
+    let record = r#"{"tenant":"shop","operation":"charge","key":"k-1","state":"unknown","generation":4,"fingerprint":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","created_at":1700000000000,"updated_at":1700000000100}"#;
+    let entity = r#"{"entity":{"tenant":"shop","kind":"payment","id":"p-1","state":"paid","version":2,"updated_at":1700000000100}}"#;
+    let input = format!("{record}\n{entity}\n");
+    let refused = pg.import(&mut input.as_bytes()).await.unwrap_err();
+    assert!(
+        refused.to_string().starts_with("import line 2: entities"),
+        "{refused}"
+    );
+    assert_eq!(pg.get(&id("k-1")).await.unwrap(), None, "nothing written");
+    let malformed = pg
+        .import(&mut "{\"tenant\":1}\n".as_bytes())
+        .await
+        .unwrap_err();
+    assert!(
+        malformed.to_string().starts_with("import line 1: "),
+        "{malformed}"
+    );
+}
