@@ -27,6 +27,12 @@ a write used (the clock floor, shown by stats) when its clock is behind it.
 get, list, intents list|get, token get, stats, export and sweep --dry-run only read: they change no
 byte of the file, work on a read-only file or mount, and never wait for a process writing it.
 
+A fleet: --db postgres://USER@HOST/DB (or IDEM_DB) names a PostgreSQL database that many
+receivers share. begin, complete, release, heartbeat, mark-unknown, resolve, reconcile, exec,
+get, list, stats, sweep, export and import work on it as on a file; time is the database's
+clock, so --now is refused. begin, exec and import create idem's schema in a database without
+it; `idem schema` prints that SQL for a DBA who applies it by hand.
+
 Examples:
   idem demo                                   # the whole story in one screen
   idem exec shop-7 nightly-report 2025-03-01 -- ./report.sh
@@ -46,8 +52,9 @@ Examples:
     propagate_version = true
 )]
 pub(crate) struct Cli {
-    /// The store file [default: $IDEM_DB, else ./idem.redb].
-    #[arg(long, global = true, value_name = "PATH")]
+    /// The store file, or a PostgreSQL URL (postgres://user@host/db) [default: $IDEM_DB,
+    /// else ./idem.redb].
+    #[arg(long, global = true, value_name = "PATH|URL")]
     pub(crate) db: Option<PathBuf>,
     /// Replaces the clock: RFC 3339 (2025-03-01T12:00:00Z) or milliseconds since the epoch.
     #[arg(long, global = true, value_name = "TIME", value_parser = parse_instant)]
@@ -341,6 +348,15 @@ Example:
 Example:
   idem stats --json")]
     Stats,
+    /// Prints the SQL of idem's schema on PostgreSQL, for a DBA who applies it by hand.
+    #[command(after_help = "\
+idem creates this schema itself the first time begin, exec or import connects to a database
+without it, when its role may create tables. Where it may not, a DBA applies the SQL once;
+every statement may run again. A newer idem's schema is refused, naming both versions.
+
+Example:
+  idem schema | psql postgres://admin@db.internal/shop")]
+    Schema,
     /// Sweep settled records whose retention has ended, oldest first: each leaves a tombstone.
     #[command(after_help = "\
 A settled record past its retention is replaced by its tombstone (fingerprint, generation,

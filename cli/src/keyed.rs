@@ -41,7 +41,7 @@ pub(crate) fn begin(
 ) -> Ending {
     let id = input::record_id(id)?;
     let fingerprint = input::fingerprint(request)?;
-    let store = session.open(config(lease, None), Access::Create)?;
+    let store = session.open_receiver(config(lease, None), Access::Create)?;
     let decision = store
         .begin(&id, fingerprint, session.now())
         .map_err(|e| key_failure(&id, e))?;
@@ -65,7 +65,7 @@ pub(crate) fn complete(
     } else {
         Verdict::Succeeded
     };
-    let store = session.open_for_key(config(None, retention), &id, Access::Write)?;
+    let store = session.open_receiver_for_key(config(None, retention), &id, Access::Write)?;
     let record = store
         .complete(
             &id,
@@ -81,7 +81,7 @@ pub(crate) fn complete(
 /// `idem release T O K --generation N`
 pub(crate) fn release(session: &Session, id: &IdArgs, generation: &GenerationArg) -> Ending {
     let id = input::record_id(id)?;
-    let store = session.open_for_key(Config::default(), &id, Access::Write)?;
+    let store = session.open_receiver_for_key(Config::default(), &id, Access::Write)?;
     let generation = Generation(generation.generation);
     store
         .release(&id, generation, session.now())
@@ -102,7 +102,7 @@ pub(crate) fn heartbeat(
     lease: Option<u64>,
 ) -> Ending {
     let id = input::record_id(id)?;
-    let store = session.open_for_key(config(lease, None), &id, Access::Write)?;
+    let store = session.open_receiver_for_key(config(lease, None), &id, Access::Write)?;
     let record = store
         .heartbeat(&id, Generation(generation.generation), session.now())
         .map_err(|e| key_failure(&id, e))?;
@@ -124,7 +124,7 @@ pub(crate) fn heartbeat(
 /// `idem mark-unknown T O K --generation N`
 pub(crate) fn mark_unknown(session: &Session, id: &IdArgs, generation: &GenerationArg) -> Ending {
     let id = input::record_id(id)?;
-    let store = session.open_for_key(Config::default(), &id, Access::Write)?;
+    let store = session.open_receiver_for_key(Config::default(), &id, Access::Write)?;
     let record = store
         .mark_unknown(&id, Generation(generation.generation), session.now())
         .map_err(|e| key_failure(&id, e))?;
@@ -167,7 +167,7 @@ pub(crate) fn resolve(
         Reconciled::Failed => Resolution::Failed(input::outcome(outcome.0, outcome.1, true)?),
         Reconciled::NotExecuted => Resolution::NotExecuted,
     };
-    let store = session.open_for_key(config(None, retention_ms), &id, Access::Write)?;
+    let store = session.open_receiver_for_key(config(None, retention_ms), &id, Access::Write)?;
     let settled = store
         .resolve(&id, resolution, session.now())
         .map_err(|e| key_failure(&id, e))?;
@@ -186,7 +186,7 @@ pub(crate) fn resolve(
 /// `idem get T O K`
 pub(crate) fn get(session: &Session, id: &IdArgs) -> Ending {
     let id = input::record_id(id)?;
-    let store = session.open_for_key(Config::default(), &id, Access::Read)?;
+    let store = session.open_receiver_for_key(Config::default(), &id, Access::Read)?;
     let record = store
         .get(&id)
         .map_err(|e| key_failure(&id, e))?

@@ -9,6 +9,7 @@
 mod args;
 mod bench;
 mod demo;
+mod engine;
 mod entity;
 mod exec;
 mod exit;
@@ -162,6 +163,7 @@ fn run(cli: &Cli) -> Ending {
             },
         ),
         Command::Stats => maintain::stats(&session),
+        Command::Schema => maintain::schema(&session),
         Command::Transition {
             tenant,
             kind,

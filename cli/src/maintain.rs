@@ -31,7 +31,7 @@ pub(crate) fn list(session: &Session, filter: ListFilter) -> Ending {
     );
     idem_core::RecordId::new(probe.0, probe.1, "k")
         .map_err(|e| Failure::usage(format!("--{e}")))?;
-    let store = session.open(Config::default(), Access::Read)?;
+    let store = session.open_receiver(Config::default(), Access::Read)?;
     let printer = session.printer();
     let mut rows = Vec::new();
     let mut printed = Ok(());
@@ -56,9 +56,22 @@ pub(crate) fn list(session: &Session, filter: ListFilter) -> Ending {
     Ok(Exit::Done.code())
 }
 
+/// `idem schema`: the SQL of idem's schema on PostgreSQL.
+pub(crate) fn schema(session: &Session) -> Ending {
+    let sql = idem_store::postgres::PgStore::schema_sql();
+    session.printer().either(
+        &serde_json::json!({
+            "schema_version": idem_store::postgres::PgStore::schema_version(),
+            "sql": sql,
+        }),
+        || sql.trim_end().to_owned(),
+    )?;
+    Ok(Exit::Done.code())
+}
+
 /// `idem stats`
 pub(crate) fn stats(session: &Session) -> Ending {
-    let store = session.open(Config::default(), Access::Read)?;
+    let store = session.open_receiver(Config::default(), Access::Read)?;
     let stats = store.stats(session.now()).map_err(maintain_failure)?;
     let view = StatsView {
         stats: &stats,
@@ -186,7 +199,8 @@ pub(crate) fn sweep(
         tombstone_retention_ms: tombstones,
         ..Config::default()
     };
-    let store = session.open(config, if dry_run { Access::Read } else { Access::Write })?;
+    let store =
+        session.open_receiver(config, if dry_run { Access::Read } else { Access::Write })?;
     let now = session.now();
     let limit = limit.unwrap_or(usize::MAX);
     let report = if dry_run {
@@ -299,7 +313,7 @@ pub(crate) fn compact(session: &Session) -> Ending {
 /// `idem export [--out FILE]`: JSON lines to the file or stdout; the count is reported on
 /// stdout with `--out`, on stderr without (stdout then carries the records).
 pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
-    let store = session.open(Config::default(), Access::Read)?;
+    let store = session.open_receiver(Config::default(), Access::Read)?;
     let records = store
         .stats(session.now())
         .map_err(maintain_failure)?
@@ -318,7 +332,7 @@ pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
             count
         }
         None => {
-            let mut writer = BufWriter::new(CountingLines::new(io::stdout().lock(), bar.clone()));
+            let mut writer = BufWriter::new(CountingLines::new(io::stdout(), bar.clone()));
             let count = store.export(&mut writer).map_err(maintain_failure)?;
             writer
                 .flush()
@@ -349,16 +363,18 @@ pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
 pub(crate) fn import(session: &Session, file: &Path) -> Ending {
     // Open the input before the store: a missing file must not create an empty store.
     let count = if file == Path::new("-") {
-        let store = session.open(Config::default(), Access::Create)?;
-        store.import(io::stdin().lock()).map_err(import_failure)?
+        let store = session.open_receiver(Config::default(), Access::Create)?;
+        store
+            .import(&mut BufReader::new(io::stdin()))
+            .map_err(import_failure)?
     } else {
         let input = File::open(file)
             .map_err(|e| Failure::usage(format!("FILE: cannot read {}: {e}", file.display())))?;
         let size = input.metadata().map(|m| m.len()).ok();
         let bar = progress::bar(size, "importing", Unit::Bytes);
-        let store = session.open(Config::default(), Access::Create)?;
+        let store = session.open_receiver(Config::default(), Access::Create)?;
         let count = store
-            .import(BufReader::new(CountingReader::new(input, bar.clone())))
+            .import(&mut BufReader::new(CountingReader::new(input, bar.clone())))
             .map_err(import_failure)?;
         bar.finish_and_clear();
         count

@@ -62,7 +62,7 @@ pub(crate) fn run(
     retention_ms: Option<u64>,
 ) -> Ending {
     let config = crate::keyed::config(None, retention_ms);
-    let store = session.open(config.clone(), Access::Write)?;
+    let store = session.open_receiver(config.clone(), Access::Write)?;
     let now = session.now();
     let abandoned = store.recover_abandoned(now).map_err(store_failure)?;
     let limit = limit.unwrap_or(usize::MAX);

@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use idem_core::{Config, RecordId, Refusal, Timestamp};
+use idem_store::postgres::{ConnectError, PgStore};
 use idem_store::{Error, ImportError, MaintainError, OpenError, Store, StoreBuilder};
+
+use crate::engine::Engine;
 
 use crate::exit::{Exit, Failure, with_causes};
 use crate::output::Printer;
@@ -65,9 +68,68 @@ impl Session {
         }
     }
 
-    /// Opens the store with `config`. Call only after every argument has been checked:
-    /// opening may create the file.
+    /// `--db` as a PostgreSQL URL (`postgres://…` or `postgresql://…`), when it is one.
+    pub(crate) fn postgres_url(&self) -> Option<&str> {
+        let db = self.db.to_str()?;
+        (db.starts_with("postgres://") || db.starts_with("postgresql://")).then_some(db)
+    }
+
+    /// Opens the store the receiver commands work on: the file, or the PostgreSQL
+    /// database `--db` names. Call only after every argument has been checked: opening
+    /// may create the file, or the schema in the database.
+    pub(crate) fn open_receiver(&self, config: Config, access: Access) -> Result<Engine, Failure> {
+        match self.postgres_url() {
+            Some(url) => self.connect(url, config, access),
+            None => self.open(config, access).map(Engine::File),
+        }
+    }
+
+    /// As [`Session::open_receiver`], for a command about one key: a missing file means
+    /// the key has no record (exit 7).
+    pub(crate) fn open_receiver_for_key(
+        &self,
+        config: Config,
+        id: &RecordId,
+        access: Access,
+    ) -> Result<Engine, Failure> {
+        match self.postgres_url() {
+            Some(url) => self.connect(url, config, access),
+            None => self.open_for_key(config, id, access).map(Engine::File),
+        }
+    }
+
+    /// Connects to the database at `url`; only [`Access::Create`] creates idem's schema
+    /// in a database without it.
+    fn connect(&self, url: &str, config: Config, access: Access) -> Result<Engine, Failure> {
+        if self.clock.is_fixed() {
+            return Err(Failure::usage(
+                "--now: a PostgreSQL database counts time on its own clock, the fleet's; --now applies to a store file",
+            ));
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Failure::runtime(format!("starting the database client: {e}")))?;
+        let store = runtime
+            .block_on(
+                PgStore::builder()
+                    .config(config)
+                    .pool_size(2)
+                    .create_schema(access == Access::Create)
+                    .connect(url),
+            )
+            .map_err(|e| connect_failure(&e))?;
+        Ok(Engine::Postgres { store, runtime })
+    }
+
+    /// Opens the store file with `config`. Call only after every argument has been
+    /// checked: opening may create the file.
     pub(crate) fn open(&self, config: Config, access: Access) -> Result<Store, Failure> {
+        if self.postgres_url().is_some() {
+            return Err(Failure::usage(
+                "--db: names a PostgreSQL database, and this command works on a store file (entities, tokens, the outbox's intents, check and compact are kept in a file)",
+            ));
+        }
         self.check_now(access)?;
         if access != Access::Create && !self.db.exists() {
             return Err(Failure::runtime(format!(
@@ -110,6 +172,18 @@ fn builder(config: Config, access: Access) -> StoreBuilder {
         .config(config)
         .lock_timeout(LOCK_TIMEOUT)
         .read_only(access == Access::Read)
+}
+
+/// A failed connection as a failure: a bad URL or config is input (2), everything else
+/// is the database or the network (1).
+pub(crate) fn connect_failure(e: &ConnectError) -> Failure {
+    let message = format!("--db: {}", with_causes(e));
+    match e {
+        ConnectError::Url(_) | ConnectError::Config(_) | ConnectError::PoolSize => {
+            Failure::usage(message)
+        }
+        _ => Failure::runtime(message),
+    }
 }
 
 /// An open error as a failure: a bad config is input (2), everything else is the file

@@ -63,6 +63,11 @@ impl Clock {
     }
 
     /// The current time.
+    /// True when `--now` replaced the clock.
+    pub(crate) fn is_fixed(self) -> bool {
+        self.fixed.is_some()
+    }
+
     pub(crate) fn now(self) -> Timestamp {
         self.fixed.unwrap_or_else(idem_store::now)
     }

@@ -84,6 +84,7 @@ pub(crate) fn consume(
     };
     match claim(&id, begin, None)? {
         Claim::Held(generation) => {
+            let store = crate::engine::Engine::File(store);
             run_claimed(session, &store, &id, generation, &config, &[], program)
         }
         Claim::Settled(verdict, outcome) => {

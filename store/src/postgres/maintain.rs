@@ -5,7 +5,7 @@
 use std::io::{BufRead, Write};
 
 use idem_core::protocol::{self, Resolution, Swept};
-use idem_core::{Generation, Record, RecordId, Refusal, State, Timestamp};
+use idem_core::{Generation, LeaseExpiry, Record, RecordId, Refusal, State, Timestamp};
 use tokio_postgres::IsolationLevel;
 
 use super::PgStore;
@@ -16,7 +16,7 @@ use crate::operator::maintain::{IntentCounts, Stats, SweepReport};
 use crate::operator::read::ListFilter;
 use crate::operator::transfer::{Line, Lines, Transferred, write_header, write_line};
 use crate::operator::view::RecordView;
-use crate::protocol::reconcile::{Check, ReconcileError, ReconcileReport};
+use crate::protocol::reconcile::{Abandoned, Check, ReconcileError, ReconcileReport};
 
 /// Records one sweep transaction handles at most: short transactions, so that claims
 /// and other sweepers never wait long on the rows it locks.
@@ -228,6 +228,51 @@ impl PgStore {
             .and_then(|row| row.try_get(0))
             .map_err(database("sweep"))?;
         Ok(report)
+    }
+
+    /// Claims whose lease ran out on the database's clock: under
+    /// [`idem_core::LeaseExpiry::Unknown`] each turns Unknown (as a begin would turn it),
+    /// written only over the version read, so a heartbeat that came in between wins;
+    /// under [`idem_core::LeaseExpiry::Takeover`] they are listed and left for the next
+    /// begin. At most `limit` claims are looked at.
+    ///
+    /// # Errors
+    ///
+    /// A failure of the database; claims turned Unknown before it stay so.
+    pub async fn recover_abandoned(&self, limit: usize) -> Result<Abandoned, Error> {
+        let connection = self.connection("recover_abandoned").await?;
+        let rows = connection
+            .client
+            .query(
+                &format!(
+                    "SELECT idem_now(), tenant, operation, key, {} FROM idem_records \
+                      WHERE state = 0 AND lease_until <= idem_now() \
+                      ORDER BY lease_until LIMIT $1",
+                    columns("")
+                ),
+                &[&limit_of(Some(limit))],
+            )
+            .await
+            .map_err(database("recover_abandoned"))?;
+        let mut found = Abandoned::default();
+        for row in &rows {
+            let id = id_at(row, 1)?;
+            let now = super::row::time_at(row, 0, &id)?;
+            let record = record_at(row, 4, &id)?;
+            if self.inner.config.on_lease_expiry == LeaseExpiry::Takeover {
+                found.left_for_takeover.push(id);
+                continue;
+            }
+            let unknown = protocol::mark_unknown(Some(&record), record.generation, now)?;
+            if self
+                .replace(&connection, "recover_abandoned", &id, &record, &unknown)
+                .await?
+                .is_some()
+            {
+                found.turned_unknown.push(id);
+            }
+        }
+        Ok(found)
     }
 
     pub(super) async fn reconcile_now<E: Send>(

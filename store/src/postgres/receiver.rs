@@ -122,12 +122,36 @@ impl PgStore {
             // idem-core's begin only puts or writes nothing.
             idem_core::Write::Delete => unreachable!("protocol::begin never deletes"),
         };
+        let Some(generation) = self.replace(connection, "begin", id, &seen, &put).await? else {
+            // The record changed since it was read: start over.
+            return Ok(None);
+        };
+        if generation == seen.generation {
+            return Ok(Some(decided.decision));
+        }
+        Ok(Some(
+            protocol::begin(Some(&seen), fingerprint, generation, now, config).decision,
+        ))
+    }
+
+    /// Writes `put` in place of `seen`, if the row is still the version `seen` was read
+    /// from; a `put` with another generation than `seen`'s gets the sequence's next one.
+    /// The generation written, or `None` when the row changed meanwhile.
+    pub(super) async fn replace(
+        &self,
+        connection: &Lent<'_>,
+        operation: &'static str,
+        id: &RecordId,
+        seen: &Record,
+        put: &Record,
+    ) -> Result<Option<Generation>, Error> {
+        let [t, o, k] = key_params(id);
         let new_generation = put.generation != seen.generation;
-        let was = Columns::of(&seen)?;
+        let was = Columns::of(seen)?;
         // The generation column is the sequence's next value or left as it is.
         let to = Columns::of(&Record {
             generation: seen.generation,
-            ..put
+            ..put.clone()
         })?;
         let row = connection
             .client
@@ -156,21 +180,16 @@ impl PgStore {
                 ],
             )
             .await
-            .map_err(database("begin"))?;
+            .map_err(database(operation))?;
         let Some(row) = row else {
-            // The record changed since it was read: start over.
             return Ok(None);
         };
-        if !new_generation {
-            return Ok(Some(decided.decision));
-        }
-        let generation: i64 = row.try_get(0).map_err(database("begin"))?;
-        let generation = Generation(u64::try_from(generation).map_err(|_| Error::Corrupt {
-            detail: format!("idem_generation gave {generation}"),
-        })?);
-        Ok(Some(
-            protocol::begin(Some(&seen), fingerprint, generation, now, config).decision,
-        ))
+        let generation: i64 = row.try_get(0).map_err(database(operation))?;
+        u64::try_from(generation)
+            .map(|g| Some(Generation(g)))
+            .map_err(|_| Error::Corrupt {
+                detail: format!("idem_generation gave {generation}"),
+            })
     }
 
     /// Runs a fenced update: the core's record for this input, decided at time 0 by
