@@ -438,13 +438,24 @@ The upstream's 2xx, 3xx and 4xx are kept (replayed); its 5xx releases the key. A
 upstream that cannot be reached releases it (502); one that fails or times out after
 the request was sent leaves it unknown (502 or 504): it may have acted; settle it with
 idem resolve or idem reconcile. Ctrl-C or SIGTERM stops accepting, finishes the requests
-in flight, and exits 0.
+in flight within --drain-timeout, and exits 0.
 
-The tenant must come from your authentication: --tenant-header names the header a
-gateway in front sets (after removing the client's own); --tenant fixes one tenant.
+The tenant must come from your authentication, and the proxy does not start without it:
+--tenant-header names the header a gateway in front sets (after removing the client's
+own); --tenant fixes one tenant.
 
-Example:
+A fleet: with --db postgres://... (or IDEM_DB) any number of proxies share one database,
+and a retry may reach any of them. GET /healthz answers 200 while the store can take
+requests (503 otherwise), for a load balancer; GET /metrics gives Prometheus text
+(idem_proxy_answers_total by answer, request, upstream and store latency, store
+failures, unknown keys). --access-log writes one JSON line per request.
+
+Slow or hostile clients: a request head must arrive within --header-timeout, a keyed
+body within --body-timeout (408), and at most --max-connections are open at once.
+
+Examples:
   idem proxy --upstream http://127.0.0.1:8080 --tenant shop --replay-status 200
+  idem proxy --db postgres://idem@db/shop --upstream http://app:8080 --tenant-header X-Tenant
   curl -X POST localhost:8480/orders -H 'Idempotency-Key: \"k-1\"' -d '{\"item\":\"tea\"}'")]
     Proxy(ProxyArgs),
     /// Measure throughput and latency on this machine, on a temporary file, then count
@@ -472,7 +483,7 @@ pub(crate) struct ProxyArgs {
     /// One tenant for every request (a single-tenant deployment).
     #[arg(long, value_name = "NAME")]
     pub(crate) tenant: Option<String>,
-    /// The header that carries the tenant, set by your authentication [default: X-Tenant].
+    /// The header that carries the tenant, set by your authentication in front.
     #[arg(long, value_name = "NAME")]
     pub(crate) tenant_header: Option<String>,
     /// The status of a replayed 2xx: the original one, or 200.
@@ -490,6 +501,28 @@ pub(crate) struct ProxyArgs {
     /// A request header that is part of the fingerprint (repeat for more).
     #[arg(long, value_name = "NAME")]
     pub(crate) fingerprint_header: Vec<String>,
+    /// How long a client may take to send a request's head; past it the connection is
+    /// closed (also an idle keep-alive connection waiting for its next request).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
+    pub(crate) header_timeout: u64,
+    /// How long a keyed request's body may take to arrive whole; past it 408, nothing
+    /// claimed.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
+    pub(crate) body_timeout: u64,
+    /// The most connections open at once; more wait in the listen backlog.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub(crate) max_connections: usize,
+    /// On SIGTERM or Ctrl-C, how long the requests in flight may take to finish before
+    /// the proxy exits anyway.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
+    pub(crate) drain_timeout: u64,
+    /// With a postgres:// --db, the most database connections this replica opens.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub(crate) pool: usize,
+    /// One JSON line per request (at, method, path, key, status, answer, ms) to FILE,
+    /// appended, or to stdout with `-`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) access_log: Option<PathBuf>,
 }
 
 /// `idem entity ...`: the entities of `idem transition`.

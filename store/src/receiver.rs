@@ -53,6 +53,10 @@ pub trait Receiver: Send + Sync + 'static {
     /// The protocol settings the engine applies.
     fn config(&self) -> &Config;
 
+    /// True when the engine can take inputs now (the file needs no reopen; the
+    /// database answers): what a load balancer's health check asks.
+    fn ready(&self) -> impl Future<Output = bool> + Send;
+
     /// A request with `fingerprint` arrives for `id`: claim it, or answer it (replay,
     /// in progress, conflict, unknown, forgotten). On [`Decision::Claimed`] the Pending
     /// record is durable before the future is ready.

@@ -1,6 +1,8 @@
 //! Runs the built `idem` binary against a store file in a fresh temporary directory.
 #![allow(dead_code)] // each test binary uses its own part of these helpers
 
+pub(crate) mod http;
+
 use std::fs;
 use std::io::Write;
 use std::path::PathBuf;

@@ -24,6 +24,10 @@ impl Receiver for Store {
         Store::config(self)
     }
 
+    async fn ready(&self) -> bool {
+        !self.needs_reopen()
+    }
+
     async fn begin(
         &self,
         id: &RecordId,

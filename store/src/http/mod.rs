@@ -85,6 +85,52 @@ pub enum Settle {
     Unknown,
 }
 
+/// What the layer made of a request, in the extensions of every response it gives: for
+/// metrics and access logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Answered {
+    /// Not keyed (another method, or no key where none is required): passed to the
+    /// service as it came.
+    PassedThrough,
+    /// Claimed: the service ran, and its answer is the response.
+    Executed,
+    /// Settled before: the stored answer, replayed.
+    Replayed,
+    /// Claimed by a request still running: 409.
+    InProgress,
+    /// The key was used for another request: 422.
+    Conflict,
+    /// The outcome under the key is unknown: 503.
+    Unknown,
+    /// Settled long ago, the outcome no longer kept: 410.
+    Forgotten,
+    /// Refused before the store: a missing or malformed key or tenant, a body too large,
+    /// unreadable or too slow.
+    Refused,
+    /// The store failed: 500, nothing executed.
+    StoreFailed,
+}
+
+impl Answered {
+    /// Lower-case name: `passed_through`, `executed`, `replayed`, `in_progress`,
+    /// `conflict`, `unknown`, `forgotten`, `refused`, `store_failed`.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Answered::PassedThrough => "passed_through",
+            Answered::Executed => "executed",
+            Answered::Replayed => "replayed",
+            Answered::InProgress => "in_progress",
+            Answered::Conflict => "conflict",
+            Answered::Unknown => "unknown",
+            Answered::Forgotten => "forgotten",
+            Answered::Refused => "refused",
+            Answered::StoreFailed => "store_failed",
+        }
+    }
+}
+
 /// Where a request's tenant comes from.
 #[derive(Clone)]
 pub enum Tenant {
@@ -142,6 +188,9 @@ pub struct Settings {
     pub kept_headers: Vec<HeaderName>,
     /// The replay status and the 503's `Retry-After`.
     pub answers: AnswerConfig,
+    /// How long a keyed request's body may take to arrive whole; past it the request is
+    /// answered 408 and nothing is claimed. Default none (the server's own limits).
+    pub body_timeout: Option<std::time::Duration>,
     /// The time of every store call and of `Retry-After`. Default the system clock
     /// ([`crate::now`]); a test gives its own.
     pub clock: Clock,
@@ -166,6 +215,7 @@ impl Default for Settings {
             ]
             .into(),
             answers: AnswerConfig::default(),
+            body_timeout: None,
             clock: Arc::new(crate::now),
         }
     }
@@ -182,6 +232,7 @@ impl fmt::Debug for Settings {
             .field("ignored_json_paths", &self.ignored_json_paths)
             .field("kept_headers", &self.kept_headers)
             .field("answers", &self.answers)
+            .field("body_timeout", &self.body_timeout)
             .finish_non_exhaustive()
     }
 }

@@ -16,7 +16,7 @@ use idem_core::http::{
 };
 use tower_service::Service;
 
-use super::{Settings, Settle, Tenant};
+use super::{Answered, Settings, Settle, Tenant};
 use idem_core::Field;
 
 use crate::{Decision, Generation, GiveUp, Receiver, RecordId, Store, Verdict};
@@ -92,7 +92,7 @@ where
 /// What a keyed request became before the service runs: answered by the layer, passed
 /// through, or claimed.
 enum Admitted<B, R: Receiver> {
-    Answer(Answer),
+    Answer(Answer, Answered),
     PassThrough(Request<B>),
     Claimed(Claim<R>, Request<RequestBody<B>>),
 }
@@ -114,13 +114,15 @@ where
     RB::Error: Into<BoxError>,
 {
     match admit(&store, &settings, request).await {
-        Admitted::Answer(answer) => Ok(to_response(answer)),
+        Admitted::Answer(answer, answered) => Ok(marked(to_response(answer), answered)),
         Admitted::PassThrough(request) => {
             let mut inner = inner;
             let response = inner.call(request.map(Either::Right)).await?;
-            Ok(response.map(Either::Right))
+            Ok(marked(response.map(Either::Right), Answered::PassedThrough))
         }
-        Admitted::Claimed(claim, request) => run(inner, claim, &settings, request).await,
+        Admitted::Claimed(claim, request) => run(inner, claim, &settings, request)
+            .await
+            .map(|response| marked(response, Answered::Executed)),
     }
 }
 
@@ -142,14 +144,14 @@ where
     let key = match key_from_fields(fields.iter().map(HeaderValue::as_bytes)) {
         Ok(Some(key)) => key,
         Ok(None) if settings.require_key => {
-            return Admitted::Answer(Problem::key_missing().answer());
+            return refused(Problem::key_missing());
         }
         Ok(None) => return Admitted::PassThrough(request),
-        Err(e) => return Admitted::Answer(Problem::key_malformed(&e).answer()),
+        Err(e) => return refused(Problem::key_malformed(&e)),
     };
     let (parts, body) = request.into_parts();
     let Some(tenant) = tenant(&settings.tenant, &parts) else {
-        return Admitted::Answer(tenant_missing(&settings.tenant).answer());
+        return refused(tenant_missing(&settings.tenant));
     };
     let operation = (settings.operation)(&parts);
     let id = match RecordId::new(&tenant, &operation, &key) {
@@ -160,12 +162,12 @@ where
                 Field::Operation => "operation-malformed",
                 _ => "key-malformed",
             };
-            return Admitted::Answer(Problem::new(400, code, e.to_string()).answer());
+            return refused(Problem::new(400, code, e.to_string()));
         }
     };
-    let body = match buffer(&parts, body, settings.body_limit).await {
+    let body = match buffer(&parts, body, settings.body_limit, settings.body_timeout).await {
         Ok(body) => body,
-        Err(problem) => return Admitted::Answer(problem.answer()),
+        Err(problem) => return refused(problem),
     };
     let headers: Vec<(&str, Vec<u8>)> = settings
         .fingerprint_headers
@@ -192,13 +194,13 @@ where
     .fingerprint(&ignored);
     let fingerprint = match fingerprint {
         Ok(fingerprint) => fingerprint,
-        Err(e) => return Admitted::Answer(Problem::body_malformed(&e).answer()),
+        Err(e) => return refused(Problem::body_malformed(&e)),
     };
     // Dropped while it waits (the client hung up), the begin gives back what it
     // claimed; once it is answered, the claim's guard is made before the next await.
     let decision = match store.begin(&id, fingerprint, (settings.clock)()).await {
         Ok(decision) => decision,
-        Err(e) => return Admitted::Answer(store_failed(&e).answer()),
+        Err(e) => return Admitted::Answer(store_failed(&e).answer(), Answered::StoreFailed),
     };
     match decision {
         Decision::Claimed { generation, .. } => {
@@ -213,10 +215,21 @@ where
             let request = Request::from_parts(parts, Either::Left(Full::new(body)));
             Admitted::Claimed(claim, request)
         }
-        other => Admitted::Answer(
-            answer(&other, (settings.clock)(), &settings.answers)
-                .unwrap_or_else(|| store_failed(&"a claim without a handler").answer()),
-        ),
+        other => {
+            let answered = match other {
+                Decision::Replay { .. } => Answered::Replayed,
+                Decision::InProgress { .. } => Answered::InProgress,
+                Decision::Conflict { .. } => Answered::Conflict,
+                Decision::NeedsReconciliation { .. } => Answered::Unknown,
+                Decision::Forgotten { .. } => Answered::Forgotten,
+                Decision::Claimed { .. } => Answered::StoreFailed,
+            };
+            Admitted::Answer(
+                answer(&other, (settings.clock)(), &settings.answers)
+                    .unwrap_or_else(|| store_failed(&"a claim without a handler").answer()),
+                answered,
+            )
+        }
     }
 }
 
@@ -407,12 +420,32 @@ fn tenant_missing(source: &Tenant) -> Problem {
     Problem::new(400, "tenant-missing", detail)
 }
 
+/// The `Retry-After` of a 503 when the store failed: long enough for a pool to
+/// reconnect or a standby to be promoted, short enough not to lose the client.
+const STORE_RETRY_AFTER_S: u64 = 1;
+
+/// A request the layer refused before the store (400, 408, 413).
+fn refused<B, R: Receiver>(problem: Problem) -> Admitted<B, R> {
+    Admitted::Answer(problem.answer(), Answered::Refused)
+}
+
+/// `response`, with what the layer made of its request in its extensions.
+fn marked<RB>(mut response: Response<RB>, answered: Answered) -> Response<RB> {
+    response.extensions_mut().insert(answered);
+    response
+}
+
+/// The store failed (a database that went away, a file that needs a reopen): nothing
+/// ran, and a retry after a moment may find the store back.
 fn store_failed(e: &dyn std::fmt::Display) -> Problem {
-    Problem::new(
-        500,
-        "store-failed",
-        format!("the idempotency store failed ({e}); nothing was executed, retry"),
-    )
+    Problem {
+        retry_after_s: Some(STORE_RETRY_AFTER_S),
+        ..Problem::new(
+            503,
+            "store-failed",
+            format!("the idempotency store failed ({e}); nothing was executed, retry"),
+        )
+    }
 }
 
 /// Every field of `name`, joined with `, ` as RFC 9110 §5.3 allows.
@@ -427,8 +460,14 @@ fn joined(parts: &Parts, name: &HeaderName) -> Vec<u8> {
 }
 
 /// The body, whole, up to `limit` bytes; a 413 past it (by `Content-Length` before
-/// anything is read), a 400 when it cannot be read.
-async fn buffer<B>(parts: &Parts, body: B, limit: usize) -> Result<Bytes, Problem>
+/// anything is read), a 400 when it cannot be read, a 408 when it is not whole within
+/// `timeout`.
+async fn buffer<B>(
+    parts: &Parts,
+    body: B,
+    limit: usize,
+    timeout: Option<std::time::Duration>,
+) -> Result<Bytes, Problem>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
@@ -440,7 +479,24 @@ where
     if declared.is_some_and(|len| len > limit as u64) {
         return Err(Problem::body_too_large(limit));
     }
-    match Limited::new(body, limit).collect().await {
+    let collect = Limited::new(body, limit).collect();
+    let collected = match timeout {
+        Some(timeout) => match tokio::time::timeout(timeout, collect).await {
+            Ok(collected) => collected,
+            Err(_) => {
+                return Err(Problem::new(
+                    408,
+                    "body-timeout",
+                    format!(
+                        "body: not received whole within {} ms; nothing was executed, send it again",
+                        timeout.as_millis()
+                    ),
+                ));
+            }
+        },
+        None => collect.await,
+    };
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<LengthLimitError>() => Err(Problem::body_too_large(limit)),
         Err(e) => Err(Problem::new(

@@ -443,6 +443,10 @@ impl Receiver for PgStore {
         &self.inner.config
     }
 
+    async fn ready(&self) -> bool {
+        self.ping().await
+    }
+
     /// Claims or answers on the database's clock; `now` is not used.
     async fn begin(
         &self,

@@ -531,6 +531,10 @@ impl idem_store::Receiver for Flaky {
         self.store.config()
     }
 
+    async fn ready(&self) -> bool {
+        !self.failing.load(Ordering::SeqCst)
+    }
+
     async fn begin(
         &self,
         id: &RecordId,
@@ -672,8 +676,9 @@ async fn the_layer_runs_on_any_receiver_and_a_failed_begin_runs_nothing() {
     };
     let mut service = IdempotencyLayer::new(Arc::clone(&receiver), settings()).layer(handler);
     let failed = send(&mut service, post(Some(KEY), r#"{"item":"tea"}"#)).await;
-    assert_eq!(failed.status, 500, "{}", failed.body);
+    assert_eq!(failed.status, 503, "{}", failed.body);
     assert_eq!(failed.problem(), "store-failed");
+    assert_eq!(failed.header("retry-after"), Some("1"));
     assert_eq!(
         runs.load(Ordering::SeqCst),
         0,

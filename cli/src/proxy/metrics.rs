@@ -1,0 +1,149 @@
+//! The proxy's metrics in Prometheus text form (`GET /metrics`): answers by kind, request,
+//! upstream and store latency, store failures, and the keys waiting for reconciliation.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use idem_store::http::Answered;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// How long a count of unknown keys is shown before it is read again: reading it costs
+/// the store a count, and scrapes come every few seconds.
+const UNKNOWN_KEYS_AGE: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AnswerLabel {
+    answer: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabel {
+    call: &'static str,
+}
+
+/// Every metric of one proxy.
+pub(super) struct Metrics {
+    registry: Registry,
+    answers: Family<AnswerLabel, Counter>,
+    request_seconds: Histogram,
+    upstream_seconds: Histogram,
+    store_seconds: Family<CallLabel, Histogram>,
+    store_failures: Family<CallLabel, Counter>,
+    unknown_keys: Gauge,
+    unknown_read: Mutex<Option<Instant>>,
+}
+
+/// Latency buckets from 0.25 ms to about 8 s.
+fn latency() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
+}
+
+impl Metrics {
+    pub(super) fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("idem_proxy");
+        let answers = Family::<AnswerLabel, Counter>::default();
+        registry.register(
+            "answers",
+            "Requests by what the proxy made of them: executed (forwarded under a fresh claim), replayed, in_progress, conflict, unknown, forgotten, refused, store_failed, passed_through",
+            answers.clone(),
+        );
+        let request_seconds = latency();
+        registry.register(
+            "request_seconds",
+            "Time from a request's head to the proxy's answer",
+            request_seconds.clone(),
+        );
+        let upstream_seconds = latency();
+        registry.register(
+            "upstream_seconds",
+            "Time the upstream took to answer a forwarded request",
+            upstream_seconds.clone(),
+        );
+        let store_seconds = Family::<CallLabel, Histogram>::new_with_constructor(latency);
+        registry.register(
+            "store_seconds",
+            "Time of each call to the store (the file or the database), by call",
+            store_seconds.clone(),
+        );
+        let store_failures = Family::<CallLabel, Counter>::default();
+        registry.register(
+            "store_failures",
+            "Calls to the store that failed, by call",
+            store_failures.clone(),
+        );
+        let unknown_keys = Gauge::default();
+        registry.register(
+            "unknown_keys",
+            "Keys whose outcome is unknown and that wait for a reconciler (read at most every 10 s)",
+            unknown_keys.clone(),
+        );
+        Metrics {
+            registry,
+            answers,
+            request_seconds,
+            upstream_seconds,
+            store_seconds,
+            store_failures,
+            unknown_keys,
+            unknown_read: Mutex::new(None),
+        }
+    }
+
+    /// One answered request.
+    pub(super) fn answered(&self, answered: Answered, took: Duration) {
+        self.answers
+            .get_or_create(&AnswerLabel {
+                answer: answered.name(),
+            })
+            .inc();
+        self.request_seconds.observe(took.as_secs_f64());
+    }
+
+    /// One forwarded request's upstream time.
+    pub(super) fn upstream(&self, took: Duration) {
+        self.upstream_seconds.observe(took.as_secs_f64());
+    }
+
+    /// One call to the store.
+    pub(super) fn store_call(&self, call: &'static str, took: Duration, ok: bool) {
+        let label = CallLabel { call };
+        self.store_seconds
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
+        if !ok {
+            self.store_failures.get_or_create(&label).inc();
+        }
+    }
+
+    /// True when the count of unknown keys is old enough to be read again; the caller
+    /// then reads it and calls [`Metrics::unknown_keys`].
+    pub(super) fn unknown_keys_due(&self) -> bool {
+        let mut read = self
+            .unknown_read
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if read.is_some_and(|at| at.elapsed() < UNKNOWN_KEYS_AGE) {
+            return false;
+        }
+        *read = Some(Instant::now());
+        true
+    }
+
+    pub(super) fn unknown_keys(&self, count: u64) {
+        self.unknown_keys
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Every metric in Prometheus text form.
+    pub(super) fn text(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}

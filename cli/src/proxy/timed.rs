@@ -1,0 +1,151 @@
+//! A receiver that times every call of the one it wraps, for the proxy's metrics: the
+//! store's (the file's or the database's) latency and failures, per call.
+
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::time::Instant;
+
+use idem_core::protocol::{Decision, Resolution};
+use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
+use idem_store::maintain::{Check, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred};
+use idem_store::{Error, GiveUp, ImportError, ListFilter, MaintainError, Receiver};
+
+use super::metrics::Metrics;
+
+/// `R`, timed.
+pub(super) struct Timed<R> {
+    pub(super) inner: Arc<R>,
+    pub(super) metrics: Arc<Metrics>,
+}
+
+impl<R: Receiver> Timed<R> {
+    async fn timed<T, E>(
+        &self,
+        call: &'static str,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let started = Instant::now();
+        let result = work.await;
+        self.metrics.store_call(call, started.elapsed(), result.is_ok());
+        result
+    }
+}
+
+impl<R: Receiver> Receiver for Timed<R> {
+    fn config(&self) -> &Config {
+        self.inner.config()
+    }
+
+    async fn ready(&self) -> bool {
+        self.inner.ready().await
+    }
+
+    async fn begin(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Result<Decision, Error> {
+        self.timed("begin", self.inner.begin(id, fingerprint, now))
+            .await
+    }
+
+    async fn heartbeat(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+    ) -> Result<Record, Error> {
+        self.timed("heartbeat", self.inner.heartbeat(id, generation, now))
+            .await
+    }
+
+    async fn complete(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        verdict: Verdict,
+        outcome: Outcome,
+        now: Timestamp,
+    ) -> Result<Record, Error> {
+        self.timed(
+            "complete",
+            self.inner.complete(id, generation, verdict, outcome, now),
+        )
+        .await
+    }
+
+    async fn release(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        self.timed("release", self.inner.release(id, generation, now))
+            .await
+    }
+
+    async fn mark_unknown(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+    ) -> Result<Record, Error> {
+        self.timed("mark_unknown", self.inner.mark_unknown(id, generation, now))
+            .await
+    }
+
+    async fn resolve(
+        &self,
+        id: &RecordId,
+        resolution: Resolution,
+        now: Timestamp,
+    ) -> Result<Option<Record>, Error> {
+        self.timed("resolve", self.inner.resolve(id, resolution, now))
+            .await
+    }
+
+    fn give_up(&self, id: &RecordId, generation: Generation, how: GiveUp, now: Timestamp) {
+        self.inner.give_up(id, generation, how, now);
+    }
+
+    async fn get(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+        self.timed("get", self.inner.get(id)).await
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<(RecordId, Record)>, Error> {
+        self.timed("list", self.inner.list(filter)).await
+    }
+
+    async fn stats(&self, now: Timestamp) -> Result<Stats, MaintainError> {
+        self.timed("stats", self.inner.stats(now)).await
+    }
+
+    async fn sweep(
+        &self,
+        now: Timestamp,
+        limit: usize,
+        dry_run: bool,
+    ) -> Result<SweepReport, Error> {
+        self.timed("sweep", self.inner.sweep(now, limit, dry_run))
+            .await
+    }
+
+    async fn reconcile<E: Send>(
+        &self,
+        now: Timestamp,
+        limit: usize,
+        checker: impl FnMut(&RecordId, &Record) -> Result<Check, E> + Send,
+    ) -> Result<ReconcileReport, ReconcileError<E>> {
+        self.timed("reconcile", self.inner.reconcile(now, limit, checker))
+            .await
+    }
+
+    async fn export(&self, out: &mut (dyn Write + Send)) -> Result<Transferred, MaintainError> {
+        self.timed("export", self.inner.export(out)).await
+    }
+
+    async fn import(&self, input: &mut (dyn BufRead + Send)) -> Result<Transferred, ImportError> {
+        self.timed("import", self.inner.import(input)).await
+    }
+}

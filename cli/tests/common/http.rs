@@ -1,0 +1,252 @@
+//! An HTTP upstream that counts its executions, a running `idem proxy`, and a client
+//! that speaks HTTP/1.1 by hand: what the proxy's tests share.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use super::Idem;
+
+/// What the upstream did, by path and `Idempotency-Key`.
+#[derive(Default)]
+pub(crate) struct Counts {
+    pub(crate) executions: HashMap<String, usize>,
+}
+
+/// A small HTTP/1.1 backend: `POST /orders` counts one execution per key and answers
+/// 201 with the order number after `work`; `/hang` counts and then never answers (until
+/// the proxy hangs up, at most 10 s). One connection per request (`Connection: close`).
+pub(crate) struct Upstream {
+    pub(crate) address: SocketAddr,
+    pub(crate) counts: Arc<Mutex<Counts>>,
+    stop: Arc<AtomicBool>,
+    accept: Option<thread::JoinHandle<()>>,
+}
+
+impl Upstream {
+    pub(crate) fn start(work: Duration) -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let counts = Arc::new(Mutex::new(Counts::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let accept = {
+            let (counts, stop) = (Arc::clone(&counts), Arc::clone(&stop));
+            thread::spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let counts = Arc::clone(&counts);
+                    thread::spawn(move || serve_upstream(stream, &counts, work));
+                }
+            })
+        };
+        Upstream {
+            address,
+            counts,
+            stop,
+            accept: Some(accept),
+        }
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    pub(crate) fn executions(&self, key: &str) -> usize {
+        let counts = self.counts.lock().unwrap();
+        counts.executions.get(key).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wakes the accept loop, which then sees the flag.
+        let _ = TcpStream::connect(self.address);
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+    }
+}
+
+pub(crate) fn serve_upstream(stream: TcpStream, counts: &Mutex<Counts>, work: Duration) {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut reader = BufReader::new(&stream);
+    let Some((head, _body)) = read_message(&mut reader) else {
+        return;
+    };
+    let path = head
+        .lines()
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .unwrap_or("/")
+        .to_owned();
+    let key = header_of(&head, "idempotency-key").unwrap_or_default();
+    let number = {
+        let mut counts = counts.lock().unwrap();
+        let n = counts.executions.entry(key).or_default();
+        *n += 1;
+        *n
+    };
+    if path == "/hang" {
+        // Until the proxy gives up and closes the connection (or 10 s pass).
+        let _ = reader.read_to_end(&mut Vec::new());
+        return;
+    }
+    thread::sleep(work);
+    let body = format!("{{\"order\":{number},\"path\":\"{path}\"}}");
+    let answer = format!(
+        "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nLocation: /orders/{number}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = (&stream).write_all(answer.as_bytes());
+}
+
+/// One HTTP message from `reader`: the head (through the blank line) and the body by
+/// `Content-Length`.
+pub(crate) fn read_message(reader: &mut impl BufRead) -> Option<(String, Vec<u8>)> {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        head.push_str(&line);
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let length: usize = header_of(&head, "content-length").map_or(0, |v| v.parse().unwrap());
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some((head, body))
+}
+
+pub(crate) fn header_of(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|line| {
+        let (n, v) = line.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+    })
+}
+
+/// A running `idem proxy`, killed on drop if it did not stop by itself.
+pub(crate) struct Proxy {
+    pub(crate) child: Child,
+    pub(crate) address: SocketAddr,
+}
+
+impl Proxy {
+    pub(crate) fn start(idem: &Idem, upstream: &str, flags: &[&str]) -> Proxy {
+        let mut args = vec!["proxy", "--listen", "127.0.0.1:0", "--upstream", upstream];
+        args.extend_from_slice(flags);
+        let mut child = idem
+            .command(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let address = line
+            .trim()
+            .strip_prefix("listening http://")
+            .unwrap_or_else(|| panic!("first line {line:?}"))
+            .parse()
+            .unwrap();
+        Proxy { child, address }
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub(crate) fn terminate(mut self) -> (i32, String) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(status.success());
+        let status = self.child.wait().unwrap();
+        let mut stderr = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        (status.code().unwrap_or(-1), stderr)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// An answer: status, head, body.
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) head: String,
+    pub(crate) body: String,
+}
+
+impl Answer {
+    pub(crate) fn header(&self, name: &str) -> Option<String> {
+        header_of(&self.head, name)
+    }
+
+    /// The `idempotency` code of a problem document, checking its content type.
+    pub(crate) fn problem(&self) -> String {
+        assert_eq!(
+            self.header("content-type").as_deref(),
+            Some("application/problem+json"),
+            "{} {}",
+            self.status,
+            self.body
+        );
+        let json: serde_json::Value = serde_json::from_str(&self.body).unwrap();
+        assert_eq!(json["status"], self.status);
+        json["idempotency"].as_str().unwrap().to_owned()
+    }
+}
+
+/// `POST path` with `headers` and `body` to `address`, on a connection of its own.
+pub(crate) fn post(address: SocketAddr, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    let stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    (&stream).write_all(request.as_bytes()).unwrap();
+    let mut reader = BufReader::new(&stream);
+    let (head, body) = read_message(&mut reader).expect("an answer");
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    Answer {
+        status,
+        head,
+        body: String::from_utf8(body).unwrap(),
+    }
+}
+
