@@ -260,9 +260,13 @@ impl Serving<'_> {
             let (stream, _) = tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok(accepted) => accepted,
-                    // A connection that failed before it was accepted (reset, out of
-                    // files): the next one may work.
-                    Err(_) => continue,
+                    // A connection that failed before it was accepted (reset), or no
+                    // file left for it: the next one may work, after a breath so that a
+                    // process out of files does not spin.
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
                 },
                 () = &mut stop => break,
             };
@@ -270,7 +274,10 @@ impl Serving<'_> {
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_timeout)
-                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service.clone()));
+                .serve_connection(
+                    TokioIo::new(stream),
+                    TowerToHyperService::new(service.clone()),
+                );
             let connection = graceful.watch(connection);
             tokio::spawn(async move {
                 // A client that hangs up mid-request: its claimed request finishes anyway.
@@ -352,7 +359,9 @@ where
                 "answer": answered.name(),
                 "ms": took.as_secs_f64() * 1_000.0,
             });
-            let mut out = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut out = log
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             // A log that cannot be written does not fail the request.
             let _ = writeln!(out, "{line}");
         }

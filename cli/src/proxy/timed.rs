@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
-use idem_store::maintain::{Check, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred};
+use idem_store::maintain::{
+    Check, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
+};
 use idem_store::{Error, GiveUp, ImportError, ListFilter, MaintainError, Receiver};
 
 use super::metrics::Metrics;
@@ -26,7 +28,8 @@ impl<R: Receiver> Timed<R> {
     ) -> Result<T, E> {
         let started = Instant::now();
         let result = work.await;
-        self.metrics.store_call(call, started.elapsed(), result.is_ok());
+        self.metrics
+            .store_call(call, started.elapsed(), result.is_ok());
         result
     }
 }

@@ -225,7 +225,12 @@ impl Answer {
 }
 
 /// `POST path` with `headers` and `body` to `address`, on a connection of its own.
-pub(crate) fn post(address: SocketAddr, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+pub(crate) fn post(
+    address: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
     let stream = TcpStream::connect(address).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
@@ -250,3 +255,26 @@ pub(crate) fn post(address: SocketAddr, path: &str, headers: &[(&str, &str)], bo
     }
 }
 
+/// `GET path` from `address`, on a connection of its own.
+pub(crate) fn get(address: SocketAddr, path: &str) -> Answer {
+    let stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    (&stream).write_all(request.as_bytes()).unwrap();
+    let mut reader = BufReader::new(&stream);
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+            break;
+        }
+        head.push_str(&line);
+    }
+    // The proxy's own answers have a length; read to the end of the connection.
+    let mut body = String::new();
+    reader.read_to_string(&mut body).unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    Answer { status, head, body }
+}

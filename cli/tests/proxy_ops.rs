@@ -1,0 +1,295 @@
+//! Running `idem proxy` in production: it needs a tenant source, answers a load
+//! balancer's health check and a Prometheus scrape, logs each request, and outlives
+//! clients that send half a header or a body that never ends, then stops within its
+//! drain bound.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::Idem;
+use common::http::{Proxy, Upstream, get, post};
+
+const KEYED: [(&str, &str); 1] = [("Idempotency-Key", "\"k-1\"")];
+
+#[test]
+fn a_proxy_without_a_tenant_source_does_not_start() {
+    let idem = Idem::new();
+    idem.run(&["proxy", "--upstream", "http://127.0.0.1:9"])
+        .code(2)
+        .one_error_line(&["--tenant or --tenant-header"]);
+    assert!(!idem.db.exists(), "nothing was created");
+}
+
+/// A metric's value in Prometheus text, by its name with labels.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+}
+
+#[test]
+fn health_metrics_and_the_access_log() {
+    let upstream = Upstream::start(Duration::ZERO);
+    let idem = Idem::new();
+    let log = idem.path("access.log");
+    let proxy = Proxy::start(
+        &idem,
+        &upstream.url(),
+        &["--tenant", "shop", "--access-log", log.to_str().unwrap()],
+    );
+    let health = get(proxy.address, "/healthz");
+    assert_eq!((health.status, health.body.as_str()), (200, "ready\n"));
+
+    let first = post(proxy.address, "/orders", &KEYED, r#"{"item":"tea"}"#);
+    let again = post(proxy.address, "/orders", &KEYED, r#"{"item":"tea"}"#);
+    let other = post(proxy.address, "/orders", &KEYED, r#"{"item":"cake"}"#);
+    let plain = post(proxy.address, "/orders", &[], r#"{"item":"pie"}"#);
+    assert_eq!(
+        (first.status, again.status, other.status, plain.status),
+        (201, 201, 422, 201)
+    );
+
+    let scraped = get(proxy.address, "/metrics");
+    assert_eq!(scraped.status, 200);
+    let text = &scraped.body;
+    for (answer, count) in [
+        ("executed", 1.0),
+        ("replayed", 1.0),
+        ("conflict", 1.0),
+        ("passed_through", 1.0),
+    ] {
+        let name = format!("idem_proxy_answers_total{{answer=\"{answer}\"}}");
+        assert_eq!(metric(text, &name), count, "{name}");
+    }
+    assert_eq!(metric(text, "idem_proxy_request_seconds_count"), 4.0);
+    assert_eq!(metric(text, "idem_proxy_upstream_seconds_count"), 2.0);
+    assert_eq!(
+        metric(text, "idem_proxy_store_seconds_count{call=\"begin\"}"),
+        3.0,
+        "the keyed requests began; the plain one did not"
+    );
+    assert_eq!(metric(text, "idem_proxy_unknown_keys"), 0.0);
+
+    let (code, _) = proxy.terminate();
+    assert_eq!(code, 0);
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let answers: Vec<_> = lines
+        .iter()
+        .map(|l| (l["status"].as_u64().unwrap(), l["answer"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            (201, "executed"),
+            (201, "replayed"),
+            (422, "conflict"),
+            (201, "passed_through")
+        ],
+        "one line per request, the proxy's own endpoints not among them"
+    );
+    assert_eq!(lines[0]["key"], "\"k-1\"");
+    assert_eq!(lines[0]["path"], "/orders");
+}
+
+/// The soft limit of open files of this process, from /proc.
+fn open_files_limit() -> usize {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+    limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
+        .unwrap_or(1024)
+}
+
+/// Opens `count` connections to `address` that each send half a request head, from
+/// several threads at once.
+fn half_heads(address: SocketAddr, count: usize) -> Vec<TcpStream> {
+    let opened = Arc::new(Mutex::new(Vec::with_capacity(count)));
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            let opened = Arc::clone(&opened);
+            thread::spawn(move || {
+                for _ in (t..count).step_by(16) {
+                    let Ok(stream) = TcpStream::connect_timeout(&address, Duration::from_secs(5))
+                    else {
+                        continue;
+                    };
+                    let _ = (&stream).write_all(
+                        b"POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: \"h\"\r\n",
+                    );
+                    opened.lock().unwrap().push(stream);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    Arc::try_unwrap(opened).unwrap().into_inner().unwrap()
+}
+
+/// True once the proxy closed `stream` (it reads the end, or a reset), waiting at most
+/// `within`.
+fn closed_by_peer(stream: &TcpStream, within: Duration) -> bool {
+    stream.set_read_timeout(Some(within)).unwrap();
+    let mut byte = [0; 1];
+    loop {
+        match (&*stream).read(&mut byte) {
+            Ok(0) => return true,
+            // hyper may answer a timed-out head with a 408 before it closes.
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[test]
+fn half_heads_and_endless_bodies_starve_nobody_and_end() {
+    let upstream = Upstream::start(Duration::ZERO);
+    let idem = Idem::new();
+    let proxy = Proxy::start(
+        &idem,
+        &upstream.url(),
+        &[
+            "--tenant",
+            "shop",
+            "--header-timeout",
+            "2s",
+            "--body-timeout",
+            "1s",
+        ],
+    );
+    // 10,000 where this process may open that many sockets.
+    let flood = 10_000.min(open_files_limit().saturating_sub(500));
+    let started = Instant::now();
+    let address = proxy.address;
+    let opening = thread::spawn(move || half_heads(address, flood));
+
+    // A body that never ends: 408 after the body timeout, and nothing claimed.
+    let endless = TcpStream::connect(proxy.address).unwrap();
+    (&endless)
+        .write_all(b"POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: \"e\"\r\nContent-Length: 100\r\n\r\n{\"ite")
+        .unwrap();
+
+    // A legitimate request in the middle of the flood is served.
+    thread::sleep(Duration::from_secs(1));
+    let sent = Instant::now();
+    let legit = post(proxy.address, "/orders", &KEYED, r#"{"item":"tea"}"#);
+    assert_eq!(legit.status, 201, "{}", legit.body);
+    println!(
+        "the legitimate request, sent while the flood was opening, took {:?}",
+        sent.elapsed()
+    );
+    let heads = opening.join().unwrap();
+    println!(
+        "{} half heads opened in {:?} (of {flood} tried)",
+        heads.len(),
+        started.elapsed()
+    );
+    assert!(
+        heads.len() >= flood / 2,
+        "only {} connections opened",
+        heads.len()
+    );
+
+    endless
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut answer = String::new();
+    let _ = (&endless).read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    assert!(answer.contains("body-timeout"), "{answer}");
+
+    // Every half head ends: none lives past the header timeout by much.
+    let open = heads
+        .iter()
+        .filter(|s| !closed_by_peer(s, Duration::from_secs(30)))
+        .count();
+    assert_eq!(open, 0, "{open} of {} half heads still open", heads.len());
+    assert_eq!(
+        upstream.executions("\"e\""),
+        0,
+        "the endless body never ran"
+    );
+    assert_eq!(upstream.executions("\"h\""), 0);
+
+    // Nothing was claimed for the endless body: the same key runs now.
+    let retry = post(
+        proxy.address,
+        "/orders",
+        &[("Idempotency-Key", "\"e\"")],
+        r#"{"item":"tea"}"#,
+    );
+    assert_eq!(retry.status, 201);
+}
+
+#[test]
+fn at_the_connection_bound_a_request_waits_for_a_slot_and_is_served() {
+    let upstream = Upstream::start(Duration::ZERO);
+    let idem = Idem::new();
+    let proxy = Proxy::start(
+        &idem,
+        &upstream.url(),
+        &[
+            "--tenant",
+            "shop",
+            "--header-timeout",
+            "1s",
+            "--max-connections",
+            "8",
+        ],
+    );
+    let heads = half_heads(proxy.address, 8);
+    assert_eq!(heads.len(), 8);
+    let legit = post(proxy.address, "/orders", &KEYED, r#"{"item":"tea"}"#);
+    assert_eq!(legit.status, 201);
+}
+
+#[test]
+fn sigterm_stops_within_the_drain_bound_with_a_half_head_open() {
+    let upstream = Upstream::start(Duration::ZERO);
+    let idem = Idem::new();
+    let mut proxy = Proxy::start(
+        &idem,
+        &upstream.url(),
+        &[
+            "--tenant",
+            "shop",
+            "--header-timeout",
+            "60s",
+            "--drain-timeout",
+            "2s",
+        ],
+    );
+    let _half = half_heads(proxy.address, 1);
+    let pid = proxy.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let sent = Instant::now();
+    let mut exited = None;
+    while sent.elapsed() < Duration::from_secs(20) {
+        if let Some(status) = proxy.child.try_wait().unwrap() {
+            exited = Some(status);
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let status = exited.expect("the proxy still runs 20 s after SIGTERM");
+    println!("stopped {:?} after SIGTERM with {status}", sent.elapsed());
+}
