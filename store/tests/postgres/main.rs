@@ -4,6 +4,7 @@
 #[path = "../common/postgres.rs"]
 mod server;
 
+mod crash;
 mod protocol;
 mod races;
 mod schema;
