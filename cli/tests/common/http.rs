@@ -231,10 +231,18 @@ pub(crate) fn post(
     headers: &[(&str, &str)],
     body: &str,
 ) -> Answer {
-    let stream = TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    try_post(address, path, headers, body).expect("an answer")
+}
+
+/// As [`post`], or the error of a proxy that is not there or hung up.
+pub(crate) fn try_post(
+    address: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<Answer> {
+    let stream = TcpStream::connect_timeout(&address, Duration::from_secs(5))?;
+    stream.set_read_timeout(Some(Duration::from_secs(20)))?;
     let mut request = format!(
         "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len()
@@ -244,15 +252,16 @@ pub(crate) fn post(
     }
     request.push_str("\r\n");
     request.push_str(body);
-    (&stream).write_all(request.as_bytes()).unwrap();
+    (&stream).write_all(request.as_bytes())?;
     let mut reader = BufReader::new(&stream);
-    let (head, body) = read_message(&mut reader).expect("an answer");
+    let (head, body) = read_message(&mut reader)
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "no answer"))?;
     let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    Answer {
+    Ok(Answer {
         status,
         head,
         body: String::from_utf8(body).unwrap(),
-    }
+    })
 }
 
 /// `GET path` from `address`, on a connection of its own.

@@ -1,0 +1,259 @@
+//! A fleet of `idem proxy` replicas on one PostgreSQL database: retries that land on any
+//! replica, a replica SIGKILLed mid-run and restarted, and a database that goes away and
+//! comes back. Every server here is a throwaway one of the test's own.
+
+mod common;
+
+#[path = "../../store/tests/common/postgres.rs"]
+mod server;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread;
+use std::time::Duration;
+
+use common::Idem;
+use common::http::{Answer, Proxy, Upstream, get, try_post};
+use server::Server;
+
+const REPLICAS: usize = 3;
+
+/// An `idem` whose `--db` is `server`'s database.
+fn on(server: &Server) -> Idem {
+    Idem {
+        db: PathBuf::from(server.url()),
+        ..Idem::new()
+    }
+}
+
+/// splitmix64, seeded and printed, so a failing run can be told apart.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("IDEM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| millis_now() ^ u64::from(std::process::id()))
+}
+
+fn millis_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Sends one attempt of `key` to a random live replica, and to another when the one it
+/// picked is gone (killed, or restarting); `None` when none answered 20 times.
+fn attempt(replicas: &RwLock<Vec<SocketAddr>>, rng: &mut Rng, key: &str) -> Option<Answer> {
+    let header = format!("\"{key}\"");
+    for _ in 0..20 {
+        let address = {
+            let live = replicas.read().unwrap();
+            live[(rng.next() % live.len() as u64) as usize]
+        };
+        match try_post(
+            address,
+            "/orders",
+            &[("Idempotency-Key", &header)],
+            &format!("{{\"key\":\"{key}\"}}"),
+        ) {
+            Ok(answer) => return Some(answer),
+            Err(_) => thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    None
+}
+
+#[test]
+fn retries_on_any_replica_take_effect_once_through_a_replica_killed_and_restarted() {
+    const KEYS: usize = 300;
+    const ATTEMPTS: usize = 3;
+    let seed = seed();
+    println!("seed {seed} (IDEM_SEED)");
+    let server = Server::start();
+    let upstream = Upstream::start(Duration::from_millis(2));
+    let idem = on(&server);
+    let mut proxies: Vec<Proxy> = (0..REPLICAS)
+        .map(|_| Proxy::start(&idem, &upstream.url(), &["--tenant", "shop"]))
+        .collect();
+    let replicas = Arc::new(RwLock::new(
+        proxies.iter().map(|p| p.address).collect::<Vec<_>>(),
+    ));
+
+    // Every key's attempts, shuffled, so attempts of one key run at once on replicas.
+    let mut rng = Rng(seed);
+    let mut jobs: Vec<String> = (0..KEYS)
+        .flat_map(|k| std::iter::repeat_n(format!("fleet-{k}"), ATTEMPTS))
+        .collect();
+    for i in (1..jobs.len()).rev() {
+        jobs.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+    }
+    let jobs = Arc::new(Mutex::new(jobs));
+    let done = Arc::new(AtomicUsize::new(0));
+    let acknowledged: Arc<Mutex<BTreeMap<String, Answer>>> = Arc::default();
+    let workers: Vec<_> = (0..24)
+        .map(|w| {
+            let (jobs, done, acknowledged, replicas) = (
+                Arc::clone(&jobs),
+                Arc::clone(&done),
+                Arc::clone(&acknowledged),
+                Arc::clone(&replicas),
+            );
+            let mut rng = Rng(seed ^ (w as u64 + 1));
+            thread::spawn(move || {
+                loop {
+                    let Some(key) = jobs.lock().unwrap().pop() else {
+                        return;
+                    };
+                    if let Some(answer) = attempt(&replicas, &mut rng, &key)
+                        && answer.status == 201
+                    {
+                        acknowledged.lock().unwrap().insert(key, answer);
+                    }
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+
+    // A third of the way in, replica 1 is SIGKILLed, then a new one takes its place.
+    while done.load(Ordering::SeqCst) < KEYS * ATTEMPTS / 3 {
+        thread::sleep(Duration::from_millis(5));
+    }
+    let killed = proxies.remove(1);
+    replicas.write().unwrap().retain(|a| *a != killed.address);
+    drop(killed); // SIGKILL, then waited for
+    let restarted = Proxy::start(&idem, &upstream.url(), &["--tenant", "shop"]);
+    replicas.write().unwrap().push(restarted.address);
+    proxies.push(restarted);
+    for worker in workers {
+        worker.join().unwrap();
+    }
+
+    let acknowledged = acknowledged.lock().unwrap();
+    let mut twice = Vec::new();
+    for k in 0..KEYS {
+        let key = format!("fleet-{k}");
+        let runs = upstream.executions(&format!("\"{key}\""));
+        if runs > 1 {
+            twice.push((key.clone(), runs));
+        }
+        if acknowledged.contains_key(&key) {
+            assert_eq!(runs, 1, "{key}: acknowledged, so it ran");
+        }
+    }
+    assert!(twice.is_empty(), "keys that took effect twice: {twice:?}");
+    println!(
+        "{} of {KEYS} keys acknowledged with 201; the rest were claimed by the killed replica or answered in progress",
+        acknowledged.len()
+    );
+    assert!(acknowledged.len() >= KEYS / 2, "too few keys acknowledged");
+
+    // Every acknowledged answer is replayed, byte for byte, by every replica.
+    for (key, first) in acknowledged.iter() {
+        for proxy in &proxies {
+            let replay = try_post(
+                proxy.address,
+                "/orders",
+                &[("Idempotency-Key", &format!("\"{key}\""))],
+                &format!("{{\"key\":\"{key}\"}}"),
+            )
+            .unwrap();
+            assert_eq!(
+                (replay.status, &replay.body),
+                (first.status, &first.body),
+                "{key} on {}",
+                proxy.address
+            );
+            assert_eq!(
+                replay.header("idempotent-replayed").as_deref(),
+                Some("true")
+            );
+        }
+    }
+}
+
+#[test]
+fn a_database_that_goes_away_is_a_503_and_the_pool_recovers_without_a_restart() {
+    let mut server = Server::start();
+    let upstream = Upstream::start(Duration::ZERO);
+    let idem = on(&server);
+    let proxy = Proxy::start(&idem, &upstream.url(), &["--tenant", "shop"]);
+    let send = |key: &str| {
+        try_post(
+            proxy.address,
+            "/orders",
+            &[("Idempotency-Key", &format!("\"{key}\""))],
+            r#"{"item":"tea"}"#,
+        )
+        .unwrap()
+    };
+    assert_eq!(send("k-1").status, 201);
+
+    server.stop();
+    let away = send("k-2");
+    assert_eq!(away.status, 503, "{}", away.body);
+    assert_eq!(away.problem(), "store-failed");
+    assert_eq!(away.header("retry-after").as_deref(), Some("1"));
+    assert_eq!(get(proxy.address, "/healthz").status, 503);
+    assert_eq!(upstream.executions("\"k-2\""), 0, "nothing ran");
+    // The operator's command names the cause and exits 1.
+    let listed = idem.run(&["get", "shop", "POST /orders", "k-1"]);
+    listed
+        .code(1)
+        .one_error_line(&["--db", "connecting to the database"]);
+
+    server.restart();
+    assert_eq!(get(proxy.address, "/healthz").status, 200);
+    assert_eq!(send("k-2").status, 201, "the same proxy, new connections");
+    assert_eq!(upstream.executions("\"k-2\""), 1);
+
+    // Every connection of the proxy terminated by the server: a request may meet a
+    // broken one (503, nothing ran), and the next ones are served.
+    assert!(run_sql(
+        &server,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+          WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'"
+    ));
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let answer = send("k-3");
+        answers.push(answer.status);
+        if answer.status == 201 {
+            break;
+        }
+        assert_eq!(answer.status, 503, "{}", answer.body);
+        assert_eq!(answer.header("retry-after").as_deref(), Some("1"));
+    }
+    assert_eq!(answers.last(), Some(&201), "{answers:?}");
+    assert_eq!(upstream.executions("\"k-3\""), 1);
+}
+
+/// Runs `sql` on `server` as its superuser; true when it ran.
+fn run_sql(server: &Server, sql: &str) -> bool {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client.batch_execute(sql).await.is_ok()
+    })
+}
