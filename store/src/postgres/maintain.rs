@@ -265,7 +265,14 @@ impl PgStore {
             }
             let unknown = protocol::mark_unknown(Some(&record), record.generation, now)?;
             if self
-                .replace(&connection, "recover_abandoned", &id, &record, &unknown)
+                .replace(
+                    &connection.client,
+                    &connection.statements,
+                    "recover_abandoned",
+                    &id,
+                    &record,
+                    &unknown,
+                )
                 .await?
                 .is_some()
             {

@@ -31,6 +31,7 @@
 //! A `PgStore` needs a tokio runtime: connect it from inside one. Its calls are futures;
 //! a synchronous caller runs them with the runtime's `block_on`.
 
+mod execute;
 mod maintain;
 mod pool;
 mod receiver;
@@ -46,6 +47,12 @@ use tokio::runtime::Handle;
 
 use pool::Pool;
 
+/// The tokio-postgres this engine is built on: the transaction [`PgStore::execute`]
+/// hands to its work is this crate's.
+pub use tokio_postgres;
+
+pub use execute::Work;
+
 /// A store of idempotency records in a PostgreSQL database, shared by every replica
 /// that connects to it. Cheap to clone: clones share one pool.
 #[derive(Clone)]
@@ -57,6 +64,7 @@ struct Inner {
     config: Config,
     pool: Pool,
     runtime: Handle,
+    lock_timeout: Duration,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -75,6 +83,7 @@ pub struct PgStoreBuilder {
     create_schema: bool,
     connect_timeout: Duration,
     statement_timeout: Duration,
+    lock_timeout: Duration,
 }
 
 /// Connecting to the database failed; nothing was written, except the schema when the
@@ -136,6 +145,7 @@ impl Default for PgStoreBuilder {
             create_schema: true,
             connect_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(10),
+            lock_timeout: Duration::from_millis(500),
         }
     }
 }
@@ -178,6 +188,15 @@ impl PgStoreBuilder {
         self
     }
 
+    /// How long an atomic execute ([`PgStore::execute`]) waits for a key that another
+    /// execute holds in its open transaction before it answers in progress; 500 ms by
+    /// default.
+    #[must_use]
+    pub fn lock_timeout(mut self, timeout: Duration) -> PgStoreBuilder {
+        self.lock_timeout = timeout;
+        self
+    }
+
     /// Connects to the database at `url` (`postgres://user:password@host:port/db`, or
     /// several hosts with `target_session_attrs=read-write`), checks or creates the
     /// schema, and opens the pool.
@@ -212,6 +231,7 @@ impl PgStoreBuilder {
                 config: self.config,
                 pool,
                 runtime,
+                lock_timeout: self.lock_timeout,
             }),
         })
     }

@@ -9,11 +9,12 @@ use idem_core::{
     Config, Fingerprint, Generation, Outcome, Record, RecordId, Refusal, State, Status, Timestamp,
     Verdict,
 };
-use tokio_postgres::Row;
+use tokio_postgres::{GenericClient, Row};
 
 use super::PgStore;
 use super::pool::Lent;
 use super::row::{Columns, PENDING, UNKNOWN, record_at, signed, time_at};
+use super::statements::Statements;
 use crate::error::{Error, ImportError, MaintainError};
 use crate::operator::maintain::{Stats, SweepReport};
 use crate::operator::read::ListFilter;
@@ -122,7 +123,17 @@ impl PgStore {
             // idem-core's begin only puts or writes nothing.
             idem_core::Write::Delete => unreachable!("protocol::begin never deletes"),
         };
-        let Some(generation) = self.replace(connection, "begin", id, &seen, &put).await? else {
+        let Some(generation) = self
+            .replace(
+                &connection.client,
+                &connection.statements,
+                "begin",
+                id,
+                &seen,
+                &put,
+            )
+            .await?
+        else {
             // The record changed since it was read: start over.
             return Ok(None);
         };
@@ -139,7 +150,8 @@ impl PgStore {
     /// The generation written, or `None` when the row changed meanwhile.
     pub(super) async fn replace(
         &self,
-        connection: &Lent<'_>,
+        client: &impl GenericClient,
+        statements: &Statements,
         operation: &'static str,
         id: &RecordId,
         seen: &Record,
@@ -153,10 +165,9 @@ impl PgStore {
             generation: seen.generation,
             ..put.clone()
         })?;
-        let row = connection
-            .client
+        let row = client
             .query_opt(
-                &connection.statements.replace,
+                &statements.replace,
                 &[
                     &t,
                     &o,
@@ -334,7 +345,7 @@ fn claimed(row: &Row, id: &RecordId) -> Result<bool, Error> {
 
 /// Checks that the database wrote the record the core decided: a statement that wrote
 /// something else is a defect of the engine, reported rather than answered.
-fn expect_written(write: &idem_core::Write, written: &Record) -> Result<(), Error> {
+pub(super) fn expect_written(write: &idem_core::Write, written: &Record) -> Result<(), Error> {
     match write {
         idem_core::Write::Put(record) if record == written => Ok(()),
         other => Err(Error::Corrupt {

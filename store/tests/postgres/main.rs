@@ -5,6 +5,7 @@
 mod server;
 
 mod crash;
+mod execute;
 mod protocol;
 mod races;
 mod schema;
