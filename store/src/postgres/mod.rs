@@ -22,6 +22,11 @@
 //!   replica whose clock is off changes nothing.
 //! - Every session runs with `synchronous_commit = on` and READ COMMITTED, whatever the
 //!   server's defaults: an answer follows a durable commit.
+//! - A replica answers a replay of a settled record it has seen from memory (its replay
+//!   cache, [`PgStoreBuilder::replay_cache`]): a settled record does not change until it
+//!   expires. It does so only well before the expiry, counted from the database's clock
+//!   as last read plus this process's monotonic clock. Pending, unknown and forgotten
+//!   records always come from the database.
 //! - Sweep works in bounded batches with `FOR UPDATE SKIP LOCKED`: any replica may sweep
 //!   while others claim.
 //!
@@ -31,6 +36,7 @@
 //! A `PgStore` needs a tokio runtime: connect it from inside one. Its calls are futures;
 //! a synchronous caller runs them with the runtime's `block_on`.
 
+mod cache;
 mod execute;
 mod maintain;
 mod pool;
@@ -63,6 +69,7 @@ pub struct PgStore {
 struct Inner {
     config: Config,
     pool: Pool,
+    cache: cache::ReplayCache,
     runtime: Handle,
     lock_timeout: Duration,
 }
@@ -84,6 +91,7 @@ pub struct PgStoreBuilder {
     connect_timeout: Duration,
     statement_timeout: Duration,
     lock_timeout: Duration,
+    replay_cache: usize,
 }
 
 /// Connecting to the database failed; nothing was written, except the schema when the
@@ -146,6 +154,7 @@ impl Default for PgStoreBuilder {
             connect_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(10),
             lock_timeout: Duration::from_millis(500),
+            replay_cache: 10_000,
         }
     }
 }
@@ -197,6 +206,14 @@ impl PgStoreBuilder {
         self
     }
 
+    /// How many settled records this replica keeps to answer replays without asking the
+    /// database; 10,000 by default, 0 keeps none. See [`PgStore`]'s section on caches.
+    #[must_use]
+    pub fn replay_cache(mut self, records: usize) -> PgStoreBuilder {
+        self.replay_cache = records;
+        self
+    }
+
     /// Connects to the database at `url` (`postgres://user:password@host:port/db`, or
     /// several hosts with `target_session_attrs=read-write`), checks or creates the
     /// schema, and opens the pool.
@@ -230,6 +247,7 @@ impl PgStoreBuilder {
             inner: Arc::new(Inner {
                 config: self.config,
                 pool,
+                cache: cache::ReplayCache::new(self.replay_cache),
                 runtime,
                 lock_timeout: self.lock_timeout,
             }),

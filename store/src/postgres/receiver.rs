@@ -97,6 +97,7 @@ impl PgStore {
             Some(row) if claimed(row, id)? => {
                 let record = record_at(row, 2, id)?;
                 let now = time_at(row, 1, id)?;
+                self.inner.cache.observe(now);
                 let decided = protocol::begin(None, fingerprint, record.generation, now, config);
                 expect_written(&decided.write, &record)?;
                 return Ok(Some(decided.decision));
@@ -117,8 +118,14 @@ impl PgStore {
             u64::MAX
         });
         let decided = protocol::begin(Some(&seen), fingerprint, stand_in, now, config);
+        self.inner.cache.observe(now);
         let put = match decided.write {
-            idem_core::Write::Nothing => return Ok(Some(decided.decision)),
+            idem_core::Write::Nothing => {
+                if let Decision::Replay { .. } = decided.decision {
+                    self.inner.cache.keep(id, &seen);
+                }
+                return Ok(Some(decided.decision));
+            }
             idem_core::Write::Put(put) => put,
             // idem-core's begin only puts or writes nothing.
             idem_core::Write::Delete => unreachable!("protocol::begin never deletes"),
@@ -465,6 +472,9 @@ impl Receiver for PgStore {
         fingerprint: Fingerprint,
         _now: Timestamp,
     ) -> Result<Decision, Error> {
+        if let Some(decision) = self.inner.cache.answer(id, fingerprint, &self.inner.config) {
+            return Ok(decision);
+        }
         for _ in 0..BEGIN_ATTEMPTS {
             let connection = self.connection("begin").await?;
             if let Some(decision) = self.begin_once(&connection, id, fingerprint).await? {
@@ -520,11 +530,14 @@ impl Receiver for PgStore {
             generation: Some(generation),
             state: PENDING,
         };
-        self.update("complete", id, fence, &template.status, |current, now| {
-            protocol::complete(current, generation, verdict, outcome.clone(), now, &config)
-                .map(drop)
-        })
-        .await
+        let record = self
+            .update("complete", id, fence, &template.status, |current, now| {
+                protocol::complete(current, generation, verdict, outcome.clone(), now, &config)
+                    .map(drop)
+            })
+            .await?;
+        self.inner.cache.keep(id, &record);
+        Ok(record)
     }
 
     async fn release(

@@ -8,6 +8,7 @@ mod crash;
 mod execute;
 mod protocol;
 mod races;
+mod round_trips;
 mod schema;
 mod transfer;
 
