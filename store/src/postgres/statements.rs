@@ -39,16 +39,19 @@ impl Statements {
         let with = |more: &[Type]| -> Vec<Type> { pk.iter().chain(more).cloned().collect() };
         let record = columns("");
         let r_record = columns("r.");
+        // One statement for a fresh key and for a key in the way: the INSERT returns a
+        // claimed row, or the SELECT the row that is there. `idem_now()` is the
+        // statement's time (it is `now()`, fixed for the statement). A row committed
+        // after this statement's snapshot is seen by neither part: then no row.
         let claim = format!(
-            "WITH clock AS (SELECT idem_now() AS now), \
-             claimed AS ( \
+            "WITH claimed AS ( \
                INSERT INTO idem_records (tenant, operation, key, fingerprint, generation, state, created_at, updated_at, lease_until) \
-               SELECT $1, $2, $3, $4, nextval('idem_generation'), 0, now, now, now + $5 FROM clock \
+               VALUES ($1, $2, $3, $4, nextval('idem_generation'), 0, idem_now(), idem_now(), idem_now() + $5) \
                ON CONFLICT DO NOTHING \
                RETURNING {record}) \
-             SELECT true, (SELECT now FROM clock), {record} FROM claimed \
+             SELECT true, updated_at, {record} FROM claimed \
              UNION ALL \
-             SELECT false, GREATEST((SELECT now FROM clock), r.updated_at), {r_record} \
+             SELECT false, GREATEST(idem_now(), r.updated_at), {r_record} \
                FROM idem_records r \
               WHERE r.tenant = $1 AND r.operation = $2 AND r.key = $3 \
                 AND NOT EXISTS (SELECT 1 FROM claimed)"

@@ -1,0 +1,456 @@
+//! idem on PostgreSQL against what a team would write by hand, in one run on one
+//! server: begin + complete through idem against the same two statements sent by the
+//! bench with no idem code (the floor), seed 004's pattern (claim, SELECT, UPDATE, no
+//! fencing) and brandur's (each phase a SERIALIZABLE transaction), at 1 and 64 callers;
+//! and a replay through idem (its replica cache) against a bare SELECT.
+//!
+//! ```text
+//! cargo bench -p idem-bench --bench postgres [-- --ops N]
+//! ```
+//!
+//! It starts a throwaway server of its own (as the tests do), or uses the database at
+//! `IDEM_BENCH_PG_URL`. Every caller has a connection of its own; idem's pool has one per
+//! caller. Prints figures only: nothing here asserts a speed.
+
+#[path = "../../store/tests/common/postgres.rs"]
+mod server;
+
+use std::error::Error;
+use std::sync::Arc;
+use std::time::Instant;
+
+use idem_bench::measure::{BenchError, Row, Timing, table};
+use idem_core::protocol::Decision;
+use idem_core::{Fingerprint, Outcome, RecordId, Timestamp, Verdict};
+use idem_store::Receiver;
+use idem_store::postgres::PgStore;
+use idem_store::postgres::tokio_postgres::{self, Client, NoTls};
+use tokio::sync::Barrier;
+
+const CALLERS: [u32; 2] = [1, 64];
+
+/// Runs of idem and of the floor, alternated.
+const PAIRS: usize = 3;
+
+/// The row of median rate among `rows`.
+fn median(mut rows: Vec<Row>) -> Row {
+    rows.sort_by(|a, b| a.per_second.total_cmp(&b.per_second));
+    rows.swap_remove(rows.len() / 2)
+}
+
+fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
+    let ops = ops_argument()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let server;
+    let url = match std::env::var("IDEM_BENCH_PG_URL") {
+        Ok(url) => url,
+        Err(_) => {
+            server = server::Server::start_with(&[("max_connections", "300")]);
+            server.url()
+        }
+    };
+    runtime.block_on(run(&url, ops))
+}
+
+fn ops_argument() -> Result<u32, BenchError> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == "--ops") {
+        Some(i) => Ok(args
+            .get(i + 1)
+            .ok_or("--ops needs a number")?
+            .parse()
+            .map_err(|e| format!("--ops: {e}"))?),
+        None => Ok(2_000),
+    }
+}
+
+async fn connect(url: &str) -> Result<Client, BenchError> {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
+    tokio::spawn(async move {
+        let _ended = connection.await;
+    });
+    client.batch_execute("SET synchronous_commit = on").await?;
+    Ok(client)
+}
+
+/// Times `total` calls spread over `callers` tasks started together; `call` gets the
+/// caller's number and the call's number.
+async fn measure<S, F>(
+    callers: u32,
+    total: u32,
+    state: Vec<S>,
+    call: impl Fn(Arc<S>, u32, u32) -> F + Send + Sync + 'static,
+) -> Result<Timing, BenchError>
+where
+    S: Send + Sync + 'static,
+    F: Future<Output = Result<(), BenchError>> + Send + 'static,
+{
+    let per_caller = (total / callers).max(1);
+    let start = Arc::new(Barrier::new(callers as usize + 1));
+    let call = Arc::new(call);
+    let tasks: Vec<_> = state
+        .into_iter()
+        .take(callers as usize)
+        .enumerate()
+        .map(|(caller, state)| {
+            let (start, call, state) = (Arc::clone(&start), Arc::clone(&call), Arc::new(state));
+            tokio::spawn(async move {
+                start.wait().await;
+                let mut calls = Vec::with_capacity(per_caller as usize);
+                for n in 0..per_caller {
+                    let one = Instant::now();
+                    call(Arc::clone(&state), caller as u32, n).await?;
+                    calls.push(one.elapsed());
+                }
+                Ok::<_, BenchError>(calls)
+            })
+        })
+        .collect();
+    start.wait().await;
+    let began = Instant::now();
+    let mut calls = Vec::new();
+    for task in tasks {
+        calls.extend(task.await??);
+    }
+    Ok(Timing {
+        total: began.elapsed(),
+        calls,
+    })
+}
+
+async fn run(url: &str, ops: u32) -> Result<(), Box<dyn Error + Send + Sync>> {
+    let setup = connect(url).await?;
+    let version: String = setup.query_one("SHOW server_version", &[]).await?.get(0);
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "idem-bench postgres: PostgreSQL {version}, {cores} cores, {ops} requests per row, synchronous_commit = on"
+    );
+    drop(PgStore::connect(url).await?); // the schema
+    setup
+        .batch_execute(
+            "DROP TABLE IF EXISTS floor_keys, seed004_keys, brandur_keys; \
+             CREATE TABLE floor_keys (LIKE idem_records INCLUDING ALL); \
+             CREATE TABLE seed004_keys (key text PRIMARY KEY, status text NOT NULL, \
+               response bytea, expires_at timestamptz NOT NULL); \
+             CREATE TABLE brandur_keys (id bigserial PRIMARY KEY, user_id bigint NOT NULL, \
+               idempotency_key text NOT NULL, locked_at timestamptz, recovery_point text NOT NULL, \
+               request_params jsonb NOT NULL, response_code int, response_body bytea, \
+               UNIQUE (user_id, idempotency_key))",
+        )
+        .await?;
+    let mut rows = Vec::new();
+    let mut ratios = Vec::new();
+    for callers in CALLERS {
+        let idem = PgStore::builder()
+            .pool_size(callers as usize)
+            .connect(url)
+            .await?;
+        let floor_clients = prepared_floor(url, callers).await?;
+        let floor_clients = Arc::new(floor_clients);
+        let mut idem_rows = Vec::new();
+        let mut floor_rows = Vec::new();
+        // idem and the floor alternate, A B A B A B: this machine's disk and CPU drift
+        // within a run; the median of each is kept.
+        for round in 0..PAIRS {
+            eprintln!("  {callers} callers: idem ({round})");
+            let idem_row = Row::new(
+                "pg_idem",
+                "idem: begin + complete",
+                callers,
+                &measure(callers, ops, vec![(); callers as usize], {
+                    let idem = idem.clone();
+                    move |_, caller, n| {
+                        let idem = idem.clone();
+                        async move {
+                            let id = RecordId::new(
+                                "bench",
+                                "charge",
+                                &format!("i-{callers}-{round}-{caller}-{n}"),
+                            )?;
+                            let Decision::Claimed { generation, .. } =
+                                idem.begin(&id, Fingerprint([7; 32]), Timestamp(0)).await?
+                            else {
+                                return Err("a fresh key was not claimed".into());
+                            };
+                            idem.complete(
+                                &id,
+                                generation,
+                                Verdict::Succeeded,
+                                Outcome::new(201, "ok"),
+                                Timestamp(0),
+                            )
+                            .await?;
+                            Ok(())
+                        }
+                    }
+                })
+                .await?,
+            );
+            eprintln!("  {callers} callers: the floor ({round})");
+            let floor_row = Row::new(
+                "pg_floor",
+                "floor: INSERT … DO NOTHING + fenced UPDATE, by hand",
+                callers,
+                &measure(callers, ops, (0..callers as usize).collect(), {
+                    let floor_clients = Arc::clone(&floor_clients);
+                    move |state, caller, n| {
+                        let floor_clients = Arc::clone(&floor_clients);
+                        async move {
+                            let (client, claim, settle) = &floor_clients[*state];
+                            let key = format!("f-{callers}-{round}-{caller}-{n}");
+                            let row = client
+                                .query_opt(claim, &[&key, &[7u8; 32].as_slice(), &30_000i64])
+                                .await?
+                                .ok_or("a fresh key was not claimed")?;
+                            let generation: i64 = row.get(0);
+                            client
+                                .query_opt(
+                                    settle,
+                                    &[
+                                        &key,
+                                        &generation,
+                                        &86_400_000i64,
+                                        &201i32,
+                                        &b"ok".as_slice(),
+                                    ],
+                                )
+                                .await?
+                                .ok_or("the claim was not settled")?;
+                            Ok(())
+                        }
+                    }
+                })
+                .await?,
+            );
+            idem_rows.push(idem_row);
+            floor_rows.push(floor_row);
+        }
+        let idem_row = median(idem_rows);
+        let floor_row = median(floor_rows);
+        eprintln!("  {callers} callers: seed 004");
+        let seed_clients = prepared_seed004(url, callers).await?;
+        let seed_row = Row::new(
+            "pg_seed004",
+            "seed 004: claim, SELECT, UPDATE (no fencing)",
+            callers,
+            &measure(
+                callers,
+                ops,
+                seed_clients,
+                move |state, caller, n| async move {
+                    let (client, claim, select, update) = &*state;
+                    let key = format!("s-{callers}-{caller}-{n}");
+                    client.execute(claim, &[&key]).await?;
+                    let row = client.query_one(select, &[&key]).await?;
+                    let status: String = row.get(0);
+                    if status != "in_progress" {
+                        return Err("the claim is not in progress".into());
+                    }
+                    client.execute(update, &[&key, &b"ok".as_slice()]).await?;
+                    Ok(())
+                },
+            )
+            .await?,
+        );
+        eprintln!("  {callers} callers: brandur");
+        let brandur_clients = prepared_brandur(url, callers).await?;
+        let brandur_row = Row::new(
+            "pg_brandur",
+            "brandur: two SERIALIZABLE phases",
+            callers,
+            &measure(
+                callers,
+                ops,
+                brandur_clients,
+                move |state, caller, n| async move {
+                    let key = format!("b-{callers}-{caller}-{n}");
+                    brandur(&state, &key).await
+                },
+            )
+            .await?,
+        );
+        eprintln!("  {callers} callers: replays");
+        let replay_row = Row::new(
+            "pg_idem_replay",
+            "idem: replay (a replica's cache)",
+            callers,
+            &measure(callers, ops, vec![(); callers as usize], {
+                let idem = idem.clone();
+                move |_, caller, _| {
+                    let idem = idem.clone();
+                    async move {
+                        let id =
+                            RecordId::new("bench", "charge", &format!("i-{callers}-0-{caller}-0"))?;
+                        match idem.begin(&id, Fingerprint([7; 32]), Timestamp(0)).await? {
+                            Decision::Replay { .. } => Ok(()),
+                            other => Err(format!("{other:?}").into()),
+                        }
+                    }
+                }
+            })
+            .await?,
+        );
+        let uncached = PgStore::builder()
+            .pool_size(callers as usize)
+            .replay_cache(0)
+            .connect(url)
+            .await?;
+        let read_row = Row::new(
+            "pg_idem_replay_read",
+            "idem: replay read from the database",
+            callers,
+            &measure(
+                callers,
+                ops,
+                vec![(); callers as usize],
+                move |_, caller, _| {
+                    let uncached = uncached.clone();
+                    async move {
+                        let id =
+                            RecordId::new("bench", "charge", &format!("i-{callers}-0-{caller}-0"))?;
+                        match uncached
+                            .begin(&id, Fingerprint([7; 32]), Timestamp(0))
+                            .await?
+                        {
+                            Decision::Replay { .. } => Ok(()),
+                            other => Err(format!("{other:?}").into()),
+                        }
+                    }
+                },
+            )
+            .await?,
+        );
+        ratios.push((
+            callers,
+            idem_row.per_second / floor_row.per_second,
+            idem_row.per_second / seed_row.per_second,
+            idem_row.per_second / brandur_row.per_second,
+        ));
+        rows.extend([
+            idem_row,
+            floor_row,
+            seed_row,
+            brandur_row,
+            replay_row,
+            read_row,
+        ]);
+    }
+    println!();
+    print!("{}", table(&rows));
+    println!();
+    for (callers, floor, seed, brandur) in ratios {
+        println!(
+            "{callers:>2} callers: idem / floor {floor:.2}x, idem / seed 004 {seed:.2}x, idem / brandur {brandur:.2}x"
+        );
+    }
+    Ok(())
+}
+
+type Floor = (Client, tokio_postgres::Statement, tokio_postgres::Statement);
+
+async fn prepared_floor(url: &str, callers: u32) -> Result<Vec<Floor>, BenchError> {
+    let mut prepared = Vec::new();
+    for _ in 0..callers {
+        let client = connect(url).await?;
+        let claim = client
+            .prepare(
+                "INSERT INTO floor_keys (tenant, operation, key, fingerprint, generation, state, created_at, updated_at, lease_until) \
+                 VALUES ('bench', 'charge', $1, $2, nextval('idem_generation'), 0, idem_now(), idem_now(), idem_now() + $3) \
+                 ON CONFLICT DO NOTHING RETURNING generation",
+            )
+            .await?;
+        let settle = client
+            .prepare(
+                "UPDATE floor_keys SET state = 1, verdict = 0, updated_at = idem_now(), lease_until = NULL, \
+                   completed_at = idem_now(), expires_at = idem_now() + $3, outcome_code = $4, outcome_body = $5 \
+                 WHERE tenant = 'bench' AND operation = 'charge' AND key = $1 AND generation = $2 AND state = 0 \
+                 RETURNING generation",
+            )
+            .await?;
+        prepared.push((client, claim, settle));
+    }
+    Ok(prepared)
+}
+
+type Seed004 = (
+    Client,
+    tokio_postgres::Statement,
+    tokio_postgres::Statement,
+    tokio_postgres::Statement,
+);
+
+async fn prepared_seed004(url: &str, callers: u32) -> Result<Vec<Seed004>, BenchError> {
+    let mut prepared = Vec::new();
+    for _ in 0..callers {
+        let client = connect(url).await?;
+        let claim = client
+            .prepare(
+                "INSERT INTO seed004_keys (key, status, expires_at) VALUES ($1, 'in_progress', now() + interval '24 hours') \
+                 ON CONFLICT (key) DO NOTHING",
+            )
+            .await?;
+        let select = client
+            .prepare("SELECT status, response FROM seed004_keys WHERE key = $1")
+            .await?;
+        let update = client
+            .prepare("UPDATE seed004_keys SET status = 'completed', response = $2 WHERE key = $1")
+            .await?;
+        prepared.push((client, claim, select, update));
+    }
+    Ok(prepared)
+}
+
+type Brandur = Client;
+
+async fn prepared_brandur(url: &str, callers: u32) -> Result<Vec<Brandur>, BenchError> {
+    let mut prepared = Vec::new();
+    for _ in 0..callers {
+        prepared.push(connect(url).await?);
+    }
+    Ok(prepared)
+}
+
+/// brandur's "atomic phases": phase 1 looks the key up and locks it, or inserts it, in a
+/// SERIALIZABLE transaction; phase 2 stores the response and finishes, in another.
+/// A serialization failure retries its phase.
+async fn brandur(client: &Client, key: &str) -> Result<(), BenchError> {
+    let phase = |sql: &'static [&'static str]| async move {
+        loop {
+            let attempt = async {
+                client
+                    .batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                    .await?;
+                for statement in sql {
+                    client.execute(*statement, &[&key]).await?;
+                }
+                client.batch_execute("COMMIT").await
+            };
+            match attempt.await {
+                Ok(()) => return Ok::<_, BenchError>(()),
+                Err(e)
+                    if e.code()
+                        == Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE) =>
+                {
+                    client.batch_execute("ROLLBACK").await?;
+                }
+                Err(e) => {
+                    let _ = client.batch_execute("ROLLBACK").await;
+                    return Err(e.into());
+                }
+            }
+        }
+    };
+    phase(&[
+        "SELECT id FROM brandur_keys WHERE user_id = 1 AND idempotency_key = $1",
+        "INSERT INTO brandur_keys (user_id, idempotency_key, locked_at, recovery_point, request_params) \
+         VALUES (1, $1, now(), 'started', '{}')",
+    ])
+    .await?;
+    phase(&[
+        "UPDATE brandur_keys SET locked_at = NULL, recovery_point = 'finished', response_code = 201, \
+           response_body = 'ok' WHERE user_id = 1 AND idempotency_key = $1",
+    ])
+    .await
+}
