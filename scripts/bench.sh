@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The figures of docs/performance.md, on this machine, in one run: the store in process
-# (`idem bench`), `idem proxy` under load (bench/benches/http.rs), and the store beside
-# SQLite (bench/benches/compare.rs). Prints figures only; nothing here asserts a speed.
+# (`idem bench`), `idem proxy` under load, alone and as a fleet on PostgreSQL
+# (bench/benches/http.rs), idem on PostgreSQL beside hand-written statements
+# (bench/benches/postgres.rs), and the store beside SQLite (bench/benches/compare.rs). Prints figures only; nothing here asserts a speed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,12 +12,16 @@ step "build (release)"
 cargo build --release -p idem-cli
 cargo bench -p idem-bench --bench http --no-run
 cargo bench -p idem-bench --bench compare --features sqlite --no-run
+cargo bench -p idem-bench --bench postgres --no-run
 
 step "idem bench: the store in process"
 ./target/release/idem bench
 
-step "idem proxy under load"
+step "idem proxy under load, alone on a file and as a fleet on PostgreSQL"
 cargo bench -p idem-bench --bench http
+
+step "idem on PostgreSQL beside the statements by hand, seed 004 and brandur's pattern"
+cargo bench -p idem-bench --bench postgres
 
 step "idem-store beside SQLite"
 cargo bench -p idem-bench --bench compare --features sqlite

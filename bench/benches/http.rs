@@ -22,6 +22,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+#[path = "../../store/tests/common/postgres.rs"]
+mod server;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -85,7 +88,7 @@ async fn run(idem: &PathBuf) {
             ("idem proxy, fresh keys", proxy.address, Keys::Fresh),
             ("idem proxy, replays", proxy.address, Keys::Replay),
         ] {
-            let report = load(at, clients, keys, &mut fresh).await;
+            let report = load(&[at], clients, keys, &mut fresh).await;
             println!(
                 "{:<28} {:>7} {:>8} {:>10.0} {:>9.2} {:>9.2}{}",
                 name,
@@ -116,6 +119,58 @@ async fn run(idem: &PathBuf) {
         "the upstream ran a replayed request again"
     );
     proxy.stop();
+    fleet(idem, &upstream, &mut fresh).await;
+}
+
+/// The fleet: one, two and three proxies on one PostgreSQL database (a throwaway server
+/// of the benchmark's own), 64 clients spread over them, fresh keys and replays.
+async fn fleet(idem: &PathBuf, upstream: &Upstream, fresh: &mut usize) {
+    let server = server::Server::start();
+    let url = server.url();
+    let mut proxies: Vec<Proxy> = Vec::new();
+    println!();
+    println!(
+        "{:<28} {:>7} {:>8} {:>10} {:>9} {:>9}",
+        "fleet on PostgreSQL", "clients", "requests", "req/s", "p50 ms", "p99 ms"
+    );
+    let before = upstream.executions.load(Ordering::SeqCst);
+    let mut expected = 0;
+    for replicas in 1..=3 {
+        while proxies.len() < replicas {
+            proxies.push(Proxy::start(
+                idem,
+                std::ffi::OsStr::new(&url),
+                upstream.address,
+            ));
+        }
+        let at: Vec<SocketAddr> = proxies.iter().map(|p| p.address).collect();
+        for (keys, what) in [(Keys::Fresh, "fresh keys"), (Keys::Replay, "replays")] {
+            let report = load(&at, 64, keys, fresh).await;
+            println!(
+                "{:<28} {:>7} {:>8} {:>10.0} {:>9.2} {:>9.2}",
+                format!("{replicas} replica(s), {what}"),
+                64,
+                report.requests,
+                report.per_second,
+                report.p50.as_secs_f64() * 1e3,
+                report.p99.as_secs_f64() * 1e3,
+            );
+            assert_eq!(report.unexpected, 0, "the fleet answered other than 201");
+            expected += match keys {
+                Keys::Fresh => report.requests,
+                Keys::Replay => 64,
+            };
+        }
+    }
+    let executions = upstream.executions.load(Ordering::SeqCst) - before;
+    println!("upstream executions through the fleet: {executions}, expected {expected}");
+    assert_eq!(
+        executions, expected,
+        "the fleet ran a replayed request again"
+    );
+    for mut proxy in proxies {
+        proxy.stop();
+    }
 }
 
 /// Whether each request gets a key of its own or one client's requests share one key
@@ -135,7 +190,8 @@ struct Report {
     cut: bool,
 }
 
-async fn load(at: SocketAddr, clients: usize, keys: Keys, fresh: &mut usize) -> Report {
+/// `clients` clients, client `i` on the replica `at[i % at.len()]`.
+async fn load(at: &[SocketAddr], clients: usize, keys: Keys, fresh: &mut usize) -> Report {
     let per_client = REQUESTS / clients;
     let first_key = *fresh;
     *fresh += clients * per_client;
@@ -143,6 +199,7 @@ async fn load(at: SocketAddr, clients: usize, keys: Keys, fresh: &mut usize) -> 
     let deadline = started + RUN_LIMIT;
     let tasks: Vec<_> = (0..clients)
         .map(|client| {
+            let at = at[client % at.len()];
             tokio::spawn(async move {
                 let stream = TcpStream::connect(at).await.expect("connect");
                 stream.set_nodelay(true).expect("nodelay");
@@ -252,7 +309,7 @@ struct Proxy {
 }
 
 impl Proxy {
-    fn start(idem: &PathBuf, db: &std::path::Path, upstream: SocketAddr) -> Proxy {
+    fn start(idem: &PathBuf, db: impl AsRef<std::ffi::OsStr>, upstream: SocketAddr) -> Proxy {
         let mut child = Command::new(idem)
             .arg("--db")
             .arg(db)

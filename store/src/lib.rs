@@ -1,4 +1,4 @@
-//! The durable idempotency store of idem, on redb.
+//! The durable idempotency store of idem, on redb, and on PostgreSQL for a fleet.
 //!
 //! A [`Store`] keeps one record per `(tenant, operation, key)` in a redb file and drives
 //! the pure receiver protocol of [`idem_core::protocol`] inside redb write transactions:
@@ -254,10 +254,12 @@
 //! returns [`Error::NeedsReopen`] too. Whether the failed call's changes are durable is
 //! known only after the reopen; every answer given before it is.
 //!
-//! # The receiver seam, and HTTP (feature `http`)
+//! # The receiver seam, PostgreSQL (feature `postgres`), and HTTP (feature `http`)
 //!
 //! [`Receiver`] is what the HTTP layer, `idem proxy`, the reconciler and the operator
-//! need of a store, as one trait; [`Store`] implements it. Its inputs are futures: a
+//! need of a store, as one trait; [`Store`] implements it, and so does
+//! `postgres::PgStore`, the engine for a fleet of receivers sharing one PostgreSQL
+//! database (docs/postgres.md). Its inputs are futures: a
 //! caller on an async runtime waits for its commit without holding a thread, and a
 //! begin whose future is dropped gives back the claim nobody received.
 //!
@@ -303,6 +305,12 @@
 //!                   (the one write transaction), tables/ (mod.rs the layout, index.rs,
 //!                   write.rs, upgrade.rs), cache.rs (the replay cache), handle.rs,
 //!                   lock.rs, wait.rs, clock.rs
+//! postgres/         the PostgreSQL engine (feature `postgres`), beside api/ and on the
+//!                   same seam: mod.rs (PgStore, its builder, connecting), receiver.rs
+//!                   (impl Receiver for PgStore), execute.rs (atomic execute),
+//!                   maintain.rs (list, stats, sweep, reconcile, export, import),
+//!                   cache.rs (a replica's replay cache), statements.rs, row.rs (a
+//!                   record as a row), pool.rs, schema.rs and schema.sql
 //! error.rs          the error of each operation, and of a JSON view; used by every layer
 //! ```
 
