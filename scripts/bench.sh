@@ -2,7 +2,8 @@
 # The figures of docs/performance.md, on this machine, in one run: the store in process
 # (`idem bench`), `idem proxy` under load, alone and as a fleet on PostgreSQL
 # (bench/benches/http.rs), idem on PostgreSQL beside hand-written statements
-# (bench/benches/postgres.rs), and the store beside SQLite (bench/benches/compare.rs). Prints figures only; nothing here asserts a speed.
+# (bench/benches/postgres.rs), and the store beside SQLite (bench/benches/compare.rs).
+# Prints figures only; nothing here asserts a speed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -73,7 +73,7 @@ fn idem_binary() -> Result<PathBuf, String> {
 async fn run(idem: &PathBuf) {
     let upstream = upstream().await;
     let dir = tempfile::tempdir().expect("temporary directory");
-    let mut proxy = Proxy::start(idem, &dir.path().join("proxy.redb"), upstream.address);
+    let mut proxy = Proxy::start(idem, dir.path().join("proxy.redb"), upstream.address);
     println!(
         "{:<28} {:>7} {:>8} {:>10} {:>9} {:>9}",
         "target", "clients", "requests", "req/s", "p50 ms", "p99 ms"
