@@ -98,26 +98,33 @@ where
             let (start, call, state) = (Arc::clone(&start), Arc::clone(&call), Arc::new(state));
             tokio::spawn(async move {
                 start.wait().await;
+                let began = Instant::now();
                 let mut calls = Vec::with_capacity(per_caller as usize);
                 for n in 0..per_caller {
                     let one = Instant::now();
                     call(Arc::clone(&state), caller as u32, n).await?;
                     calls.push(one.elapsed());
                 }
-                Ok::<_, BenchError>(calls)
+                Ok::<_, BenchError>((began, Instant::now(), calls))
             })
         })
         .collect();
     start.wait().await;
-    let began = Instant::now();
+    // From the first caller's start to the last caller's end.
+    let mut first: Option<Instant> = None;
+    let mut last: Option<Instant> = None;
     let mut calls = Vec::new();
     for task in tasks {
-        calls.extend(task.await??);
+        let (began, ended, mine) = task.await??;
+        first = Some(first.map_or(began, |f| f.min(began)));
+        last = Some(last.map_or(ended, |l| l.max(ended)));
+        calls.extend(mine);
     }
-    Ok(Timing {
-        total: began.elapsed(),
-        calls,
-    })
+    let total = match (first, last) {
+        (Some(first), Some(last)) => last - first,
+        _ => std::time::Duration::ZERO,
+    };
+    Ok(Timing { total, calls })
 }
 
 async fn run(url: &str, ops: u32) -> Result<(), Box<dyn Error + Send + Sync>> {

@@ -13,6 +13,14 @@
 //! The layer goes on the routes with `route_layer`, so the operation is the matched
 //! route (`POST /orders/{shop}`): every shop's orders share one operation. The tenant is
 //! the `X-Tenant` header here; in a real service it comes from your authentication.
+//!
+//! The same service as a fleet: every replica on one PostgreSQL database, so a retry
+//! may reach any of them (feature `postgres`):
+//!
+//! ```text
+//! cargo run -p idem-store --features http,postgres --example axum -- \
+//!     serve 127.0.0.1:3000 postgres://idem@db.internal/shop
+//! ```
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,12 +30,12 @@ use axum::body::Body;
 use axum::extract::{MatchedPath, Path};
 use axum::http::{Request, StatusCode, request::Parts};
 use axum::routing::post;
-use idem_store::Store;
 use idem_store::http::{IdempotencyLayer, RequestBody, Settings};
+use idem_store::{Receiver, Store};
 use tower::{ServiceBuilder, ServiceExt};
 
-/// The router: `POST /orders/{shop}` behind the idempotency layer.
-fn app(store: Arc<Store>) -> Router {
+/// The router: `POST /orders/{shop}` behind the idempotency layer, on any receiver.
+fn app<R: Receiver>(store: Arc<R>) -> Router {
     let orders = Arc::new(AtomicU64::new(0));
     let settings = Settings {
         operation: Arc::new(|parts: &Parts| {
@@ -65,7 +73,7 @@ fn app(store: Arc<Store>) -> Router {
 }
 
 /// Sends a request, a retry and a reused key in process; returns the statuses.
-async fn demo(store: Arc<Store>) -> Result<Vec<u16>, Box<dyn std::error::Error>> {
+async fn demo<R: Receiver>(store: Arc<R>) -> Result<Vec<u16>, Box<dyn std::error::Error>> {
     let app = app(store);
     let mut statuses = Vec::new();
     for body in [
@@ -98,6 +106,23 @@ pub fn run() -> Result<Vec<u16>, Box<dyn std::error::Error>> {
     tokio::runtime::Runtime::new()?.block_on(demo(store))
 }
 
+/// The in-process demo on the PostgreSQL database at `url`.
+#[cfg(feature = "postgres")]
+pub async fn run_on_postgres(url: &str) -> Result<Vec<u16>, Box<dyn std::error::Error>> {
+    let store = idem_store::postgres::PgStore::connect(url).await?;
+    demo(Arc::new(store)).await
+}
+
+async fn serve<R: Receiver>(
+    address: &str,
+    store: Arc<R>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, app(store)).await?;
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     if args.next().as_deref() != Some("serve") {
@@ -105,11 +130,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     let address = args.next().unwrap_or_else(|| "127.0.0.1:3000".into());
-    let store = Arc::new(Store::open("orders.redb")?);
+    let database = args.next();
     tokio::runtime::Runtime::new()?.block_on(async {
-        let listener = tokio::net::TcpListener::bind(&address).await?;
-        println!("listening on http://{}", listener.local_addr()?);
-        axum::serve(listener, app(store)).await?;
-        Ok(())
+        match database {
+            #[cfg(feature = "postgres")]
+            Some(url) => {
+                let store = idem_store::postgres::PgStore::connect(&url).await?;
+                serve(&address, Arc::new(store)).await
+            }
+            #[cfg(not(feature = "postgres"))]
+            Some(_) => Err("a database URL needs the feature postgres".into()),
+            None => serve(&address, Arc::new(Store::open("orders.redb")?)).await,
+        }
     })
 }

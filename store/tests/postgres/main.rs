@@ -4,6 +4,10 @@
 #[path = "../common/postgres.rs"]
 mod server;
 
+#[cfg(feature = "http")]
+#[allow(dead_code, unreachable_pub)] // its `main` is the example's own entry point
+#[path = "../../examples/axum.rs"]
+mod axum_example;
 mod crash;
 mod execute;
 mod protocol;
@@ -40,6 +44,16 @@ pub async fn store(server: &Server, config: Config, pool: usize) -> PgStore {
 /// A plain client of `server`, for what a test reads or crafts behind the engine.
 pub async fn client(server: &Server) -> tokio_postgres::Client {
     client_of(&server.url()).await
+}
+
+/// The axum example (the tower layer) on a database: runs once, replays, refuses a
+/// reused key, as on a file.
+#[cfg(feature = "http")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_axum_example_runs_on_a_database() {
+    let server = Server::start();
+    let statuses = axum_example::run_on_postgres(&server.url()).await.unwrap();
+    assert_eq!(statuses, [201, 201, 422]);
 }
 
 /// A plain client of the database at `url`.
