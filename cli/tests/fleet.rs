@@ -257,3 +257,118 @@ fn run_sql(server: &Server, sql: &str) -> bool {
         client.batch_execute(sql).await.is_ok()
     })
 }
+
+#[test]
+fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_outcome_and_runs_nothing_twice() {
+    const KEYS: usize = 150;
+    let seed = seed();
+    println!("seed {seed} (IDEM_SEED)");
+    let mut primary = Server::start_with(&[("synchronous_standby_names", "standby1")]);
+    let standby = Server::standby_of(&primary, "standby1");
+    // Commits on the primary wait for the standby's flush from here on.
+    let mut waited = 0;
+    while !run_sql(
+        &primary,
+        "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_stat_replication \
+           WHERE application_name = 'standby1' AND sync_state = 'sync') \
+           THEN RAISE EXCEPTION 'not yet'; END IF; END $$",
+    ) {
+        waited += 1;
+        assert!(waited < 600, "the standby never became synchronous");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let upstream = Upstream::start(Duration::from_millis(2));
+    let idem = Idem {
+        db: PathBuf::from(url),
+        ..Idem::new()
+    };
+    let proxies: Vec<Proxy> = (0..2)
+        .map(|_| Proxy::start(&idem, &upstream.url(), &["--tenant", "shop"]))
+        .collect();
+    let replicas = Arc::new(RwLock::new(
+        proxies.iter().map(|p| p.address).collect::<Vec<_>>(),
+    ));
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let acknowledged: Arc<Mutex<BTreeMap<String, Answer>>> = Arc::default();
+    let workers: Vec<_> = (0..16)
+        .map(|w| {
+            let (next, done, acknowledged, replicas) = (
+                Arc::clone(&next),
+                Arc::clone(&done),
+                Arc::clone(&acknowledged),
+                Arc::clone(&replicas),
+            );
+            let mut rng = Rng(seed ^ (w as u64 + 1));
+            thread::spawn(move || {
+                loop {
+                    let k = next.fetch_add(1, Ordering::SeqCst);
+                    if k >= KEYS {
+                        return;
+                    }
+                    let key = format!("failover-{k}");
+                    // A client retries 409 and 503 (the failover's window), at most 20 s.
+                    for _ in 0..200 {
+                        match attempt(&replicas, &mut rng, &key) {
+                            Some(answer) if answer.status == 201 => {
+                                acknowledged.lock().unwrap().insert(key.clone(), answer);
+                                break;
+                            }
+                            Some(answer) if [409, 503].contains(&answer.status) => {
+                                thread::sleep(Duration::from_millis(100));
+                            }
+                            other => panic!("{key}: {:?}", other.map(|a| (a.status, a.body))),
+                        }
+                    }
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    while done.load(Ordering::SeqCst) < KEYS / 3 {
+        thread::sleep(Duration::from_millis(5));
+    }
+    primary.kill9();
+    standby.promote();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+
+    let acknowledged = acknowledged.lock().unwrap();
+    println!(
+        "{} of {KEYS} keys acknowledged through the failover",
+        acknowledged.len()
+    );
+    for k in 0..KEYS {
+        let key = format!("failover-{k}");
+        let runs = upstream.executions(&format!("\"{key}\""));
+        assert!(runs <= 1, "{key} ran {runs} times");
+        if acknowledged.contains_key(&key) {
+            assert_eq!(runs, 1, "{key}: acknowledged, so it ran");
+        }
+    }
+    assert!(acknowledged.len() >= KEYS / 2, "too few keys acknowledged");
+    // Every acknowledged answer is on the promoted standby: each replica replays it.
+    for (key, first) in acknowledged.iter() {
+        for proxy in &proxies {
+            let replay = try_post(
+                proxy.address,
+                "/orders",
+                &[("Idempotency-Key", &format!("\"{key}\""))],
+                &format!("{{\"key\":\"{key}\"}}"),
+            )
+            .unwrap();
+            assert_eq!(
+                (replay.status, &replay.body),
+                (first.status, &first.body),
+                "{key} on {} after the failover",
+                proxy.address
+            );
+        }
+    }
+}

@@ -221,16 +221,19 @@ impl PgStore {
                 value,
                 record: settled,
             })),
-            Err(e) if e.code().is_none() => {
+            Err(e) => {
+                let e = database("execute")(e);
+                if !super::receiver::ambiguous(&e) {
+                    return Tried::Done(Err(e.into()));
+                }
                 // The connection broke during the commit: the record tells.
                 match self.get_settled(id, generation).await {
                     Ok(Some(record)) if record == settled => {
                         Tried::Done(Ok(Executed::Ran { value, record }))
                     }
-                    _ => Tried::Done(Err(db(e))),
+                    _ => Tried::Done(Err(e.into())),
                 }
             }
-            Err(e) => Tried::Done(Err(db(e))),
         }
     }
 

@@ -3,12 +3,14 @@
 //! begin) or fenced by generation and state (the other inputs).
 
 use std::io::{BufRead, Write};
+use std::time::Duration;
 
 use idem_core::protocol::{self, Decision, Resolution};
 use idem_core::{
     Config, Fingerprint, Generation, Outcome, Record, RecordId, Refusal, State, Status, Timestamp,
     Verdict,
 };
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{GenericClient, Row};
 
 use super::PgStore;
@@ -28,6 +30,10 @@ use crate::receiver::{GiveUp, Receiver};
 /// without a write (in progress, unknown, claimed), so two or three are the most seen.
 const BEGIN_ATTEMPTS: u32 = 16;
 
+/// How long a fenced input waits for the database to answer again after its connection
+/// broke (a restart, a failover to a standby), before it gives up with the error.
+const RECONNECT_WINDOW: Duration = Duration::from_secs(15);
+
 /// How many times a fenced input runs again after the record changed under it into
 /// one it still applies to, or after a connection lost mid-statement left it unapplied.
 const FENCED_ATTEMPTS: u32 = 4;
@@ -45,11 +51,29 @@ pub(super) fn database(operation: &'static str) -> impl Fn(tokio_postgres::Error
     move |source| Error::Database { operation, source }
 }
 
-/// True when a failed statement may have been applied: the connection broke after it
-/// was sent. A statement the server refused (it answered with an SQLSTATE) wrote
-/// nothing.
-fn ambiguous(e: &Error) -> bool {
-    matches!(e, Error::Database { source, .. } if source.code().is_none())
+/// True when a failed statement may have been applied, or may apply on a retry once the
+/// database is back: the connection broke (no answer, or a connection exception, class
+/// 08), the server is shutting down or crashed (57P01, 57P02: a commit waiting for a
+/// synchronous standby is then committed locally all the same), is starting or in
+/// recovery (57P03), or is a standby not promoted yet (25006). Any other refusal of the
+/// server wrote nothing.
+pub(super) fn ambiguous(e: &Error) -> bool {
+    let Error::Database { source, .. } = e else {
+        return false;
+    };
+    match source.code() {
+        None => true,
+        Some(code) => {
+            code.code().starts_with("08")
+                || [
+                    SqlState::ADMIN_SHUTDOWN,
+                    SqlState::CRASH_SHUTDOWN,
+                    SqlState::CANNOT_CONNECT_NOW,
+                    SqlState::READ_ONLY_SQL_TRANSACTION,
+                ]
+                .contains(code)
+        }
+    }
 }
 
 fn key_params(id: &RecordId) -> [&str; 3] {
@@ -233,16 +257,16 @@ impl PgStore {
                 }
                 Err(e) if !ambiguous(&e) || attempts >= FENCED_ATTEMPTS => return Err(e),
                 Err(e) => {
-                    // The connection broke after the statement was sent: read back.
-                    let connection = self.connection(operation).await?;
-                    match self.read(&connection, operation, id).await? {
-                        Some((_, record))
+                    // The connection broke, maybe after the statement was sent: read
+                    // back once the database answers again.
+                    match self.read_back(operation, id).await {
+                        Ok(Some((_, record)))
                             if fence.generation.is_none_or(|g| g == record.generation)
                                 && record.status == shifted(template, record.updated_at) =>
                         {
                             return Ok(record);
                         }
-                        Some((now, record)) if decide(Some(&record), now).is_ok() => continue,
+                        Ok(Some((now, record))) if decide(Some(&record), now).is_ok() => continue,
                         _ => return Err(e),
                     }
                 }
@@ -253,6 +277,31 @@ impl PgStore {
             decide(current.as_ref().map(|(_, r)| r), now)?;
             if attempts >= FENCED_ATTEMPTS {
                 return Err(Error::Contended { attempts });
+            }
+        }
+    }
+
+    /// The record of `id`, read once the database answers again: after a connection
+    /// lost mid-statement, during a restart or a failover. Waits with a growing pause, at
+    /// most [`RECONNECT_WINDOW`]; then the last error.
+    async fn read_back(
+        &self,
+        operation: &'static str,
+        id: &RecordId,
+    ) -> Result<Option<(Timestamp, Record)>, Error> {
+        let deadline = tokio::time::Instant::now() + RECONNECT_WINDOW;
+        let mut pause = Duration::from_millis(25);
+        loop {
+            let read = match self.connection(operation).await {
+                Ok(connection) => self.read(&connection, operation, id).await,
+                Err(e) => Err(e),
+            };
+            match read {
+                Err(e) if ambiguous(&e) && tokio::time::Instant::now() + pause < deadline => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                other => return other,
             }
         }
     }
@@ -325,15 +374,12 @@ impl PgStore {
                 Ok(Some(_)) => return Ok(()),
                 Ok(None) => self.connection(operation).await?,
                 Err(e) if !ambiguous(&e) || attempts >= FENCED_ATTEMPTS => return Err(e),
-                Err(e) => {
-                    let connection = self.connection(operation).await?;
-                    match self.read(&connection, operation, id).await? {
-                        // Gone: the delete landed.
-                        None => return Ok(()),
-                        Some((_, record)) if decide(Some(&record)).is_ok() => continue,
-                        Some(_) => return Err(e),
-                    }
-                }
+                Err(e) => match self.read_back(operation, id).await {
+                    // Gone: the delete landed.
+                    Ok(None) => return Ok(()),
+                    Ok(Some((_, record))) if decide(Some(&record)).is_ok() => continue,
+                    _ => return Err(e),
+                },
             };
             let current = self.read(&connection, operation, id).await?;
             decide(current.as_ref().map(|(_, r)| r))?;

@@ -131,6 +131,79 @@ impl Server {
         }
     }
 
+    /// A streaming standby of `primary`, named `name` (its `application_name`, for the
+    /// primary's `synchronous_standby_names`): a base backup of the running primary
+    /// (`pg_basebackup -R`, which leaves `standby.signal`) in a fresh temporary
+    /// directory, started on a port of its own with the primary's settings. Returns once
+    /// it accepts connections.
+    ///
+    /// # Panics
+    ///
+    /// When the backup or the start fails; the message tells why.
+    pub fn standby_of(primary: &Server, name: &str) -> Server {
+        assert!(
+            name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "invalid standby name {name:?}"
+        );
+        // A promoted standby must not wait for a standby of its own.
+        let mut settings: Vec<(String, String)> = primary
+            .settings
+            .iter()
+            .filter(|(name, _)| name != "synchronous_standby_names")
+            .cloned()
+            .collect();
+        settings.push((
+            "primary_conninfo".to_owned(),
+            format!(
+                "host=127.0.0.1 port={} user={USER} application_name={name}",
+                primary.port
+            ),
+        ));
+        let mut standby = Server {
+            dir: make_dir(),
+            port: 0,
+            settings,
+            running: false,
+        };
+        let mut command = standby.server_command("pg_basebackup");
+        command
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary.port.to_string(),
+                "-U",
+                USER,
+            ])
+            .arg("-D")
+            .arg(standby.data_dir())
+            .args(["-R", "-X", "stream", "--no-sync", "-c", "fast"]);
+        if let Err(e) = standby.run(command, INITDB_TIMEOUT) {
+            panic!("pg_basebackup failed: {e}");
+        }
+        standby.port = free_port();
+        if let Err(failure) = standby.launch() {
+            panic!("starting the standby failed: {}", failure.message);
+        }
+        standby
+    }
+
+    /// Promotes a standby to a primary (`pg_ctl promote`), waiting until it is one.
+    ///
+    /// # Panics
+    ///
+    /// When the promotion fails.
+    pub fn promote(&self) {
+        let mut command = self.server_command("pg_ctl");
+        command
+            .arg("-D")
+            .arg(self.data_dir())
+            .args(["-w", "-t", "30", "promote"]);
+        if let Err(e) = self.run(command, PG_CTL_TIMEOUT) {
+            panic!("pg_ctl promote failed: {e}");
+        }
+    }
+
     /// The URL to connect to the server over TCP, as the superuser `postgres`, to the
     /// database `postgres`: `postgres://postgres@127.0.0.1:PORT/postgres`.
     pub fn url(&self) -> String {
