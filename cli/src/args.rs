@@ -31,7 +31,9 @@ A fleet: --db postgres://USER@HOST/DB (or IDEM_DB) names a PostgreSQL database t
 receivers share. begin, complete, release, heartbeat, mark-unknown, resolve, reconcile, exec,
 get, list, stats, sweep, export and import work on it as on a file; time is the database's
 clock, so --now is refused. begin, exec and import create idem's schema in a database without
-it; `idem schema` prints that SQL for a DBA who applies it by hand.
+it; `idem schema` prints that SQL for a DBA who applies it by hand. TLS: the URL's sslmode
+(require, prefer, disable); $PGSSLROOTCERT names a PEM file of roots to trust beside the
+system's.
 
 Examples:
   idem demo                                   # the whole story in one screen

@@ -112,7 +112,7 @@ impl Session {
             .map_err(|e| Failure::runtime(format!("starting the database client: {e}")))?;
         let store = runtime
             .block_on(
-                PgStore::builder()
+                postgres_builder()?
                     .config(config)
                     .pool_size(2)
                     .create_schema(access == Access::Create)
@@ -174,14 +174,33 @@ fn builder(config: Config, access: Access) -> StoreBuilder {
         .read_only(access == Access::Read)
 }
 
+/// A builder for the database `--db` names: it trusts the certificates of the PEM file
+/// `$PGSSLROOTCERT` (libpq's name for it) beside the system's roots, for TLS.
+pub(crate) fn postgres_builder() -> Result<idem_store::postgres::PgStoreBuilder, Failure> {
+    let builder = PgStore::builder();
+    match std::env::var_os("PGSSLROOTCERT") {
+        Some(path) if !path.is_empty() => {
+            let pem = std::fs::read(&path).map_err(|e| {
+                Failure::usage(format!(
+                    "PGSSLROOTCERT: cannot read {}: {e}",
+                    std::path::Path::new(&path).display()
+                ))
+            })?;
+            Ok(builder.tls_root_certificates(&pem))
+        }
+        _ => Ok(builder),
+    }
+}
+
 /// A failed connection as a failure: a bad URL or config is input (2), everything else
 /// is the database or the network (1).
 pub(crate) fn connect_failure(e: &ConnectError) -> Failure {
     let message = format!("--db: {}", with_causes(e));
     match e {
-        ConnectError::Url(_) | ConnectError::Config(_) | ConnectError::PoolSize => {
-            Failure::usage(message)
-        }
+        ConnectError::Url(_)
+        | ConnectError::Config(_)
+        | ConnectError::PoolSize
+        | ConnectError::TlsRoots(_) => Failure::usage(message),
         _ => Failure::runtime(message),
     }
 }

@@ -145,27 +145,34 @@ fn retries_on_any_replica_take_effect_once_through_a_replica_killed_and_restarte
     }
 
     let acknowledged = acknowledged.lock().unwrap();
-    let mut twice = Vec::new();
-    for k in 0..KEYS {
-        let key = format!("fleet-{k}");
-        let runs = upstream.executions(&format!("\"{key}\""));
-        if runs > 1 {
-            twice.push((key.clone(), runs));
-        }
-        if acknowledged.contains_key(&key) {
-            assert_eq!(runs, 1, "{key}: acknowledged, so it ran");
-        }
-    }
-    assert!(twice.is_empty(), "keys that took effect twice: {twice:?}");
     println!(
         "{} of {KEYS} keys acknowledged with 201; the rest were claimed by the killed replica or answered in progress",
         acknowledged.len()
     );
-    assert!(acknowledged.len() >= KEYS / 2, "too few keys acknowledged");
+    assert_at_most_once_and_replayed("fleet", KEYS, &upstream, &acknowledged, &proxies);
+}
 
-    // Every acknowledged answer is replayed, byte for byte, by every replica.
-    for (key, first) in acknowledged.iter() {
-        for proxy in &proxies {
+/// Every key of `prefix` took effect at most once, every acknowledged one exactly once,
+/// at least half of them were acknowledged, and every replica replays each acknowledged
+/// answer byte for byte.
+fn assert_at_most_once_and_replayed(
+    prefix: &str,
+    keys: usize,
+    upstream: &Upstream,
+    acknowledged: &BTreeMap<String, Answer>,
+    proxies: &[Proxy],
+) {
+    for k in 0..keys {
+        let key = format!("{prefix}-{k}");
+        let runs = upstream.executions(&format!("\"{key}\""));
+        assert!(runs <= 1, "{key} took effect {runs} times");
+        if acknowledged.contains_key(&key) {
+            assert_eq!(runs, 1, "{key}: acknowledged, so it ran");
+        }
+    }
+    assert!(acknowledged.len() >= keys / 2, "too few keys acknowledged");
+    for (key, first) in acknowledged {
+        for proxy in proxies {
             let replay = try_post(
                 proxy.address,
                 "/orders",
@@ -344,31 +351,6 @@ fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_outcome_and_runs_no
         "{} of {KEYS} keys acknowledged through the failover",
         acknowledged.len()
     );
-    for k in 0..KEYS {
-        let key = format!("failover-{k}");
-        let runs = upstream.executions(&format!("\"{key}\""));
-        assert!(runs <= 1, "{key} ran {runs} times");
-        if acknowledged.contains_key(&key) {
-            assert_eq!(runs, 1, "{key}: acknowledged, so it ran");
-        }
-    }
-    assert!(acknowledged.len() >= KEYS / 2, "too few keys acknowledged");
     // Every acknowledged answer is on the promoted standby: each replica replays it.
-    for (key, first) in acknowledged.iter() {
-        for proxy in &proxies {
-            let replay = try_post(
-                proxy.address,
-                "/orders",
-                &[("Idempotency-Key", &format!("\"{key}\""))],
-                &format!("{{\"key\":\"{key}\"}}"),
-            )
-            .unwrap();
-            assert_eq!(
-                (replay.status, &replay.body),
-                (first.status, &first.body),
-                "{key} on {} after the failover",
-                proxy.address
-            );
-        }
-    }
+    assert_at_most_once_and_replayed("failover", KEYS, &upstream, &acknowledged, &proxies);
 }

@@ -31,13 +31,12 @@ use idem_store::http::{
     AnswerConfig, Answered, IdempotencyLayer, ReplayStatus, RequestBody, ResponseBody, Settings,
     Settle, Tenant,
 };
-use idem_store::postgres::PgStore;
 use tokio::sync::Semaphore;
 use tower::{Layer, Service};
 
 use crate::args::ProxyArgs;
 use crate::exit::{Ending, Failure};
-use crate::session::{Access, Session, connect_failure};
+use crate::session::{Access, Session, connect_failure, postgres_builder};
 use metrics::Metrics;
 use timed::Timed;
 
@@ -93,7 +92,7 @@ pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
                 return Err(Failure::usage("--pool: 0 connections, needs at least 1"));
             }
             runtime.block_on(async {
-                let store = PgStore::builder()
+                let store = postgres_builder()?
                     .pool_size(args.pool)
                     .connect(url)
                     .await

@@ -51,7 +51,7 @@ use std::time::Duration;
 use idem_core::{Config, ConfigError};
 use tokio::runtime::Handle;
 
-use pool::Pool;
+use pool::{Connector, Pool};
 
 /// The tokio-postgres this engine is built on: the transaction [`PgStore::execute`]
 /// hands to its work is this crate's.
@@ -92,6 +92,8 @@ pub struct PgStoreBuilder {
     statement_timeout: Duration,
     lock_timeout: Duration,
     replay_cache: usize,
+    #[cfg(feature = "postgres-tls")]
+    tls_roots: Vec<u8>,
 }
 
 /// Connecting to the database failed; nothing was written, except the schema when the
@@ -140,6 +142,9 @@ pub enum ConnectError {
         /// What differs.
         detail: String,
     },
+    /// The TLS root certificates given do not parse (feature `postgres-tls`).
+    #[error("TLS root certificates: {0}")]
+    TlsRoots(String),
     /// `connect` was called outside a tokio runtime.
     #[error("connecting needs a tokio runtime: call it from inside one")]
     NoRuntime,
@@ -155,6 +160,8 @@ impl Default for PgStoreBuilder {
             statement_timeout: Duration::from_secs(10),
             lock_timeout: Duration::from_millis(500),
             replay_cache: 10_000,
+            #[cfg(feature = "postgres-tls")]
+            tls_roots: Vec::new(),
         }
     }
 }
@@ -214,6 +221,61 @@ impl PgStoreBuilder {
         self
     }
 
+    /// Certificates (PEM) to trust for the database's TLS, beside the system's roots: a
+    /// private CA's, or a self-signed server's. Whether TLS is used is the URL's
+    /// `sslmode` (`require`, `prefer` by default, or `disable`).
+    #[cfg(feature = "postgres-tls")]
+    #[must_use]
+    pub fn tls_root_certificates(mut self, pem: &[u8]) -> PgStoreBuilder {
+        self.tls_roots.extend_from_slice(pem);
+        self.tls_roots.push(b'\n');
+        self
+    }
+
+    /// How this builder's connections are made.
+    #[cfg(not(feature = "postgres-tls"))]
+    fn connector(&self) -> Result<Connector, ConnectError> {
+        Ok(Connector::Plain)
+    }
+
+    /// How this builder's connections are made: with rustls, trusting the system's roots
+    /// and those given.
+    #[cfg(feature = "postgres-tls")]
+    fn connector(&self) -> Result<Connector, ConnectError> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        // A system root that does not parse is left out; the others still count.
+        for certificate in rustls_native_certs::load_native_certs().certs {
+            let _ = roots.add(certificate);
+        }
+        if !self.tls_roots.iter().all(u8::is_ascii_whitespace) {
+            let mut given = 0;
+            for certificate in CertificateDer::pem_slice_iter(&self.tls_roots) {
+                let certificate =
+                    certificate.map_err(|e| ConnectError::TlsRoots(format!("{e:?}")))?;
+                roots
+                    .add(certificate)
+                    .map_err(|e| ConnectError::TlsRoots(e.to_string()))?;
+                given += 1;
+            }
+            if given == 0 {
+                return Err(ConnectError::TlsRoots(
+                    "no PEM certificate (-----BEGIN CERTIFICATE-----) in what was given".into(),
+                ));
+            }
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ConnectError::TlsRoots(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Connector::Tls(
+            tokio_postgres_rustls::MakeRustlsConnect::new(config),
+        ))
+    }
+
     /// Connects to the database at `url` (`postgres://user:password@host:port/db`, or
     /// several hosts with `target_session_attrs=read-write`), checks or creates the
     /// schema, and opens the pool.
@@ -229,18 +291,15 @@ impl PgStoreBuilder {
         let runtime = Handle::try_current().map_err(|_| ConnectError::NoRuntime)?;
         let mut config: tokio_postgres::Config = url.parse().map_err(ConnectError::Url)?;
         config.connect_timeout(self.connect_timeout);
-        let (client, connection) = config
-            .connect(tokio_postgres::NoTls)
+        let connector = self.connector()?;
+        let client = connector
+            .connect(&config)
             .await
             .map_err(ConnectError::Connect)?;
-        let task = tokio::spawn(async move {
-            let _ended = connection.await;
-        });
         let ensured = schema::ensure(&client, self.create_schema).await;
         drop(client);
-        let _ended = task.await;
         ensured?;
-        let pool = Pool::new(config, self.pool_size, self.statement_timeout);
+        let pool = Pool::new(config, connector, self.pool_size, self.statement_timeout);
         // The first connection of the pool proves the statements prepare.
         drop(pool.get().await.map_err(ConnectError::Connect)?);
         Ok(PgStore {

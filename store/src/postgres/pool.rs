@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, SemaphorePermit};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use super::statements::Statements;
 
@@ -21,9 +21,49 @@ pub(super) struct Connection {
     pub(super) statements: Statements,
 }
 
+/// How connections are made: in the clear, or with TLS where the URL's `sslmode` asks.
+#[derive(Clone)]
+pub(super) enum Connector {
+    /// No TLS (without the feature `postgres-tls`): an `sslmode=require` URL is refused.
+    #[cfg(not(feature = "postgres-tls"))]
+    Plain,
+    /// rustls, with the roots it was given.
+    #[cfg(feature = "postgres-tls")]
+    Tls(tokio_postgres_rustls::MakeRustlsConnect),
+}
+
+impl Connector {
+    /// A client of the database `config` names; its connection runs as a task of its
+    /// own, and ends when the client is dropped or the server goes away.
+    pub(super) async fn connect(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> Result<Client, tokio_postgres::Error> {
+        match self {
+            #[cfg(not(feature = "postgres-tls"))]
+            Connector::Plain => {
+                let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+                tokio::spawn(async move {
+                    let _ended = connection.await;
+                });
+                Ok(client)
+            }
+            #[cfg(feature = "postgres-tls")]
+            Connector::Tls(tls) => {
+                let (client, connection) = config.connect(tls.clone()).await?;
+                tokio::spawn(async move {
+                    let _ended = connection.await;
+                });
+                Ok(client)
+            }
+        }
+    }
+}
+
 /// At most `size` connections to one database.
 pub(super) struct Pool {
     config: tokio_postgres::Config,
+    connector: Connector,
     statement_timeout: Duration,
     idle: Mutex<Vec<Connection>>,
     permits: Semaphore,
@@ -71,11 +111,13 @@ impl Drop for Lent<'_> {
 impl Pool {
     pub(super) fn new(
         config: tokio_postgres::Config,
+        connector: Connector,
         size: usize,
         statement_timeout: Duration,
     ) -> Pool {
         Pool {
             config,
+            connector,
             statement_timeout,
             idle: Mutex::new(Vec::new()),
             permits: Semaphore::new(size),
@@ -113,12 +155,7 @@ impl Pool {
     }
 
     async fn connect(&self) -> Result<Connection, tokio_postgres::Error> {
-        let (client, connection) = self.config.connect(NoTls).await?;
-        // The connection's I/O runs as a task of its own; it ends when the client is
-        // dropped or the server goes away.
-        tokio::spawn(async move {
-            let _ended = connection.await;
-        });
+        let client = self.connector.connect(&self.config).await?;
         let timeout_ms = self.statement_timeout.as_millis();
         client
             .batch_execute(&format!(

@@ -69,6 +69,8 @@ pub struct Server {
     settings: Vec<(String, String)>,
     /// Whether this handle started the server and has not stopped or killed it since.
     running: bool,
+    /// The superuser's password, when connections over TCP must give one.
+    password: Option<String>,
 }
 
 impl Server {
@@ -94,6 +96,24 @@ impl Server {
     /// missing (or, as root, the `postgres` user), or when initdb or the start fails; the
     /// message tells why, with the command's output or the tail of the server's log.
     pub fn start_with(settings: &[(&str, &str)]) -> Server {
+        Server::start_as(settings, None)
+    }
+
+    /// Starts a server whose connections over TCP must give `password` (SCRAM), for the
+    /// superuser `postgres`; [`Server::url`] carries it.
+    ///
+    /// # Panics
+    ///
+    /// As [`Server::start_with`].
+    pub fn start_with_password(password: &str) -> Server {
+        assert!(
+            password.chars().all(|c| c.is_ascii_alphanumeric()),
+            "a test password is letters and digits"
+        );
+        Server::start_as(&[], Some(password))
+    }
+
+    fn start_as(settings: &[(&str, &str)], password: Option<&str>) -> Server {
         for (name, _) in settings {
             assert!(
                 !name.is_empty()
@@ -115,6 +135,7 @@ impl Server {
                 .map(|(name, value)| (name.to_string(), value.to_string()))
                 .collect(),
             running: false,
+            password: password.map(str::to_owned),
         };
         // From here on, a panic drops `server`, which stops whatever was started and
         // removes the directory.
@@ -164,6 +185,7 @@ impl Server {
             port: 0,
             settings,
             running: false,
+            password: None,
         };
         let mut command = standby.server_command("pg_basebackup");
         command
@@ -207,7 +229,15 @@ impl Server {
     /// The URL to connect to the server over TCP, as the superuser `postgres`, to the
     /// database `postgres`: `postgres://postgres@127.0.0.1:PORT/postgres`.
     pub fn url(&self) -> String {
-        format!("postgres://{USER}@127.0.0.1:{}/postgres", self.port)
+        match &self.password {
+            Some(password) => {
+                format!(
+                    "postgres://{USER}:{password}@127.0.0.1:{}/postgres",
+                    self.port
+                )
+            }
+            None => format!("postgres://{USER}@127.0.0.1:{}/postgres", self.port),
+        }
     }
 
     /// The TCP port the server listens on, on 127.0.0.1. It stays the same across
@@ -349,16 +379,36 @@ impl Server {
         self.running = false;
     }
 
-    /// Initializes the cluster in the data directory: trust authentication, superuser
-    /// `postgres`, UTF-8, the C locale (the same sort order on every machine, and no
+    /// Initializes the cluster in the data directory: trust authentication (or, with a
+    /// password, SCRAM over TCP and trust on the Unix socket), superuser `postgres`,
+    /// UTF-8, the C locale (the same sort order on every machine, and no
     /// dependence on the locales installed), no fsync of the new files.
     fn initdb(&self) {
         let mut command = self.server_command("initdb");
         command
             .arg("-D")
             .arg(self.data_dir())
-            .args(["--auth=trust", "-U", USER, "-E", "UTF8", "--locale=C"])
+            .args(["-U", USER, "-E", "UTF8", "--locale=C"])
             .arg("--no-sync");
+        match &self.password {
+            None => {
+                command.arg("--auth=trust");
+            }
+            Some(password) => {
+                let file = self.dir.join("password");
+                fs::write(&file, password).expect("the password file");
+                if running_as_root() {
+                    let chown = Command::new("chown").arg(USER).arg(&file).status();
+                    assert!(
+                        chown.is_ok_and(|s| s.success()),
+                        "chown of the password file"
+                    );
+                }
+                command
+                    .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
+                    .arg(format!("--pwfile={}", file.display()));
+            }
+        }
         if let Err(e) = self.run(command, INITDB_TIMEOUT) {
             panic!("initdb failed: {e}");
         }

@@ -33,6 +33,19 @@ async fn credit<'t>(
     ))
 }
 
+/// A server with alice's balance at 0, and a client of it.
+async fn with_balance() -> (Server, tokio_postgres::Client) {
+    let server = Server::start();
+    let db = client(&server).await;
+    db.batch_execute(
+        "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL); \
+         INSERT INTO balance VALUES ('alice', 0)",
+    )
+    .await
+    .unwrap();
+    (server, db)
+}
+
 async fn balance(db: &tokio_postgres::Client) -> i64 {
     db.query_one("SELECT amount FROM balance WHERE account = 'alice'", &[])
         .await
@@ -42,14 +55,7 @@ async fn balance(db: &tokio_postgres::Client) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_executes_of_one_key_credit_once() {
-    let server = Server::start();
-    let db = client(&server).await;
-    db.batch_execute(
-        "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL); \
-         INSERT INTO balance VALUES ('alice', 0)",
-    )
-    .await
-    .unwrap();
+    let (server, db) = with_balance().await;
     let store = PgStore::builder()
         .pool_size(64)
         .lock_timeout(Duration::from_secs(5))
@@ -104,14 +110,7 @@ async fn sixty_four_executes_of_one_key_credit_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_work_leaves_nothing_and_an_open_execute_is_answered_in_progress() {
-    let server = Server::start();
-    let db = client(&server).await;
-    db.batch_execute(
-        "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL); \
-         INSERT INTO balance VALUES ('alice', 0)",
-    )
-    .await
-    .unwrap();
+    let (server, db) = with_balance().await;
     let store = PgStore::builder()
         .config(Config::default())
         .lock_timeout(Duration::from_millis(200))

@@ -14,6 +14,8 @@ mod protocol;
 mod races;
 mod round_trips;
 mod schema;
+#[cfg(feature = "postgres-tls")]
+mod tls;
 mod transfer;
 
 use idem_core::{Config, Fingerprint, RecordId};

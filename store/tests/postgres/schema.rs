@@ -148,3 +148,17 @@ fn chain(error: &dyn std::error::Error) -> String {
     }
     text
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_are_named_and_nothing_is_written() {
+    let server = Server::start_with_password("s3cret");
+    PgStore::connect(&server.url()).await.unwrap();
+    let wrong = server.url().replace(":s3cret@", ":guess@");
+    let refused = PgStore::connect(&wrong).await.unwrap_err();
+    assert!(matches!(refused, ConnectError::Connect(_)), "{refused:?}");
+    let cause = chain(&refused);
+    assert!(
+        cause.contains(r#"password authentication failed for user "postgres""#),
+        "{cause}"
+    );
+}
