@@ -49,7 +49,9 @@ pub(crate) struct Job {
     pub id: RecordId,
     /// The claim's generation.
     pub generation: Generation,
-    /// The receiver's incarnation running it: a crash loses it.
+    /// The receiver of the fleet running it (0 when there is one).
+    pub replica: usize,
+    /// That receiver's incarnation: a crash loses it.
     pub incarnation: u32,
 }
 

@@ -116,6 +116,17 @@ pub(crate) enum Fault {
     ReceiverCrash,
     /// The receiver starts again from its file.
     ReceiverRestart,
+    /// One more receiver of a fleet (not the first, which is [`Fault::ReceiverCrash`]'s)
+    /// dies with its executors in flight; the shared store stays up.
+    ReplicaCrash {
+        /// Which: 1 for the second receiver, and so on.
+        replica: usize,
+    },
+    /// That receiver starts again.
+    ReplicaRestart {
+        /// Which.
+        replica: usize,
+    },
     /// A clock is set to `offset_ms` from true time (a jump forward or back).
     ClockJump {
         /// 0 for the receiver, 1 + i for sender i.
@@ -171,6 +182,8 @@ pub(crate) struct FaultStats {
     pub long_outages: u64,
     /// Receiver crashes.
     pub receiver_crashes: u64,
+    /// Crashes of the other receivers of a fleet (the store stays up).
+    pub replica_crashes: u64,
     /// Two-phase executions lost with a crashed receiver.
     pub lost_executions: u64,
     /// Clock jumps backwards.
@@ -202,6 +215,7 @@ impl FaultStats {
         self.sender_crashes += other.sender_crashes;
         self.long_outages += other.long_outages;
         self.receiver_crashes += other.receiver_crashes;
+        self.replica_crashes += other.replica_crashes;
         self.lost_executions += other.lost_executions;
         self.clock_jumps_back += other.clock_jumps_back;
         self.clock_jumps_forward += other.clock_jumps_forward;
@@ -220,6 +234,7 @@ impl FaultStats {
     pub(crate) fn total(&self) -> u64 {
         self.sender_crashes
             + self.receiver_crashes
+            + self.replica_crashes
             + self.clock_jumps_back
             + self.clock_jumps_forward
             + self.partitions
@@ -231,6 +246,23 @@ impl FaultStats {
 }
 
 /// Draws the run's faults in `[start, start + window)` and schedules them.
+/// Crashes of the receivers of a fleet after the first, each on its own, through the
+/// window.
+pub(crate) fn schedule_replicas(
+    rng: &mut SimRng,
+    every_ms: u64,
+    replicas: usize,
+    start: u64,
+    window: u64,
+    queue: &mut Queue,
+) {
+    for replica in 1..replicas {
+        for at in arrivals(rng, every_ms, start, start + window) {
+            queue.push(at, Event::Fault(Fault::ReplicaCrash { replica }));
+        }
+    }
+}
+
 pub(crate) fn schedule(
     rng: &mut SimRng,
     config: &FaultConfig,
@@ -342,6 +374,11 @@ impl<S: Outbox, R: Receiver> World<S, R> {
                 }
                 self.receiver.up = false;
                 self.receiver.incarnation += 1;
+                // The store went down under every receiver of a fleet: their executors in
+                // flight are lost with it.
+                for replica in &mut self.replicas {
+                    replica.incarnation += 1;
+                }
                 self.receiver.store.crash();
                 self.faults.receiver_crashes += 1;
                 let down = self
@@ -353,6 +390,23 @@ impl<S: Outbox, R: Receiver> World<S, R> {
             Fault::ReceiverRestart => {
                 self.receiver.store.restart();
                 self.receiver.up = true;
+            }
+            Fault::ReplicaCrash { replica } => {
+                let node = &mut self.replicas[replica - 1];
+                if !node.up {
+                    return;
+                }
+                node.up = false;
+                node.incarnation += 1;
+                self.faults.replica_crashes += 1;
+                let down = self.rng.range(1, self.config.fleet.down_max_ms.max(1));
+                self.queue.push(
+                    self.now + down,
+                    Event::Fault(Fault::ReplicaRestart { replica }),
+                );
+            }
+            Fault::ReplicaRestart { replica } => {
+                self.replicas[replica - 1].up = true;
             }
             Fault::ClockJump { node, offset_ms } => {
                 let old = std::mem::replace(&mut self.clocks[node], offset_ms);

@@ -88,6 +88,23 @@ pub(crate) struct SimConfig {
     pub sweep_limit: usize,
     /// The reconciler runs this often.
     pub reconcile_every_ms: u64,
+    /// The receivers sharing the store: one, or a fleet.
+    pub fleet: Fleet,
+}
+
+/// Several receivers on one shared store, as replicas of a service on one database are:
+/// each request reaches one of them at random, each has a clock of its own (skewed from
+/// true time, as every clock here) and crashes on its own, losing its executors in
+/// flight, while the store stays up. The first receiver is the one of a single-receiver
+/// run: its crash is the store's, and takes every receiver's executors with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fleet {
+    /// How many receivers (1: no fleet).
+    pub replicas: usize,
+    /// How often each receiver after the first crashes, on average (0: never).
+    pub crash_every_ms: u64,
+    /// How long such a receiver stays down at most.
+    pub down_max_ms: u64,
 }
 
 impl SimConfig {
@@ -149,6 +166,25 @@ impl SimConfig {
             sweep_every_ms: 30 * MINUTE,
             sweep_limit: 50 + knobs.below(200),
             reconcile_every_ms: 5 * MINUTE,
+            fleet: Fleet {
+                replicas: 1,
+                crash_every_ms: 0,
+                down_max_ms: 0,
+            },
+        }
+    }
+
+    /// The default run of `seed` with a fleet: three receivers on one store, each with
+    /// its own skewed clock, each crashing every two hours or so for up to ten minutes.
+    #[must_use]
+    pub(crate) fn fleet_scenario(seed: u64) -> SimConfig {
+        SimConfig {
+            fleet: Fleet {
+                replicas: 3,
+                crash_every_ms: 2 * HOUR,
+                down_max_ms: 10 * MINUTE,
+            },
+            ..SimConfig::for_seed(seed)
         }
     }
 

@@ -27,6 +27,14 @@ fn outcome_reply(outcome: Outcome) -> Reply {
     }
 }
 
+/// The crash of the fleet's receiver `replica`: the first one's is the store's.
+fn crash_of(replica: usize) -> Fault {
+    match replica {
+        0 => Fault::ReceiverCrash,
+        replica => Fault::ReplicaCrash { replica },
+    }
+}
+
 /// A reply without a body.
 fn status(status: u16) -> Reply {
     Reply {
@@ -68,7 +76,13 @@ fn unknown_reply() -> Reply {
 impl<S: Outbox, R: Receiver> World<S, R> {
     pub(crate) fn request(&mut self, request: Request) {
         self.traffic.arrivals += 1;
-        if !self.receiver.up {
+        // In a fleet, the load balancer hands the request to any receiver.
+        let replica = if self.replicas.is_empty() {
+            0
+        } else {
+            self.rng.below(self.replicas.len() + 1)
+        };
+        if !self.replica_up(replica) {
             self.traffic.refused += 1;
             return;
         }
@@ -79,7 +93,7 @@ impl<S: Outbox, R: Receiver> World<S, R> {
         self.history
             .note(&key, self.now, Note::Arrived(request.attempt));
         let fingerprint = Fingerprint::of_bytes(&request.payload);
-        let now = self.clock(0);
+        let now = self.replica_clock(replica);
         if &*request.operation == TWO_PHASE_OP {
             match self.receiver.store.begin(&id, fingerprint, now) {
                 Decision::Claimed { generation, .. } => {
@@ -96,13 +110,14 @@ impl<S: Outbox, R: Receiver> World<S, R> {
                         request,
                         id,
                         generation,
-                        incarnation: self.receiver.incarnation,
+                        replica,
+                        incarnation: self.replica_incarnation(replica),
                     };
                     self.queue.push(self.now + took, Event::Charge(job));
                     if self.rng.chance(self.config.faults.crash_mid_execution) {
                         // Dies before the provider call: nothing ran.
                         let at = self.now + self.rng.range(0, took - 1);
-                        self.queue.push(at, Event::Fault(Fault::ReceiverCrash));
+                        self.queue.push(at, Event::Fault(crash_of(replica)));
                     }
                 }
                 decision => self.answer(&request, &key, decision_reply(decision)),
@@ -141,7 +156,7 @@ impl<S: Outbox, R: Receiver> World<S, R> {
         if !self.executor_alive(&job, &key) {
             return;
         }
-        let now = self.clock(0);
+        let now = self.replica_clock(job.replica);
         if !self.receiver.store.heartbeat(&job.id, job.generation, now) {
             // Fenced: the key was reconciled or claimed again while this executor was
             // slow. It must not touch the provider.
@@ -156,7 +171,7 @@ impl<S: Outbox, R: Receiver> World<S, R> {
         if self.rng.chance(self.config.faults.crash_mid_execution) {
             // Dies after the provider call, before complete: it ran, nobody was told.
             let at = self.now + self.rng.range(0, after - 1);
-            self.queue.push(at, Event::Fault(Fault::ReceiverCrash));
+            self.queue.push(at, Event::Fault(crash_of(job.replica)));
         }
         self.queue.push(
             self.now + after,
@@ -174,7 +189,7 @@ impl<S: Outbox, R: Receiver> World<S, R> {
         if !self.executor_alive(&job, &key) {
             return;
         }
-        let now = self.clock(0);
+        let now = self.replica_clock(job.replica);
         let settled =
             self.receiver
                 .store
@@ -190,7 +205,8 @@ impl<S: Outbox, R: Receiver> World<S, R> {
     }
 
     fn executor_alive(&mut self, job: &Job, key: &str) -> bool {
-        if self.receiver.up && job.incarnation == self.receiver.incarnation {
+        if self.replica_up(job.replica) && job.incarnation == self.replica_incarnation(job.replica)
+        {
             return true;
         }
         self.faults.lost_executions += 1;

@@ -60,6 +60,16 @@ pub(crate) struct ReceiverNode<R> {
     pub(crate) last_good_claim: Option<u64>,
 }
 
+/// A receiver of a fleet after the first: it shares the first one's store.
+pub(crate) struct Replica {
+    /// False while crashed.
+    pub(crate) up: bool,
+    /// Grows at every crash (its own, or the store's).
+    pub(crate) incarnation: u32,
+    /// Offset of its clock from true time.
+    pub(crate) clock: i64,
+}
+
 /// Everything in one run.
 pub(crate) struct World<S, R> {
     pub(crate) config: SimConfig,
@@ -70,6 +80,8 @@ pub(crate) struct World<S, R> {
     pub(crate) clocks: Vec<i64>,
     pub(crate) senders: Vec<SenderNode<S>>,
     pub(crate) receiver: ReceiverNode<R>,
+    /// The receivers of a fleet after the first (none for a single receiver).
+    pub(crate) replicas: Vec<Replica>,
     pub(crate) network: Network,
     pub(crate) history: History,
     pub(crate) faults: FaultStats,
@@ -131,6 +143,22 @@ impl<S: Outbox, R: Receiver> World<S, R> {
             config.window_ms,
             &mut queue,
         );
+        // Drawn after everything else, so a single receiver's runs are what they were.
+        let replicas = (1..config.fleet.replicas)
+            .map(|_| Replica {
+                up: true,
+                incarnation: 0,
+                clock: faults::offset_within(&mut setup, skew),
+            })
+            .collect();
+        faults::schedule_replicas(
+            &mut fault_rng,
+            config.fleet.crash_every_ms,
+            config.fleet.replicas,
+            START,
+            config.window_ms,
+            &mut queue,
+        );
         World {
             network: Network::new(config.network.clone(), config.senders),
             config,
@@ -140,6 +168,7 @@ impl<S: Outbox, R: Receiver> World<S, R> {
             clocks,
             senders,
             receiver,
+            replicas,
             history: History::default(),
             faults: FaultStats::default(),
             traffic: Traffic::default(),
@@ -210,6 +239,27 @@ impl<S: Outbox, R: Receiver> World<S, R> {
     /// The time on `node`'s clock (0 the receiver, 1 + i sender i).
     pub(crate) fn clock(&self, node: usize) -> Timestamp {
         Timestamp(self.now.saturating_add_signed(self.clocks[node]))
+    }
+
+    /// The time on the clock of the fleet's receiver `replica` (0 the first).
+    pub(crate) fn replica_clock(&self, replica: usize) -> Timestamp {
+        match replica {
+            0 => self.clock(0),
+            r => Timestamp(self.now.saturating_add_signed(self.replicas[r - 1].clock)),
+        }
+    }
+
+    /// Whether the fleet's receiver `replica` is up and can reach the store.
+    pub(crate) fn replica_up(&self, replica: usize) -> bool {
+        self.receiver.up && (replica == 0 || self.replicas[replica - 1].up)
+    }
+
+    /// The incarnation of the fleet's receiver `replica`.
+    pub(crate) fn replica_incarnation(&self, replica: usize) -> u32 {
+        match replica {
+            0 => self.receiver.incarnation,
+            r => self.replicas[r - 1].incarnation,
+        }
     }
 
     /// Schedules the sender's next wake-up, if its outbox has one earlier than the one
