@@ -10,13 +10,17 @@ use tokio_postgres::IsolationLevel;
 
 use super::PgStore;
 use super::receiver::database;
-use super::row::{Columns, PENDING, SETTLED, TOMBSTONE, UNKNOWN, columns, id_at, record_at};
+use super::row::{
+    Columns, PENDING, SETTLED, TOMBSTONE, UNKNOWN, columns, id_at, record_at, signed,
+};
 use crate::error::{Error, ImportError, MaintainError};
 use crate::operator::maintain::{IntentCounts, Stats, SweepReport};
 use crate::operator::read::ListFilter;
 use crate::operator::transfer::{Line, Lines, Transferred, write_header, write_line};
 use crate::operator::view::RecordView;
+use crate::protocol::entity::{BusinessLine, EntityId, EntityView, UniqueView};
 use crate::protocol::reconcile::{Abandoned, Check, ReconcileError, ReconcileReport};
+use idem_core::Entity;
 
 /// Records one sweep transaction handles at most: short transactions, so that claims
 /// and other sweepers never wait long on the rows it locks.
@@ -368,7 +372,8 @@ impl PgStore {
                 "SELECT count(*), \
                         (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM idem_generation), \
                         GREATEST(max(updated_at), \
-                                 (SELECT value FROM idem_meta WHERE name = 'clock_floor'), 0) \
+                                 (SELECT value FROM idem_meta WHERE name = 'clock_floor'), 0), \
+                        (SELECT count(*) FROM idem_entities), (SELECT count(*) FROM idem_unique) \
                    FROM idem_records",
                 &[],
             )
@@ -380,6 +385,8 @@ impl PgStore {
         };
         let counts = Transferred {
             records: number(0)?,
+            entities: number(3)?,
+            unique: number(4)?,
             ..Transferred::default()
         };
         let mut out = std::io::BufWriter::new(out);
@@ -417,10 +424,39 @@ impl PgStore {
                 break;
             }
         }
+        let entities = txn
+            .query(
+                "SELECT tenant, kind, id, state, version, updated_at FROM idem_entities \
+                  ORDER BY tenant, kind, id",
+                &[],
+            )
+            .await
+            .map_err(database("export"))?;
+        for row in &entities {
+            let (id, entity) = entity_line(row)?;
+            write_line(
+                &mut out,
+                &BusinessLine::Entity(EntityView::new(&id, &entity)),
+            )?;
+        }
+        let claimed = txn
+            .query(
+                "SELECT tenant, scope, value, holder FROM idem_unique ORDER BY tenant, scope, value",
+                &[],
+            )
+            .await
+            .map_err(database("export"))?;
+        for row in &claimed {
+            let part = |i| row.try_get::<_, String>(i).map_err(database("export"));
+            let view = UniqueView::new(&part(0)?, &part(1)?, &part(2)?, &part(3)?);
+            write_line(&mut out, &BusinessLine::Unique(view))?;
+        }
         out.flush().map_err(MaintainError::Export)?;
         txn.commit().await.map_err(database("export"))?;
         Ok(Transferred {
             records: written,
+            entities: entities.len() as u64,
+            unique: claimed.len() as u64,
             ..Transferred::default()
         })
     }
@@ -468,9 +504,19 @@ impl PgStore {
                         "an outbox intent: a sender's intents stay in its file, PostgreSQL keeps a receiver's records".into(),
                     ));
                 }
-                Line::Business(_) | Line::Token(_) => {
+                Line::Business(BusinessLine::Entity(view)) => {
+                    let (id, entity) = view.to_entity().map_err(|m| bad(format!("entity: {m}")))?;
+                    import_entity(&txn, &id, &entity).await?.map_err(bad)?;
+                    continue;
+                }
+                Line::Business(BusinessLine::Unique(view)) => {
+                    let claim = view.to_claim().map_err(|m| bad(format!("unique: {m}")))?;
+                    import_unique(&txn, claim).await?.map_err(bad)?;
+                    continue;
+                }
+                Line::Token(_) => {
                     return Err(bad(
-                        "entities, claimed values and tokens are not kept on PostgreSQL by this build; import the records alone".into(),
+                        "one-time tokens are not kept on PostgreSQL by this build; export the file without them".into(),
                     ));
                 }
             };
@@ -535,6 +581,102 @@ impl PgStore {
         txn.commit().await.map_err(database("import"))?;
         Ok(transferred)
     }
+}
+
+/// The entity of an `idem_entities` row (tenant, kind, id, state, version, updated_at).
+fn entity_line(row: &tokio_postgres::Row) -> Result<(EntityId, Entity), Error> {
+    let text = |i| row.try_get::<_, String>(i).map_err(database("export"));
+    let number = |i| -> Result<u64, Error> {
+        let value: i64 = row.try_get(i).map_err(database("export"))?;
+        u64::try_from(value).map_err(|_| Error::Corrupt {
+            detail: format!("idem_entities: a negative number {value}"),
+        })
+    };
+    let id = EntityId::new(&text(0)?, &text(1)?, &text(2)?).map_err(|e| Error::Corrupt {
+        detail: format!("idem_entities: {e}"),
+    })?;
+    let entity = Entity {
+        state: text(3)?,
+        version: number(4)?,
+        updated_at: Timestamp(number(5)?),
+    };
+    Ok((id, entity))
+}
+
+/// Writes an imported entity: `Ok(Err(message))` when the database holds a different one.
+async fn import_entity(
+    txn: &tokio_postgres::Transaction<'_>,
+    id: &EntityId,
+    entity: &Entity,
+) -> Result<Result<(), String>, Error> {
+    let version = signed("version", entity.version)?;
+    let updated_at = signed("updated_at", entity.updated_at.0)?;
+    let inserted = txn
+        .execute(
+            "INSERT INTO idem_entities (tenant, kind, id, state, version, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+            &[
+                &id.tenant(),
+                &id.kind(),
+                &id.id(),
+                &entity.state,
+                &version,
+                &updated_at,
+            ],
+        )
+        .await
+        .map_err(database("import"))?;
+    if inserted == 1 {
+        return Ok(Ok(()));
+    }
+    let row = txn
+        .query_one(
+            "SELECT tenant, kind, id, state, version, updated_at FROM idem_entities \
+              WHERE tenant = $1 AND kind = $2 AND id = $3",
+            &[&id.tenant(), &id.kind(), &id.id()],
+        )
+        .await
+        .map_err(database("import"))?;
+    Ok(if entity_line(&row)?.1 == *entity {
+        Ok(())
+    } else {
+        Err(format!(
+            "entity {id}: the database already holds a different entity under this id"
+        ))
+    })
+}
+
+/// Writes an imported claimed value: `Ok(Err(message))` when another holder has it.
+async fn import_unique(
+    txn: &tokio_postgres::Transaction<'_>,
+    (tenant, scope, value, holder): (&str, &str, &str, &str),
+) -> Result<Result<(), String>, Error> {
+    let inserted = txn
+        .execute(
+            "INSERT INTO idem_unique (tenant, scope, value, holder) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT DO NOTHING",
+            &[&tenant, &scope, &value, &holder],
+        )
+        .await
+        .map_err(database("import"))?;
+    if inserted == 1 {
+        return Ok(Ok(()));
+    }
+    let row = txn
+        .query_one(
+            "SELECT holder FROM idem_unique WHERE tenant = $1 AND scope = $2 AND value = $3",
+            &[&tenant, &scope, &value],
+        )
+        .await
+        .map_err(database("import"))?;
+    let existing: String = row.try_get(0).map_err(database("import"))?;
+    Ok(if existing == holder {
+        Ok(())
+    } else {
+        Err(format!(
+            "unique {tenant}/{scope}/{value}: the database already holds it for another holder"
+        ))
+    })
 }
 
 /// The rows of one sweep batch, as the arrays its statement takes.

@@ -37,6 +37,7 @@
 //! a synchronous caller runs them with the runtime's `block_on`.
 
 mod cache;
+mod entity;
 mod execute;
 mod maintain;
 mod pool;
@@ -134,6 +135,17 @@ pub enum ConnectError {
         /// The version in `idem_meta`.
         found: i64,
         /// The newest version this build reads.
+        supported: i64,
+    },
+    /// The database holds an older idem schema, and upgrading it was turned off
+    /// ([`PgStoreBuilder::create_schema`]).
+    #[error(
+        "the database's idem schema is version {found}, older than this build's ({supported}); apply the SQL of `idem schema` to upgrade it (or connect once with a role allowed to)"
+    )]
+    OlderSchema {
+        /// The version in `idem_meta`.
+        found: i64,
+        /// The version this build writes.
         supported: i64,
     },
     /// A table of the schema differs from what this build reads (changed by hand).

@@ -7,8 +7,9 @@ use tokio_postgres::error::SqlState;
 
 use super::ConnectError;
 
-/// The schema this build writes and reads, in `idem_meta.schema_version`.
-pub(super) const SCHEMA_VERSION: i64 = 1;
+/// The schema this build writes and reads, in `idem_meta.schema_version`: 2 since the
+/// entities and claimed values; a version 1 database is upgraded by applying [`SCHEMA`].
+pub(super) const SCHEMA_VERSION: i64 = 2;
 
 /// The schema as SQL, every statement safe to run again.
 pub(super) const SCHEMA: &str = include_str!("schema.sql");
@@ -31,27 +32,34 @@ const RECORD_COLUMNS: [(&str, &str); 14] = [
     ("outcome_body", "bytea"),
 ];
 
-/// Makes sure the database holds this build's schema: creates it when it is missing and
-/// `create` allows, refuses a newer one, and checks the columns of the records' table.
+/// Makes sure the database holds this build's schema: creates it, or upgrades an older
+/// one, when it is missing or older and `create` allows; refuses a newer one; and checks
+/// the columns of the records' table.
 pub(super) async fn ensure(client: &Client, create: bool) -> Result<(), ConnectError> {
     let version = match version(client).await? {
-        Some(version) => version,
-        None if create => {
+        Some(version) if version >= SCHEMA_VERSION => version,
+        Some(older) if !create => {
+            return Err(ConnectError::OlderSchema {
+                found: older,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        Some(_) | None if create => {
             if let Err(e) = client
                 .batch_execute(&format!("BEGIN; {SCHEMA} COMMIT;"))
                 .await
             {
                 let _ = client.batch_execute("ROLLBACK").await;
-                // Another replica may have created it at the same moment.
+                // Another replica may have made it at the same moment.
                 match version(client).await? {
-                    Some(version) => version,
-                    None => return Err(ConnectError::CreateSchema(e)),
+                    Some(version) if version >= SCHEMA_VERSION => version,
+                    _ => return Err(ConnectError::CreateSchema(e)),
                 }
             } else {
                 SCHEMA_VERSION
             }
         }
-        None => return Err(ConnectError::NoSchema),
+        _ => return Err(ConnectError::NoSchema),
     };
     if version > SCHEMA_VERSION {
         return Err(ConnectError::NewerSchema {

@@ -1,4 +1,5 @@
--- idem's schema on PostgreSQL, version 1 (docs/design.md §12).
+-- idem's schema on PostgreSQL, version 2 (docs/postgres.md). Version 1 had no
+-- entities and no claimed values; applying this text to it upgrades it.
 -- Applied by the first idem that connects with a role allowed to create tables, or by
 -- hand: `idem schema` prints this text. Every statement may run again.
 
@@ -47,5 +48,26 @@ CREATE INDEX IF NOT EXISTS idem_records_open ON idem_records (state, updated_at)
 CREATE OR REPLACE FUNCTION idem_now() RETURNS bigint LANGUAGE sql STABLE
   AS $$ SELECT (extract(epoch FROM now()) * 1000)::bigint $$;
 
-INSERT INTO idem_meta (name, value) VALUES ('schema_version', 1)
-  ON CONFLICT (name) DO NOTHING;
+-- The layers after the key (docs/design.md §8), which sweep never touches: entities
+-- moved by a state machine with a version check, and business values claimed once.
+CREATE TABLE IF NOT EXISTS idem_entities (
+  tenant     text COLLATE "C" NOT NULL,
+  kind       text COLLATE "C" NOT NULL,
+  id         text COLLATE "C" NOT NULL,
+  state      text COLLATE "C" NOT NULL,
+  version    bigint NOT NULL,
+  updated_at bigint NOT NULL,
+  PRIMARY KEY (tenant, kind, id)
+);
+CREATE INDEX IF NOT EXISTS idem_entities_state ON idem_entities (kind, state, tenant, id);
+
+CREATE TABLE IF NOT EXISTS idem_unique (
+  tenant text COLLATE "C" NOT NULL,
+  scope  text COLLATE "C" NOT NULL,
+  value  text COLLATE "C" NOT NULL,
+  holder text NOT NULL,
+  PRIMARY KEY (tenant, scope, value)
+);
+
+INSERT INTO idem_meta (name, value) VALUES ('schema_version', 2)
+  ON CONFLICT (name) DO UPDATE SET value = GREATEST(idem_meta.value, EXCLUDED.value);

@@ -221,8 +221,14 @@ fn unique_key(tenant: &str, scope: &str, value: &str) -> Result<Vec<u8>, Error> 
         .map_err(|e| renamed(&e, ["tenant", "scope", "value"]))
 }
 
+/// Checks a claimed value's tenant, scope and value (the rules of a record's tenant,
+/// operation and key).
+pub(crate) fn check_unique(tenant: &str, scope: &str, value: &str) -> Result<(), Error> {
+    unique_key(tenant, scope, value).map(drop)
+}
+
 /// Checks a holder: 1 to 255 bytes.
-fn check_holder(by: &str) -> Result<(), Error> {
+pub(crate) fn check_holder(by: &str) -> Result<(), Error> {
     if by.is_empty() || by.len() > 255 {
         return Err(Error::Name {
             field: "by",
@@ -298,7 +304,7 @@ pub(crate) struct EntityView {
 }
 
 impl EntityView {
-    fn new(id: &EntityId, entity: &Entity) -> EntityView {
+    pub(crate) fn new(id: &EntityId, entity: &Entity) -> EntityView {
         EntityView {
             tenant: id.tenant().into(),
             kind: id.kind().into(),
@@ -310,7 +316,7 @@ impl EntityView {
     }
 
     /// The entity this line describes, checking every rule; the message names the field.
-    fn to_entity(&self) -> Result<(EntityId, Entity), String> {
+    pub(crate) fn to_entity(&self) -> Result<(EntityId, Entity), String> {
         let id = EntityId::new(&self.tenant, &self.kind, &self.id).map_err(|e| e.to_string())?;
         if self.state.is_empty()
             || self.state.len() > machine::MAX_STATE_LEN
@@ -343,6 +349,26 @@ pub(crate) struct UniqueView {
     scope: String,
     value: String,
     holder: String,
+}
+
+impl UniqueView {
+    /// The line of `value` in `scope`, held by `holder`.
+    pub(crate) fn new(tenant: &str, scope: &str, value: &str, holder: &str) -> UniqueView {
+        UniqueView {
+            tenant: tenant.into(),
+            scope: scope.into(),
+            value: value.into(),
+            holder: holder.into(),
+        }
+    }
+
+    /// `(tenant, scope, value, holder)`, checking every rule; the message names the field.
+    pub(crate) fn to_claim(&self) -> Result<(&str, &str, &str, &str), String> {
+        check_unique(&self.tenant, &self.scope, &self.value)
+            .and_then(|()| check_holder(&self.holder))
+            .map_err(|e| e.to_string())?;
+        Ok((&self.tenant, &self.scope, &self.value, &self.holder))
+    }
 }
 
 /// One line of the business layers in an export: an entity or a claimed value.

@@ -9,6 +9,7 @@ mod server;
 #[path = "../../examples/axum.rs"]
 mod axum_example;
 mod crash;
+mod entities;
 mod execute;
 mod protocol;
 mod races;

@@ -55,6 +55,29 @@ fn file_with_records(dir: &std::path::Path) -> Store {
     store
         .mark_unknown(&id("unknown"), generation, at(day + 12))
         .unwrap();
+    // The layers after the key: an entity that moved twice, and a claimed receipt.
+    let payment = idem_store::entity::Machine::new(idem_store::entity::MachineSpec {
+        states: vec!["created".into(), "paid".into()],
+        initial: "created".into(),
+        moves: vec![("created".into(), "paid".into())],
+    })
+    .unwrap();
+    let pay = idem_store::entity::EntityId::new("shop", "payment", "p-1").unwrap();
+    for to in ["created", "paid"] {
+        let moved = store
+            .transition(&payment, &pay, to, None, at(day + 13))
+            .unwrap();
+        assert!(matches!(
+            moved,
+            idem_store::entity::EntityDecision::Applied { .. }
+        ));
+    }
+    let sold = store.execute(&id("sale-1"), fp("s"), at(day + 14), |txn| {
+        let claimed = store.claim_unique_in(txn, "shop", "receipt", "R-1", "sale-1")?;
+        assert_eq!(claimed, idem_store::entity::Uniqueness::Claimed);
+        Ok::<_, idem_store::Error>((Verdict::Succeeded, Outcome::new(201, "sold"), ()))
+    });
+    assert!(matches!(sold, Ok(idem_store::Executed::Ran { .. })));
     store
 }
 
@@ -68,7 +91,7 @@ async fn records_move_from_a_file_to_the_database_and_back_byte_for_byte() {
     let server = Server::start();
     let pg = store(&server, Config::default(), 2).await;
     let moved = pg.import(&mut from_file.as_slice()).await.unwrap();
-    assert_eq!(moved.records, 5);
+    assert_eq!((moved.records, moved.entities, moved.unique), (6, 1, 1));
     // Importing the same export again changes nothing.
     pg.import(&mut from_file.as_slice()).await.unwrap();
     let mut from_db = Vec::new();
@@ -110,7 +133,11 @@ async fn records_move_from_a_file_to_the_database_and_back_byte_for_byte() {
             .collect::<Vec<_>>()
     };
     assert_eq!(body(&first), body(&again));
-    assert_eq!(first.lines().count(), 6);
+    assert_eq!(
+        first.lines().count(),
+        9,
+        "a header, 6 records, an entity, a claim"
+    );
 
     // Database to database: equal exports.
     let db = client(&server).await;
@@ -124,21 +151,30 @@ async fn records_move_from_a_file_to_the_database_and_back_byte_for_byte() {
     assert_eq!(text(&again), text(&from_db));
 }
 
-/// An export with what the database does not keep (an outbox intent, an entity) is
-/// refused with the line, and nothing of it is written.
+/// An export with what the database does not keep yet (a one-time token) is refused
+/// with the line, and nothing of it is written: neither its record nor its entity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_import_with_lines_the_database_does_not_keep_writes_nothing() {
     let server = Server::start();
     let pg = store(&server, Config::default(), 2).await;
     let record = r#"{"tenant":"shop","operation":"charge","key":"k-1","state":"unknown","generation":4,"fingerprint":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","created_at":1700000000000,"updated_at":1700000000100}"#;
     let entity = r#"{"entity":{"tenant":"shop","kind":"payment","id":"p-1","state":"paid","version":2,"updated_at":1700000000100}}"#;
-    let input = format!("{record}\n{entity}\n");
+    let token = r#"{"token":{"tenant":"shop","operation":"redeem","token":"AAAAAAAAAAAAAAAAAAAAAA","issued_at":1700000000000,"expires_at":1700000900000,"intent_id":"order-991"}}"#;
+    let input = format!("{record}\n{entity}\n{token}\n");
     let refused = pg.import(&mut input.as_bytes()).await.unwrap_err();
     assert!(
-        refused.to_string().starts_with("import line 2: entities"),
+        refused
+            .to_string()
+            .starts_with("import line 3: one-time tokens"),
         "{refused}"
     );
     assert_eq!(pg.get(&id("k-1")).await.unwrap(), None, "nothing written");
+    let payment = idem_store::entity::EntityId::new("shop", "payment", "p-1").unwrap();
+    assert_eq!(
+        pg.get_entity(&payment).await.unwrap(),
+        None,
+        "nothing written"
+    );
     let malformed = pg
         .import(&mut "{\"tenant\":1}\n".as_bytes())
         .await

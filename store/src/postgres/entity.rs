@@ -1,0 +1,359 @@
+//! The layers after the key on PostgreSQL (docs/design.md §8): entities moved by a state
+//! machine with a version check, and business values claimed once. idem-core decides
+//! each move ([`idem_core::machine::transition`]); the engine writes it as one
+//! conditional statement on the version it read (`UPDATE … WHERE version = $seen`, or
+//! an `INSERT … ON CONFLICT DO NOTHING` for an entity that did not exist), and reads
+//! again when another writer was first. Sweep never touches these tables.
+
+use idem_core::Timestamp;
+use idem_core::machine::{self, Entity, EntityDecision, Machine};
+use tokio_postgres::{GenericClient, Row, Transaction};
+
+use super::PgStore;
+use super::receiver::database;
+use super::row::signed;
+use crate::error::Error;
+use crate::protocol::entity::{EntityId, Uniqueness, check_holder, check_unique};
+
+/// How many times a move reads and tries to write before it gives up
+/// ([`Error::Contended`]): each loss means another writer moved the entity first.
+const MOVE_ATTEMPTS: u32 = 16;
+
+impl PgStore {
+    /// Moves the entity `id` to `to` if `machine` allows it (and, with
+    /// `expected_version`, only from that version), in a statement of its own. The time
+    /// is the database's.
+    ///
+    /// # Errors
+    ///
+    /// The database's, or [`Error::Contended`] when other writers kept moving the entity.
+    pub async fn transition(
+        &self,
+        machine: &Machine,
+        id: &EntityId,
+        to: &str,
+        expected_version: Option<u64>,
+    ) -> Result<EntityDecision, Error> {
+        let connection = self.connection("transition").await?;
+        transition_on(&connection.client, machine, id, to, expected_version).await
+    }
+
+    /// [`PgStore::transition`] inside `txn`, the transaction an execute hands its work
+    /// ([`PgStore::execute`]): the key's record, the business write and the move commit
+    /// together, or none does.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgStore::transition`].
+    pub async fn transition_in(
+        &self,
+        txn: &Transaction<'_>,
+        machine: &Machine,
+        id: &EntityId,
+        to: &str,
+        expected_version: Option<u64>,
+    ) -> Result<EntityDecision, Error> {
+        transition_on(txn, machine, id, to, expected_version).await
+    }
+
+    /// The entity `id`, if it ever moved.
+    ///
+    /// # Errors
+    ///
+    /// The database's.
+    pub async fn get_entity(&self, id: &EntityId) -> Result<Option<Entity>, Error> {
+        let connection = self.connection("get_entity").await?;
+        entity_on(&connection.client, id).await
+    }
+
+    /// The entity `id` as `txn` sees it: with a REPEATABLE READ transaction, read a
+    /// business row and the entity's version from one snapshot, then move it with that
+    /// version as `expected_version`.
+    ///
+    /// # Errors
+    ///
+    /// The database's.
+    pub async fn entity_in(
+        &self,
+        txn: &Transaction<'_>,
+        id: &EntityId,
+    ) -> Result<Option<Entity>, Error> {
+        entity_on(txn, id).await
+    }
+
+    /// The entities of `kind` (in `state`, when given), in state, then tenant and id
+    /// order, at most `limit`.
+    ///
+    /// # Errors
+    ///
+    /// The database's.
+    pub async fn list_entities(
+        &self,
+        kind: &str,
+        state: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(EntityId, Entity)>, Error> {
+        let connection = self.connection("list_entities").await?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = connection
+            .client
+            .query(
+                "SELECT tenant, kind, id, state, version, updated_at FROM idem_entities \
+                  WHERE kind = $1 AND ($2::text IS NULL OR state = $2) \
+                  ORDER BY kind, state, tenant, id LIMIT $3",
+                &[&kind, &state, &limit],
+            )
+            .await
+            .map_err(database("list_entities"))?;
+        rows.iter()
+            .map(|row| {
+                let part = |i| {
+                    row.try_get::<_, String>(i)
+                        .map_err(database("list_entities"))
+                };
+                let id =
+                    EntityId::new(&part(0)?, &part(1)?, &part(2)?).map_err(|e| Error::Corrupt {
+                        detail: format!("idem_entities: {e}"),
+                    })?;
+                let entity = entity_at(row, 3, &id)?;
+                Ok((id, entity))
+            })
+            .collect()
+    }
+
+    /// Claims the business value `value` (a receipt number, an order number) in `scope`
+    /// for `by` (the key or order that uses it), inside `txn`. Claiming again for the same
+    /// holder is harmless; another holder is [`Uniqueness::Taken`]. Sweep never releases
+    /// it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Name`] for a name that breaks its rule; the database's.
+    pub async fn claim_unique_in(
+        &self,
+        txn: &Transaction<'_>,
+        tenant: &str,
+        scope: &str,
+        value: &str,
+        by: &str,
+    ) -> Result<Uniqueness, Error> {
+        claim_on(txn, tenant, scope, value, by).await
+    }
+
+    /// [`PgStore::claim_unique_in`] in a statement of its own.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgStore::claim_unique_in`].
+    pub async fn claim_unique(
+        &self,
+        tenant: &str,
+        scope: &str,
+        value: &str,
+        by: &str,
+    ) -> Result<Uniqueness, Error> {
+        let connection = self.connection("claim_unique").await?;
+        claim_on(&connection.client, tenant, scope, value, by).await
+    }
+
+    /// Gives `value` in `scope` back; true when it was claimed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Name`] for a name that breaks its rule; the database's.
+    pub async fn release_unique(
+        &self,
+        tenant: &str,
+        scope: &str,
+        value: &str,
+    ) -> Result<bool, Error> {
+        check_unique(tenant, scope, value)?;
+        let connection = self.connection("release_unique").await?;
+        let deleted = connection
+            .client
+            .execute(
+                "DELETE FROM idem_unique WHERE tenant = $1 AND scope = $2 AND value = $3",
+                &[&tenant, &scope, &value],
+            )
+            .await
+            .map_err(database("release_unique"))?;
+        Ok(deleted > 0)
+    }
+
+    /// Who holds `value` in `scope`, if anyone.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Name`] for a name that breaks its rule; the database's.
+    pub async fn unique_holder(
+        &self,
+        tenant: &str,
+        scope: &str,
+        value: &str,
+    ) -> Result<Option<String>, Error> {
+        check_unique(tenant, scope, value)?;
+        let connection = self.connection("unique_holder").await?;
+        holder_on(&connection.client, tenant, scope, value).await
+    }
+}
+
+/// The move of `id` to `to`, decided by the core on what `client` reads, written on
+/// the version read.
+async fn transition_on(
+    client: &impl GenericClient,
+    machine: &Machine,
+    id: &EntityId,
+    to: &str,
+    expected_version: Option<u64>,
+) -> Result<EntityDecision, Error> {
+    let key = [id.tenant(), id.kind(), id.id()];
+    for _ in 0..MOVE_ATTEMPTS {
+        // The time a move uses: the database's clock, never before the entity's last
+        // move.
+        let row = client
+            .query_one(
+                "SELECT GREATEST(idem_now(), e.updated_at), e.state, e.version, e.updated_at \
+                   FROM (SELECT 1) one LEFT JOIN idem_entities e \
+                     ON e.tenant = $1 AND e.kind = $2 AND e.id = $3",
+                &[&key[0], &key[1], &key[2]],
+            )
+            .await
+            .map_err(database("transition"))?;
+        let now: i64 = row.try_get(0).map_err(database("transition"))?;
+        let now = Timestamp(u64::try_from(now).unwrap_or(0));
+        let current = match row
+            .try_get::<_, Option<String>>(1)
+            .map_err(database("transition"))?
+        {
+            Some(_) => Some(entity_at(&row, 1, id)?),
+            None => None,
+        };
+        let decision = machine::transition(machine, current.as_ref(), to, expected_version, now);
+        let EntityDecision::Applied { entity } = &decision else {
+            return Ok(decision);
+        };
+        let version = signed("version", entity.version)?;
+        let updated_at = signed("updated_at", entity.updated_at.0)?;
+        let written =
+            match &current {
+                None => client
+                    .execute(
+                        "INSERT INTO idem_entities (tenant, kind, id, state, version, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                        &[
+                            &key[0],
+                            &key[1],
+                            &key[2],
+                            &entity.state,
+                            &version,
+                            &updated_at,
+                        ],
+                    )
+                    .await,
+                Some(seen) => {
+                    let seen = signed("version", seen.version)?;
+                    client
+                        .execute(
+                            "UPDATE idem_entities SET state = $4, version = $5, updated_at = $6 \
+                          WHERE tenant = $1 AND kind = $2 AND id = $3 AND version = $7",
+                            &[
+                                &key[0],
+                                &key[1],
+                                &key[2],
+                                &entity.state,
+                                &version,
+                                &updated_at,
+                                &seen,
+                            ],
+                        )
+                        .await
+                }
+            };
+        if written.map_err(database("transition"))? == 1 {
+            return Ok(decision);
+        }
+        // Another writer moved the entity since it was read: decide again.
+    }
+    Err(Error::Contended {
+        attempts: MOVE_ATTEMPTS,
+    })
+}
+
+async fn entity_on(client: &impl GenericClient, id: &EntityId) -> Result<Option<Entity>, Error> {
+    let row = client
+        .query_opt(
+            "SELECT state, version, updated_at FROM idem_entities \
+              WHERE tenant = $1 AND kind = $2 AND id = $3",
+            &[&id.tenant(), &id.kind(), &id.id()],
+        )
+        .await
+        .map_err(database("get_entity"))?;
+    row.map(|row| entity_at(&row, 0, id)).transpose()
+}
+
+/// The entity in `row`'s columns from `first` on: state, version, updated_at.
+fn entity_at(row: &Row, first: usize, id: &EntityId) -> Result<Entity, Error> {
+    let corrupt = |detail: String| Error::Corrupt {
+        detail: format!("idem_entities row {id}: {detail}"),
+    };
+    let state: String = row.try_get(first).map_err(|e| corrupt(e.to_string()))?;
+    let version: i64 = row.try_get(first + 1).map_err(|e| corrupt(e.to_string()))?;
+    let updated_at: i64 = row.try_get(first + 2).map_err(|e| corrupt(e.to_string()))?;
+    Ok(Entity {
+        state,
+        version: u64::try_from(version).map_err(|_| corrupt(format!("version {version}")))?,
+        updated_at: Timestamp(
+            u64::try_from(updated_at).map_err(|_| corrupt(format!("updated_at {updated_at}")))?,
+        ),
+    })
+}
+
+async fn claim_on(
+    client: &impl GenericClient,
+    tenant: &str,
+    scope: &str,
+    value: &str,
+    by: &str,
+) -> Result<Uniqueness, Error> {
+    check_unique(tenant, scope, value)?;
+    check_holder(by)?;
+    for _ in 0..MOVE_ATTEMPTS {
+        let inserted = client
+            .execute(
+                "INSERT INTO idem_unique (tenant, scope, value, holder) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT DO NOTHING",
+                &[&tenant, &scope, &value, &by],
+            )
+            .await
+            .map_err(database("claim_unique"))?;
+        if inserted == 1 {
+            return Ok(Uniqueness::Claimed);
+        }
+        match holder_on(client, tenant, scope, value).await? {
+            Some(holder) if holder == by => return Ok(Uniqueness::Claimed),
+            Some(holder) => return Ok(Uniqueness::Taken { by: holder }),
+            // Released meanwhile: claim again.
+            None => {}
+        }
+    }
+    Err(Error::Contended {
+        attempts: MOVE_ATTEMPTS,
+    })
+}
+
+async fn holder_on(
+    client: &impl GenericClient,
+    tenant: &str,
+    scope: &str,
+    value: &str,
+) -> Result<Option<String>, Error> {
+    let row = client
+        .query_opt(
+            "SELECT holder FROM idem_unique WHERE tenant = $1 AND scope = $2 AND value = $3",
+            &[&tenant, &scope, &value],
+        )
+        .await
+        .map_err(database("unique_holder"))?;
+    row.map(|row| row.try_get(0).map_err(database("unique_holder")))
+        .transpose()
+}

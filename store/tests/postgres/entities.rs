@@ -1,0 +1,427 @@
+//! The layers after the key on PostgreSQL, across replicas (several `PgStore`s on one
+//! database): callbacks in every order, concurrent debits with a version check, one
+//! receipt number under two keys, and the schema of version 1 upgraded.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use idem_core::machine::{EntityDecision, Machine, MachineSpec};
+use idem_core::protocol::Decision;
+use idem_core::{Outcome, Timestamp, Verdict};
+use idem_store::entity::{EntityId, Uniqueness};
+use idem_store::postgres::tokio_postgres::Transaction;
+use idem_store::postgres::{ConnectError, PgStore};
+use idem_store::{ExecuteError, Executed, Receiver};
+
+use super::{Server, client, client_of, fp, id, url_of};
+
+fn machine(states: &[&str], moves: &[(&str, &str)]) -> Machine {
+    Machine::new(MachineSpec {
+        states: states.iter().map(|s| s.to_string()).collect(),
+        initial: states[0].to_string(),
+        moves: moves
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect(),
+    })
+    .unwrap()
+}
+
+async fn replicas(server: &Server, n: usize, pool: usize) -> Vec<PgStore> {
+    let mut stores = Vec::new();
+    for _ in 0..n {
+        stores.push(
+            PgStore::builder()
+                .pool_size(pool)
+                .connect(&server.url())
+                .await
+                .unwrap(),
+        );
+    }
+    stores
+}
+
+/// Every distinct order of a multiset of events.
+fn orders(events: &mut Vec<&'static str>, at: usize, out: &mut Vec<Vec<&'static str>>) {
+    if at == events.len() {
+        out.push(events.clone());
+        return;
+    }
+    let mut seen = Vec::new();
+    for i in at..events.len() {
+        if seen.contains(&events[i]) {
+            continue;
+        }
+        seen.push(events[i]);
+        events.swap(at, i);
+        orders(events, at + 1, out);
+        events.swap(at, i);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callbacks_in_every_order_on_random_replicas_end_in_one_state_and_run_once() {
+    let server = Server::start();
+    let fleet = replicas(&server, 3, 2).await;
+    let payment = machine(
+        &["created", "paid", "refunded"],
+        &[("created", "paid"), ("paid", "refunded")],
+    );
+    let mut events = vec![
+        "paid", "refunded", "paid", "created", "paid", "refunded", "paid", "created",
+    ];
+    let mut all = Vec::new();
+    orders(&mut events, 0, &mut all);
+    assert_eq!(all.len(), 420, "8! / (4! 2! 2!) distinct orders");
+    let mut pick = 0x9e37_79b9_u64;
+    let mut replica = || {
+        pick = pick.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        &fleet[(pick >> 33) as usize % fleet.len()]
+    };
+    for (n, order) in all.iter().enumerate() {
+        let pay = EntityId::new("shop", "payment", &format!("p-{n}")).unwrap();
+        let created = replica()
+            .transition(&payment, &pay, "created", None)
+            .await
+            .unwrap();
+        assert!(matches!(created, EntityDecision::Applied { .. }));
+        let mut queue: Vec<&str> = order.clone();
+        let mut applied: BTreeMap<&str, u32> = BTreeMap::new();
+        loop {
+            let mut refused = Vec::new();
+            let mut progress = false;
+            for &to in &queue {
+                match replica()
+                    .transition(&payment, &pay, to, None)
+                    .await
+                    .unwrap()
+                {
+                    EntityDecision::Applied { .. } => {
+                        *applied.entry(to).or_default() += 1;
+                        progress = true;
+                    }
+                    EntityDecision::AlreadyThere { .. } => {}
+                    EntityDecision::Illegal { .. } => refused.push(to),
+                    other => panic!("{order:?}: {other:?}"),
+                }
+            }
+            queue = refused;
+            if !progress {
+                break;
+            }
+        }
+        let entity = replica().get_entity(&pay).await.unwrap().unwrap();
+        assert_eq!(
+            (entity.state.as_str(), entity.version),
+            ("refunded", 3),
+            "order {order:?}"
+        );
+        assert_eq!(
+            applied,
+            BTreeMap::from([("paid", 1), ("refunded", 1)]),
+            "order {order:?}: a move ran twice"
+        );
+    }
+    let refunded = fleet[0]
+        .list_entities("payment", Some("refunded"), usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(refunded.len(), 420);
+    assert!(
+        fleet[1]
+            .list_entities("payment", Some("paid"), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        fleet[2]
+            .list_entities("payment", None, 7)
+            .await
+            .unwrap()
+            .len(),
+        7
+    );
+}
+
+const START: i64 = 10_000;
+const DEBIT: i64 = 7;
+
+#[derive(Debug)]
+enum Debit {
+    /// The account moved since it was read: read again and retry.
+    Stale,
+    Database(idem_store::Error),
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_debits_over_replicas_with_a_version_check_lose_no_update() {
+    let server = Server::start();
+    let db = client(&server).await;
+    db.batch_execute(&format!(
+        "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL); \
+         INSERT INTO balance VALUES ('alice', {START})"
+    ))
+    .await
+    .unwrap();
+    let fleet = replicas(&server, 3, 24).await;
+    // The account flips between two states on every debit, so every debit is a move.
+    let ledger = Arc::new(machine(
+        &["even", "odd"],
+        &[("even", "odd"), ("odd", "even")],
+    ));
+    let account = EntityId::new("bank", "account", "alice").unwrap();
+    assert!(matches!(
+        fleet[0]
+            .transition(&ledger, &account, "even", None)
+            .await
+            .unwrap(),
+        EntityDecision::Applied { .. }
+    ));
+    let debits: Vec<_> = (0..64)
+        .map(|n| {
+            let store = fleet[n % fleet.len()].clone();
+            let (ledger, account) = (Arc::clone(&ledger), account.clone());
+            let reader = server.url();
+            tokio::spawn(async move {
+                let mut db = client_of(&reader).await;
+                let key = id(&format!("debit-{n}"));
+                let mut stale = 0u32;
+                loop {
+                    // Read the balance and the version from one snapshot, outside any
+                    // write: the naive read-modify-write that loses updates without the
+                    // check.
+                    let snapshot = db
+                        .build_transaction()
+                        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+                        .read_only(true)
+                        .start()
+                        .await
+                        .unwrap();
+                    let balance: i64 = snapshot
+                        .query_one("SELECT amount FROM balance WHERE account = 'alice'", &[])
+                        .await
+                        .unwrap()
+                        .get(0);
+                    let entity = store.entity_in(&snapshot, &account).await.unwrap().unwrap();
+                    snapshot.commit().await.unwrap();
+                    let next = if entity.state == "even" {
+                        "odd"
+                    } else {
+                        "even"
+                    };
+                    let (store2, ledger, account2) =
+                        (store.clone(), Arc::clone(&ledger), account.clone());
+                    let done =
+                        store
+                            .execute(
+                                &key,
+                                fp(&format!("debit {n}")),
+                                move |txn: &Transaction<'_>| {
+                                    Box::pin(async move {
+                                        match store2
+                                            .transition_in(
+                                                txn,
+                                                &ledger,
+                                                &account2,
+                                                next,
+                                                Some(entity.version),
+                                            )
+                                            .await
+                                            .map_err(Debit::Database)?
+                                        {
+                                            EntityDecision::Applied { .. } => {}
+                                            EntityDecision::VersionMismatch { .. }
+                                            | EntityDecision::AlreadyThere { .. } => {
+                                                return Err(Debit::Stale);
+                                            }
+                                            other => panic!("{other:?}"),
+                                        }
+                                        txn.execute(
+                                    "UPDATE balance SET amount = $1 WHERE account = 'alice'",
+                                    &[&(balance - DEBIT)],
+                                )
+                                .await
+                                .map_err(|e| Debit::Database(idem_store::Error::Database {
+                                    operation: "debit",
+                                    source: e,
+                                }))?;
+                                        Ok((Verdict::Succeeded, Outcome::new(200, "debited"), ()))
+                                    })
+                                },
+                            )
+                            .await;
+                    match done {
+                        Ok(Executed::Ran { .. }) => return stale,
+                        Err(ExecuteError::Work(Debit::Stale)) => stale += 1,
+                        Ok(Executed::NotRun(Decision::InProgress { .. })) => stale += 1,
+                        Err(ExecuteError::Work(Debit::Database(e))) => panic!("debit {n}: {e}"),
+                        other => panic!("debit {n}: {other:?}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut retries = 0;
+    for debit in debits {
+        retries += debit.await.unwrap();
+    }
+    let balance: i64 = db
+        .query_one("SELECT amount FROM balance WHERE account = 'alice'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(balance, START - 64 * DEBIT, "an update was lost");
+    assert_eq!(
+        fleet[1]
+            .get_entity(&account)
+            .await
+            .unwrap()
+            .unwrap()
+            .version,
+        1 + 64
+    );
+    println!("64 debits over 3 replicas, {retries} retried after a version mismatch");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_receipt_number_under_two_keys_at_once_from_two_replicas_has_one_holder() {
+    let server = Server::start();
+    let fleet = replicas(&server, 2, 4).await;
+    for round in 0..50 {
+        let receipt = format!("R-{round}");
+        let sales: Vec<_> = (0..2)
+            .map(|device| {
+                let store = fleet[device].clone();
+                let receipt = receipt.clone();
+                tokio::spawn(async move {
+                    let key = format!("sale-{round}-{device}");
+                    let (store2, receipt2, key2) = (store.clone(), receipt.clone(), key.clone());
+                    let sold = store
+                        .execute(&id(&key), fp(&key), move |txn: &Transaction<'_>| {
+                            Box::pin(async move {
+                                match store2
+                                    .claim_unique_in(txn, "shop", "receipt", &receipt2, &key2)
+                                    .await?
+                                {
+                                    Uniqueness::Claimed => Ok::<_, idem_store::Error>((
+                                        Verdict::Succeeded,
+                                        Outcome::new(201, "sold"),
+                                        true,
+                                    )),
+                                    Uniqueness::Taken { by } => Ok((
+                                        Verdict::Failed,
+                                        Outcome::new(409, format!("{receipt2} is {by}'s")),
+                                        false,
+                                    )),
+                                }
+                            })
+                        })
+                        .await;
+                    match sold {
+                        Ok(Executed::Ran { value, .. }) => (key, value),
+                        other => panic!("{other:?}"),
+                    }
+                })
+            })
+            .collect();
+        let mut holders = Vec::new();
+        for sale in sales {
+            let (key, claimed) = sale.await.unwrap();
+            if claimed {
+                holders.push(key);
+            }
+        }
+        assert_eq!(holders.len(), 1, "round {round}: holders {holders:?}");
+        assert_eq!(
+            fleet[round % 2]
+                .unique_holder("shop", "receipt", &receipt)
+                .await
+                .unwrap(),
+            Some(holders[0].clone())
+        );
+    }
+    // The claim outlives every sweep, and is released only when asked.
+    fleet[0].sweep(Timestamp(0), 1_000, false).await.unwrap();
+    assert!(
+        fleet[1]
+            .unique_holder("shop", "receipt", "R-0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        fleet[1]
+            .release_unique("shop", "receipt", "R-0")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        fleet[0]
+            .unique_holder("shop", "receipt", "R-0")
+            .await
+            .unwrap(),
+        None
+    );
+    let err = fleet[0].unique_holder("shop", "", "R-0").await.unwrap_err();
+    assert_eq!(err.to_string(), "scope: empty, needs 1 to 255 bytes");
+}
+
+/// A database of schema version 1 (before entities): refused as older without the
+/// right to change it, upgraded by a connection that may, its records kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_schema_is_upgraded_and_keeps_its_records() {
+    let server = Server::start();
+    let db = client(&server).await;
+    db.batch_execute("CREATE DATABASE old").await.unwrap();
+    let old = client_of(&url_of(&server, "old")).await;
+    old.batch_execute(include_str!("../../../testdata/postgres-schema-v1.sql"))
+        .await
+        .unwrap();
+    old.execute(
+        "INSERT INTO idem_records (tenant, operation, key, fingerprint, generation, state, \
+           created_at, updated_at, lease_until) \
+         VALUES ('shop', 'charge', 'kept', $1, nextval('idem_generation'), 0, 1, 1, 2)",
+        &[&fp("a").0.as_slice()],
+    )
+    .await
+    .unwrap();
+    let refused = PgStore::builder()
+        .create_schema(false)
+        .connect(&url_of(&server, "old"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            ConnectError::OlderSchema {
+                found: 1,
+                supported: 2
+            }
+        ),
+        "{refused:?}"
+    );
+    let store = PgStore::connect(&url_of(&server, "old")).await.unwrap();
+    let version: i64 = old
+        .query_one(
+            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 2);
+    assert!(
+        store.get(&id("kept")).await.unwrap().is_some(),
+        "the record is kept"
+    );
+    let pay = EntityId::new("shop", "payment", "p-1").unwrap();
+    let payment = machine(&["created", "paid"], &[("created", "paid")]);
+    assert!(matches!(
+        store
+            .transition(&payment, &pay, "created", None)
+            .await
+            .unwrap(),
+        EntityDecision::Applied { .. }
+    ));
+}
