@@ -8,6 +8,7 @@ use std::ops::ControlFlow;
 
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
+use idem_store::entity::{Entity, EntityDecision, EntityId, Machine};
 use idem_store::maintain::{Abandoned, Check, ReconcileError, ReconcileReport, Stats, SweepReport};
 use idem_store::postgres::PgStore;
 use idem_store::{Error, ImportError, ListFilter, MaintainError, Receiver, Store};
@@ -198,6 +199,43 @@ impl Engine {
             Engine::File(store) => store.recover_abandoned(now),
             Engine::Postgres { store, runtime } => {
                 Engine::block(runtime, store.recover_abandoned(RECOVER_LIMIT))
+            }
+        }
+    }
+
+    pub(crate) fn transition(
+        &self,
+        machine: &Machine,
+        id: &EntityId,
+        to: &str,
+        expected_version: Option<u64>,
+        now: Timestamp,
+    ) -> Result<EntityDecision, Error> {
+        match self {
+            Engine::File(store) => store.transition(machine, id, to, expected_version, now),
+            Engine::Postgres { store, runtime } => {
+                Engine::block(runtime, store.transition(machine, id, to, expected_version))
+            }
+        }
+    }
+
+    pub(crate) fn get_entity(&self, id: &EntityId) -> Result<Option<Entity>, Error> {
+        match self {
+            Engine::File(store) => store.get_entity(id),
+            Engine::Postgres { store, runtime } => Engine::block(runtime, store.get_entity(id)),
+        }
+    }
+
+    pub(crate) fn list_entities(
+        &self,
+        kind: &str,
+        state: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(EntityId, Entity)>, Error> {
+        match self {
+            Engine::File(store) => store.list_entities(kind, state, limit),
+            Engine::Postgres { store, runtime } => {
+                Engine::block(runtime, store.list_entities(kind, state, limit))
             }
         }
     }

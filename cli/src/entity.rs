@@ -60,7 +60,7 @@ pub(crate) fn transition(
 ) -> Ending {
     let id = entity_id(id)?;
     let machine = read_machine(machine)?;
-    let store = session.open(Config::default(), Access::Create)?;
+    let store = session.open_receiver(Config::default(), Access::Create)?;
     let decision = store
         .transition(&machine, &id, to, expected_version, session.now())
         .map_err(store_failure)?;
@@ -114,7 +114,7 @@ pub(crate) fn transition(
 /// `idem entity get TENANT KIND ID`
 pub(crate) fn get(session: &Session, id: (&str, &str, &str)) -> Ending {
     let id = entity_id(id)?;
-    let store = session.open(Config::default(), Access::Read)?;
+    let store = session.open_receiver(Config::default(), Access::Read)?;
     let Some(entity) = store.get_entity(&id).map_err(store_failure)? else {
         return Err(Failure::new(
             Exit::NotFound,
@@ -146,7 +146,7 @@ pub(crate) fn list(
 ) -> Ending {
     // The kind's rule, before the file.
     entity_id(("t", kind, "k"))?;
-    let store = session.open(Config::default(), Access::Read)?;
+    let store = session.open_receiver(Config::default(), Access::Read)?;
     let entities = store
         .list_entities(kind, state, limit.unwrap_or(usize::MAX))
         .map_err(store_failure)?;

@@ -227,3 +227,51 @@ fn a_newer_schema_is_refused_naming_both_versions() {
         .code(1)
         .one_error_line(&["schema is version 7"]);
 }
+
+#[test]
+fn entities_move_on_a_database_as_on_a_file() {
+    let server = Server::start();
+    let idem = on(&server, "postgres");
+    let machine = idem.file(
+        "payment.json",
+        br#"{"states":["created","paid","refunded"],"initial":"created","moves":[["created","paid"],["paid","refunded"]]}"#,
+    );
+    let step = |to: &str| {
+        idem.run(&[
+            "--json",
+            "transition",
+            "shop",
+            "payment",
+            "p-1",
+            to,
+            "--machine",
+            &machine,
+        ])
+    };
+    let created = step("created");
+    created.code(0);
+    assert_eq!(created.json()["decision"], "applied");
+    let illegal = step("refunded");
+    illegal.code(6);
+    assert_eq!(illegal.json()["decision"], "illegal");
+    let paid = step("paid");
+    assert_eq!(
+        (
+            paid.json()["decision"].clone(),
+            paid.json()["version"].clone()
+        ),
+        (json!("applied"), json!(2))
+    );
+    assert_eq!(step("paid").json()["decision"], "already_there");
+    let got = idem.run(&["--json", "entity", "get", "shop", "payment", "p-1"]);
+    got.code(0);
+    assert_eq!(
+        (got.json()["state"].clone(), got.json()["version"].clone()),
+        (json!("paid"), json!(2))
+    );
+    let listed = idem.run(&["--json", "entity", "list", "payment", "--state", "paid"]);
+    listed.code(0);
+    assert_eq!(listed.json_lines().len(), 1);
+    idem.run(&["entity", "get", "shop", "payment", "p-2"])
+        .code(7);
+}
