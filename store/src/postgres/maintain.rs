@@ -79,9 +79,20 @@ impl PgStore {
     }
 
     pub(super) async fn stats_now(&self) -> Result<Stats, MaintainError> {
-        let connection = self.connection("stats").await?;
-        let row = connection
+        let mut connection = self.connection("stats").await?;
+        // Counting reads the whole table: on a large one it may take longer than a
+        // protocol statement is allowed to.
+        let txn = connection
             .client
+            .build_transaction()
+            .read_only(true)
+            .start()
+            .await
+            .map_err(database("stats"))?;
+        txn.batch_execute("SET LOCAL statement_timeout = 0")
+            .await
+            .map_err(database("stats"))?;
+        let row = txn
             .query_one(
                 "SELECT count(*) FILTER (WHERE state = 0), \
                         count(*) FILTER (WHERE state = 1 AND verdict = 0), \
@@ -101,6 +112,7 @@ impl PgStore {
             )
             .await
             .map_err(database("stats"))?;
+        txn.commit().await.map_err(database("stats"))?;
         let number = |i: usize| -> Result<u64, Error> {
             let value: i64 = row.try_get(i).map_err(database("stats"))?;
             Ok(u64::try_from(value).unwrap_or(0))
