@@ -39,12 +39,14 @@
 mod cache;
 mod entity;
 mod execute;
+mod inbox;
 mod maintain;
 mod pool;
 mod receiver;
 mod row;
 mod schema;
 mod statements;
+mod token;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,6 +61,7 @@ use pool::{Connector, Pool};
 pub use tokio_postgres;
 
 pub use execute::Work;
+pub use inbox::{Handler, PgInbox};
 
 /// A store of idempotency records in a PostgreSQL database, shared by every replica
 /// that connects to it. Cheap to clone: clones share one pool.

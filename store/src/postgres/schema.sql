@@ -1,5 +1,5 @@
 -- idem's schema on PostgreSQL, version 2 (docs/postgres.md). Version 1 had no
--- entities and no claimed values; applying this text to it upgrades it.
+-- entities, claimed values or tokens; applying this text to it upgrades it.
 -- Applied by the first idem that connects with a role allowed to create tables, or by
 -- hand: `idem schema` prints this text. Every statement may run again.
 
@@ -67,6 +67,27 @@ CREATE TABLE IF NOT EXISTS idem_unique (
   value  text COLLATE "C" NOT NULL,
   holder text NOT NULL,
   PRIMARY KEY (tenant, scope, value)
+);
+
+-- One-time tokens (docs/design.md §9): what was issued, and the token issued last for
+-- each intent id. A token's use is an ordinary record under (tenant, operation, token).
+CREATE TABLE IF NOT EXISTS idem_tokens (
+  tenant     text COLLATE "C" NOT NULL,
+  operation  text COLLATE "C" NOT NULL,
+  token      text COLLATE "C" NOT NULL,
+  issued_at  bigint NOT NULL,
+  expires_at bigint NOT NULL,
+  intent_id  text COLLATE "C",
+  PRIMARY KEY (tenant, operation, token)
+);
+CREATE INDEX IF NOT EXISTS idem_tokens_expiry ON idem_tokens (expires_at);
+
+CREATE TABLE IF NOT EXISTS idem_token_intents (
+  tenant    text COLLATE "C" NOT NULL,
+  operation text COLLATE "C" NOT NULL,
+  intent_id text COLLATE "C" NOT NULL,
+  token     text COLLATE "C" NOT NULL,
+  PRIMARY KEY (tenant, operation, intent_id)
 );
 
 INSERT INTO idem_meta (name, value) VALUES ('schema_version', 2)

@@ -11,12 +11,14 @@ mod axum_example;
 mod crash;
 mod entities;
 mod execute;
+mod inbox;
 mod protocol;
 mod races;
 mod round_trips;
 mod schema;
 #[cfg(feature = "postgres-tls")]
 mod tls;
+mod tokens;
 mod transfer;
 
 use idem_core::{Config, Fingerprint, RecordId};

@@ -1,0 +1,99 @@
+//! The consumer inbox on PostgreSQL: each message of an at-least-once queue handled
+//! once by a fleet of consumers. `(consumer, topic, message_id)` maps onto a record id,
+//! and the handler runs in [`PgStore::execute`]'s transaction: its writes and the
+//! message's record commit together; a redelivery, to any consumer of the fleet, is a
+//! duplicate; a handler that fails (or a consumer that dies mid-handling) leaves no
+//! record, so the redelivery runs it.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use idem_core::protocol::Decision;
+use idem_core::{Fingerprint, Outcome, RecordId, Verdict};
+use tokio_postgres::Transaction;
+
+use super::PgStore;
+use crate::error::{Error, ExecuteError};
+use crate::protocol::execute::Executed;
+use crate::protocol::inbox::Handled;
+
+/// The handler of a message: its writes in the transaction it is given, and the outcome
+/// to keep for duplicates with a value.
+pub type Handler<'t, T, E> = Pin<Box<dyn Future<Output = Result<(Outcome, T), E>> + Send + 't>>;
+
+/// The inbox of one consumer on PostgreSQL; from [`PgStore::inbox`].
+#[derive(Debug, Clone)]
+pub struct PgInbox {
+    store: PgStore,
+    consumer: String,
+}
+
+impl PgStore {
+    /// The inbox of `consumer` (the tenant of its records): every replica of the
+    /// consumer shares it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Id`] when `consumer` breaks the tenant's rule.
+    pub fn inbox(&self, consumer: &str) -> Result<PgInbox, Error> {
+        RecordId::new(consumer, "-", "-")?;
+        Ok(PgInbox {
+            store: self.clone(),
+            consumer: consumer.to_owned(),
+        })
+    }
+}
+
+impl PgInbox {
+    /// The consumer this inbox belongs to.
+    #[must_use]
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    /// A delivery of `message_id` on `topic`, whose content has `fingerprint`: runs
+    /// `handler` in a transaction with the message's record unless the message was
+    /// handled before. The handler must not call out over the network: it holds a row
+    /// lock.
+    ///
+    /// # Errors
+    ///
+    /// [`ExecuteError::Work`] with the handler's error: everything it wrote was rolled
+    /// back and no record kept, so a redelivery runs it again; do not acknowledge.
+    /// [`ExecuteError::Store`] for a topic or message id that breaks the id rules, or the
+    /// database's.
+    pub async fn handle<T, E, F>(
+        &self,
+        topic: &str,
+        message_id: &str,
+        fingerprint: Fingerprint,
+        handler: F,
+    ) -> Result<Handled<T>, ExecuteError<E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        F: for<'t> FnOnce(&'t Transaction<'t>) -> Handler<'t, T, E> + Send,
+    {
+        let id = RecordId::new(&self.consumer, topic, message_id).map_err(Error::from)?;
+        let executed = self
+            .store
+            .execute(&id, fingerprint, move |txn| {
+                let handled = handler(txn);
+                Box::pin(async move {
+                    handled
+                        .await
+                        .map(|(outcome, value)| (Verdict::Succeeded, outcome, value))
+                })
+            })
+            .await?;
+        Ok(match executed {
+            Executed::Ran { value, record } => match record.status {
+                idem_core::Status::Settled { outcome, .. } => Handled::Ran { value, outcome },
+                // An execute that ran puts only settled records.
+                other => unreachable!("an executed record is settled, not {other:?}"),
+            },
+            Executed::NotRun(Decision::Replay { outcome, .. }) => Handled::Duplicate(outcome),
+            Executed::NotRun(decision) => Handled::NotRun(decision),
+        })
+    }
+}
