@@ -20,7 +20,8 @@ use crate::operator::transfer::{Line, Lines, Transferred, write_header, write_li
 use crate::operator::view::RecordView;
 use crate::protocol::entity::{BusinessLine, EntityId, EntityView, UniqueView};
 use crate::protocol::reconcile::{Abandoned, Check, ReconcileError, ReconcileReport};
-use idem_core::Entity;
+use crate::protocol::token::TokenLine;
+use idem_core::{Entity, IssuedToken, Token};
 
 /// Records one sweep transaction handles at most: short transactions, so that claims
 /// and other sweepers never wait long on the rows it locks.
@@ -385,7 +386,8 @@ impl PgStore {
                         (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM idem_generation), \
                         GREATEST(max(updated_at), \
                                  (SELECT value FROM idem_meta WHERE name = 'clock_floor'), 0), \
-                        (SELECT count(*) FROM idem_entities), (SELECT count(*) FROM idem_unique) \
+                        (SELECT count(*) FROM idem_entities), (SELECT count(*) FROM idem_unique), \
+                        (SELECT count(*) FROM idem_tokens) \
                    FROM idem_records",
                 &[],
             )
@@ -399,6 +401,7 @@ impl PgStore {
             records: number(0)?,
             entities: number(3)?,
             unique: number(4)?,
+            tokens: number(5)?,
             ..Transferred::default()
         };
         let mut out = std::io::BufWriter::new(out);
@@ -463,12 +466,38 @@ impl PgStore {
             let view = UniqueView::new(&part(0)?, &part(1)?, &part(2)?, &part(3)?);
             write_line(&mut out, &BusinessLine::Unique(view))?;
         }
+        let tokens = txn
+            .query(
+                "SELECT tenant, operation, token, issued_at, expires_at, intent_id FROM idem_tokens \
+                  ORDER BY tenant, operation, token",
+                &[],
+            )
+            .await
+            .map_err(database("export"))?;
+        for row in &tokens {
+            let text = |i| row.try_get::<_, String>(i).map_err(database("export"));
+            let id =
+                RecordId::new(&text(0)?, &text(1)?, &text(2)?).map_err(|e| Error::Corrupt {
+                    detail: format!("idem_tokens: {e}"),
+                })?;
+            let time = |i| -> Result<Timestamp, Error> {
+                let value: i64 = row.try_get(i).map_err(database("export"))?;
+                Ok(Timestamp(u64::try_from(value).unwrap_or(0)))
+            };
+            let entry = IssuedToken {
+                issued_at: time(3)?,
+                expires_at: time(4)?,
+                intent_id: row.try_get(5).map_err(database("export"))?,
+            };
+            write_line(&mut out, &TokenLine::new(&id, &entry))?;
+        }
         out.flush().map_err(MaintainError::Export)?;
         txn.commit().await.map_err(database("export"))?;
         Ok(Transferred {
             records: written,
             entities: entities.len() as u64,
             unique: claimed.len() as u64,
+            tokens: tokens.len() as u64,
             ..Transferred::default()
         })
     }
@@ -526,10 +555,13 @@ impl PgStore {
                     import_unique(&txn, claim).await?.map_err(bad)?;
                     continue;
                 }
-                Line::Token(_) => {
-                    return Err(bad(
-                        "one-time tokens are not kept on PostgreSQL by this build; export the file without them".into(),
-                    ));
+                Line::Token(line) => {
+                    let (token, id, entry) = line.to_token().map_err(bad)?;
+                    import_token(&txn, &token, &id, &entry)
+                        .await?
+                        .map_err(bad)?;
+                    floor = floor.max(entry.issued_at);
+                    continue;
                 }
             };
             let c = Columns::of(&record)?;
@@ -656,6 +688,76 @@ async fn import_entity(
             "entity {id}: the database already holds a different entity under this id"
         ))
     })
+}
+
+/// Writes an imported token, and points its intent's entry at it when it is the latest
+/// issued for that intent: `Ok(Err(message))` when the database holds a different token
+/// under its id.
+async fn import_token(
+    txn: &tokio_postgres::Transaction<'_>,
+    token: &Token,
+    id: &RecordId,
+    entry: &IssuedToken,
+) -> Result<Result<(), String>, Error> {
+    let (tenant, operation) = (id.tenant(), id.operation());
+    let issued_at = signed("issued_at", entry.issued_at.0)?;
+    let expires_at = signed("expires_at", entry.expires_at.0)?;
+    let inserted = txn
+        .execute(
+            "INSERT INTO idem_tokens (tenant, operation, token, issued_at, expires_at, intent_id) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+            &[
+                &tenant,
+                &operation,
+                &token.as_str(),
+                &issued_at,
+                &expires_at,
+                &entry.intent_id,
+            ],
+        )
+        .await
+        .map_err(database("import"))?;
+    if inserted == 0 {
+        let row = txn
+            .query_one(
+                "SELECT issued_at, expires_at, intent_id FROM idem_tokens \
+                  WHERE tenant = $1 AND operation = $2 AND token = $3",
+                &[&tenant, &operation, &token.as_str()],
+            )
+            .await
+            .map_err(database("import"))?;
+        let same = row.try_get::<_, i64>(0).map_err(database("import"))? == issued_at
+            && row.try_get::<_, i64>(1).map_err(database("import"))? == expires_at
+            && row
+                .try_get::<_, Option<String>>(2)
+                .map_err(database("import"))?
+                == entry.intent_id;
+        return Ok(if same {
+            Ok(())
+        } else {
+            Err(format!(
+                "token {id}: the database already holds a different token under this id"
+            ))
+        });
+    }
+    if let Some(intent_id) = &entry.intent_id {
+        // The intent's entry names the latest token issued for it, as issuing leaves it.
+        txn.execute(
+            "INSERT INTO idem_token_intents (tenant, operation, intent_id, token) \
+             VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (tenant, operation, intent_id) DO UPDATE SET token = EXCLUDED.token \
+             WHERE (SELECT t.issued_at FROM idem_tokens t \
+                     WHERE t.tenant = EXCLUDED.tenant AND t.operation = EXCLUDED.operation \
+                       AND t.token = idem_token_intents.token) IS NOT DISTINCT FROM NULL \
+                OR (SELECT t.issued_at FROM idem_tokens t \
+                     WHERE t.tenant = EXCLUDED.tenant AND t.operation = EXCLUDED.operation \
+                       AND t.token = idem_token_intents.token) <= $5",
+            &[&tenant, &operation, intent_id, &token.as_str(), &issued_at],
+        )
+        .await
+        .map_err(database("import"))?;
+    }
+    Ok(Ok(()))
 }
 
 /// Writes an imported claimed value: `Ok(Err(message))` when another holder has it.

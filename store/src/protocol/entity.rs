@@ -411,12 +411,12 @@ pub(crate) fn for_each<E: From<Error>>(
         for entry in unique.iter().map_err(Error::from)? {
             let (key, holder) = entry.map_err(Error::from)?;
             let id = crate::engine::tables::decode_id(key.value())?;
-            line(BusinessLine::Unique(UniqueView {
-                tenant: id.tenant().into(),
-                scope: id.operation().into(),
-                value: id.key().into(),
-                holder: String::from_utf8_lossy(holder.value()).into_owned(),
-            }))?;
+            line(BusinessLine::Unique(UniqueView::new(
+                id.tenant(),
+                id.operation(),
+                id.key(),
+                &String::from_utf8_lossy(holder.value()),
+            )))?;
         }
     }
     Ok(())
@@ -454,10 +454,8 @@ pub(crate) fn import(
             }
         }
         BusinessLine::Unique(view) => {
-            let checked = unique_key(&view.tenant, &view.scope, &view.value)
-                .and_then(|key| check_holder(&view.holder).map(|()| key));
-            let key = match checked {
-                Ok(key) => key,
+            let key = match view.to_claim() {
+                Ok((tenant, scope, value, _)) => unique_key(tenant, scope, value)?,
                 Err(e) => return Ok(Err(format!("unique: {e}"))),
             };
             let mut unique = txn.open_table(UNIQUE)?;

@@ -234,6 +234,45 @@ struct TokenView {
     intent_id: Option<String>,
 }
 
+impl TokenLine {
+    /// The line of the token `id` (`(tenant, operation, token)`) issued as `entry`.
+    pub(crate) fn new(id: &RecordId, entry: &IssuedToken) -> TokenLine {
+        TokenLine {
+            token: TokenView {
+                tenant: id.tenant().into(),
+                operation: id.operation().into(),
+                token: id.key().into(),
+                issued_at: entry.issued_at.as_millis(),
+                expires_at: entry.expires_at.as_millis(),
+                intent_id: entry.intent_id.clone(),
+            },
+        }
+    }
+
+    /// The token, its id and its entry, checking every rule; the message names the field.
+    pub(crate) fn to_token(&self) -> Result<(Token, RecordId, IssuedToken), String> {
+        let view = &self.token;
+        let token = Token::parse(&view.token).map_err(|e| format!("token: {e}"))?;
+        let id = RecordId::new(&view.tenant, &view.operation, token.as_str())
+            .map_err(|e| format!("token: {e}"))?;
+        if let Some(intent_id) = &view.intent_id {
+            token::check_intent_id(intent_id).map_err(|e| format!("token: {e}"))?;
+        }
+        if view.expires_at <= view.issued_at {
+            return Err(format!(
+                "token: expires_at {} is not after issued_at {}",
+                view.expires_at, view.issued_at
+            ));
+        }
+        let entry = IssuedToken {
+            issued_at: Timestamp(view.issued_at),
+            expires_at: Timestamp(view.expires_at),
+            intent_id: view.intent_id.clone(),
+        };
+        Ok((token, id, entry))
+    }
+}
+
 /// The number of issued tokens in the file.
 pub(crate) fn count(txn: &ReadTransaction) -> Result<u64, Error> {
     match open_read(txn, TOKENS)? {
@@ -256,16 +295,7 @@ pub(crate) fn for_each<E: From<Error>>(
         let Some(issued) = tables::read_token(&tokens, key.value())? else {
             continue;
         };
-        line(TokenLine {
-            token: TokenView {
-                tenant: id.tenant().into(),
-                operation: id.operation().into(),
-                token: id.key().into(),
-                issued_at: issued.issued_at.as_millis(),
-                expires_at: issued.expires_at.as_millis(),
-                intent_id: issued.intent_id,
-            },
-        })?;
+        line(TokenLine::new(&id, &issued))?;
     }
     Ok(())
 }
@@ -280,30 +310,9 @@ pub(crate) fn import(
     line: &TokenLine,
 ) -> Result<Result<(), String>, Error> {
     let view = &line.token;
-    let checked = Token::parse(&view.token)
-        .map_err(|e| format!("token: {e}"))
-        .and_then(|token| {
-            let id = RecordId::new(&view.tenant, &view.operation, token.as_str())
-                .map_err(|e| format!("token: {e}"))?;
-            if let Some(intent_id) = &view.intent_id {
-                token::check_intent_id(intent_id).map_err(|e| format!("token: {e}"))?;
-            }
-            if view.expires_at <= view.issued_at {
-                return Err(format!(
-                    "token: expires_at {} is not after issued_at {}",
-                    view.expires_at, view.issued_at
-                ));
-            }
-            Ok((token, id))
-        });
-    let (token, id) = match checked {
+    let (token, id, entry) = match line.to_token() {
         Ok(found) => found,
         Err(message) => return Ok(Err(message)),
-    };
-    let entry = IssuedToken {
-        issued_at: Timestamp(view.issued_at),
-        expires_at: Timestamp(view.expires_at),
-        intent_id: view.intent_id.clone(),
     };
     let id_key = id.to_key_bytes();
     match tables.token(&id_key)? {

@@ -78,6 +78,19 @@ fn file_with_records(dir: &std::path::Path) -> Store {
         Ok::<_, idem_store::Error>((Verdict::Succeeded, Outcome::new(201, "sold"), ()))
     });
     assert!(matches!(sold, Ok(idem_store::Executed::Ran { .. })));
+    // A one-time token issued for an intent, unused, valid for two hours (an hour
+    // from the test's now).
+    let issued = store
+        .issue_token(
+            "shop",
+            "redeem",
+            7_200_000,
+            Some("order-1"),
+            [9; 16],
+            at(day + 15),
+        )
+        .unwrap();
+    assert!(matches!(issued, idem_store::token::Issue::New { .. }));
     store
 }
 
@@ -91,7 +104,10 @@ async fn records_move_from_a_file_to_the_database_and_back_byte_for_byte() {
     let server = Server::start();
     let pg = store(&server, Config::default(), 2).await;
     let moved = pg.import(&mut from_file.as_slice()).await.unwrap();
-    assert_eq!((moved.records, moved.entities, moved.unique), (6, 1, 1));
+    assert_eq!(
+        (moved.records, moved.entities, moved.unique, moved.tokens),
+        (6, 1, 1, 1)
+    );
     // Importing the same export again changes nothing.
     pg.import(&mut from_file.as_slice()).await.unwrap();
     let mut from_db = Vec::new();
@@ -116,6 +132,27 @@ async fn records_move_from_a_file_to_the_database_and_back_byte_for_byte() {
     pg.release(&id("fresh"), generation, Timestamp(0))
         .await
         .unwrap();
+    // The entity, the claim and the token answer as they did on the file.
+    let pay = idem_store::entity::EntityId::new("shop", "payment", "p-1").unwrap();
+    let entity = pg.get_entity(&pay).await.unwrap().unwrap();
+    assert_eq!((entity.state.as_str(), entity.version), ("paid", 2));
+    assert_eq!(
+        pg.claim_unique("shop", "receipt", "R-1", "sale-2")
+            .await
+            .unwrap(),
+        idem_store::entity::Uniqueness::Taken {
+            by: "sale-1".into()
+        }
+    );
+    let again = pg
+        .issue_token("shop", "redeem", 7_200_000, Some("order-1"), [8; 16])
+        .await
+        .unwrap();
+    assert!(
+        matches!(&again, idem_store::token::Issue::Existing { token, .. }
+            if *token == idem_store::token::Token::from_random([9; 16])),
+        "{again:?}"
+    );
 
     // Back to a new file: its export is the first one, byte for byte.
     let back = Store::open(dir.path().join("back.redb")).unwrap();
@@ -135,8 +172,8 @@ async fn records_move_from_a_file_to_the_database_and_back_byte_for_byte() {
     assert_eq!(body(&first), body(&again));
     assert_eq!(
         first.lines().count(),
-        9,
-        "a header, 6 records, an entity, a claim"
+        10,
+        "a header, 6 records, an entity, a claim, a token"
     );
 
     // Database to database: equal exports.
@@ -151,21 +188,22 @@ async fn records_move_from_a_file_to_the_database_and_back_byte_for_byte() {
     assert_eq!(text(&again), text(&from_db));
 }
 
-/// An export with what the database does not keep yet (a one-time token) is refused
-/// with the line, and nothing of it is written: neither its record nor its entity.
+/// An export with what the database does not keep (an outbox's intent, which belongs to
+/// its sender's file) is refused with the line, and nothing of it is written: neither
+/// its record nor its entity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_import_with_lines_the_database_does_not_keep_writes_nothing() {
     let server = Server::start();
     let pg = store(&server, Config::default(), 2).await;
     let record = r#"{"tenant":"shop","operation":"charge","key":"k-1","state":"unknown","generation":4,"fingerprint":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","created_at":1700000000000,"updated_at":1700000000100}"#;
     let entity = r#"{"entity":{"tenant":"shop","kind":"payment","id":"p-1","state":"paid","version":2,"updated_at":1700000000100}}"#;
-    let token = r#"{"token":{"tenant":"shop","operation":"redeem","token":"AAAAAAAAAAAAAAAAAAAAAA","issued_at":1700000000000,"expires_at":1700000900000,"intent_id":"order-991"}}"#;
-    let input = format!("{record}\n{entity}\n{token}\n");
+    let intent = r#"{"intent":{"key":"0190b7c2-0000-7000-8000-000000000000","operation":"sale.forward","state":"queued","attempts":0,"created_at":1700000000300,"next_attempt_at":1700000000300,"deadline":1700082800300,"fingerprint":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","payload_b64":"e30="}}"#;
+    let input = format!("{record}\n{intent}\n{entity}\n");
     let refused = pg.import(&mut input.as_bytes()).await.unwrap_err();
     assert!(
         refused
             .to_string()
-            .starts_with("import line 3: one-time tokens"),
+            .starts_with("import line 2: an outbox intent"),
         "{refused}"
     );
     assert_eq!(pg.get(&id("k-1")).await.unwrap(), None, "nothing written");
