@@ -29,7 +29,7 @@ byte of the file, work on a read-only file or mount, and never wait for a proces
 
 A fleet: --db postgres://USER@HOST/DB (or IDEM_DB) names a PostgreSQL database that many
 receivers share. begin, complete, release, heartbeat, mark-unknown, resolve, reconcile, exec,
-get, list, stats, sweep, export, import, transition and entity work on it as on a file; time is the database's
+get, list, stats, sweep, export, import, transition, entity and token work on it as on a file; time is the database's
 clock, so --now is refused. begin, exec and import create idem's schema in a database without
 it; `idem schema` prints that SQL for a DBA who applies it by hand. TLS: the URL's sslmode
 (require, prefer, disable); $PGSSLROOTCERT names a PEM file of roots to trust beside the

@@ -11,6 +11,7 @@ use idem_core::{Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, V
 use idem_store::entity::{Entity, EntityDecision, EntityId, Machine};
 use idem_store::maintain::{Abandoned, Check, ReconcileError, ReconcileReport, Stats, SweepReport};
 use idem_store::postgres::PgStore;
+use idem_store::token::{Consumed, Issue, IssuedToken};
 use idem_store::{Error, ImportError, ListFilter, MaintainError, Receiver, Store};
 
 /// How many abandoned claims `idem reconcile` turns Unknown on a database in one run.
@@ -236,6 +237,56 @@ impl Engine {
             Engine::File(store) => store.list_entities(kind, state, limit),
             Engine::Postgres { store, runtime } => {
                 Engine::block(runtime, store.list_entities(kind, state, limit))
+            }
+        }
+    }
+
+    pub(crate) fn issue_token(
+        &self,
+        tenant: &str,
+        operation: &str,
+        ttl_ms: u64,
+        intent: Option<&str>,
+        random: [u8; 16],
+        now: Timestamp,
+    ) -> Result<Issue, Error> {
+        match self {
+            Engine::File(store) => {
+                store.issue_token(tenant, operation, ttl_ms, intent, random, now)
+            }
+            Engine::Postgres { store, runtime } => Engine::block(
+                runtime,
+                store.issue_token(tenant, operation, ttl_ms, intent, random),
+            ),
+        }
+    }
+
+    pub(crate) fn consume(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Result<Consumed<Decision>, Error> {
+        match self {
+            Engine::File(store) => store.consume(id, fingerprint, now),
+            Engine::Postgres { store, runtime } => {
+                Engine::block(runtime, store.consume(id, fingerprint))
+            }
+        }
+    }
+
+    pub(crate) fn get_token(&self, id: &RecordId) -> Result<Option<IssuedToken>, Error> {
+        match self {
+            Engine::File(store) => store.get_token(id),
+            Engine::Postgres { store, runtime } => Engine::block(runtime, store.get_token(id)),
+        }
+    }
+
+    pub(crate) fn sweep_tokens(&self, now: Timestamp, limit: usize) -> Result<SweepReport, Error> {
+        match self {
+            Engine::File(store) => store.sweep_tokens(now, limit),
+            Engine::Postgres { store, runtime } => {
+                Engine::block(runtime, store.sweep_tokens(limit))
             }
         }
     }

@@ -127,7 +127,7 @@ impl Session {
     pub(crate) fn open(&self, config: Config, access: Access) -> Result<Store, Failure> {
         if self.postgres_url().is_some() {
             return Err(Failure::usage(
-                "--db: names a PostgreSQL database, and this command works on a store file (tokens, the outbox's intents, check and compact are kept in a file)",
+                "--db: names a PostgreSQL database, and this command works on a store file (the outbox's intents, check and compact are a file's)",
             ));
         }
         self.check_now(access)?;

@@ -6,7 +6,6 @@ use std::io::Read;
 
 use idem_core::token::{self, Issue};
 use idem_core::{Config, RecordId, Token, TokenRefusal};
-use idem_store::Store;
 use idem_store::token::Consumed;
 use serde::Serialize;
 
@@ -34,7 +33,7 @@ pub(crate) fn issue(
         token::check_intent_id(intent).map_err(|e| Failure::usage(e.to_string()))?;
     }
     let random = random_bits()?;
-    let store = session.open(config, Access::Create)?;
+    let store = session.open_receiver(config, Access::Create)?;
     let issued = store
         .issue_token(tenant, operation, ttl_ms, intent, random, session.now())
         .map_err(store_failure)?;
@@ -76,7 +75,7 @@ pub(crate) fn consume(
     let input = input::fingerprint(request)?;
     let fingerprint = command_fingerprint(name, args, crate::args::FingerprintArgs::All, input);
     let config = config(lease, None);
-    let store = session.open(config.clone(), Access::Create)?;
+    let store = session.open_receiver(config.clone(), Access::Create)?;
     let begin = || match store.consume(&id, fingerprint, session.now()) {
         Ok(Consumed::Admitted(decision)) => Ok(decision),
         Ok(Consumed::Refused(refusal)) => Err(refused(&id, refusal)),
@@ -84,7 +83,6 @@ pub(crate) fn consume(
     };
     match claim(&id, begin, None)? {
         Claim::Held(generation) => {
-            let store = crate::engine::Engine::File(store);
             run_claimed(session, &store, &id, generation, &config, &[], program)
         }
         Claim::Settled(verdict, outcome) => {
@@ -105,10 +103,10 @@ pub(crate) fn get(session: &Session, id: &TokenIdArgs) -> Ending {
             ),
         )
     };
-    if !session.db.exists() {
+    if session.postgres_url().is_none() && !session.db.exists() {
         return Err(not_issued());
     }
-    let store: Store = session.open(Config::default(), Access::Read)?;
+    let store = session.open_receiver(Config::default(), Access::Read)?;
     let entry = store.get_token(&id).map_err(|e| key_failure(&id, e))?;
     let record = store.get(&id).map_err(|e| key_failure(&id, e))?;
     let Some(entry) = entry else {
@@ -165,7 +163,7 @@ struct TokenView<'a> {
 
 /// `idem token sweep [--limit N]`
 pub(crate) fn sweep(session: &Session, limit: Option<usize>) -> Ending {
-    let store = session.open(Config::default(), Access::Write)?;
+    let store = session.open_receiver(Config::default(), Access::Write)?;
     let report = store
         .sweep_tokens(session.now(), limit.unwrap_or(usize::MAX))
         .map_err(store_failure)?;

@@ -275,3 +275,52 @@ fn entities_move_on_a_database_as_on_a_file() {
     idem.run(&["entity", "get", "shop", "payment", "p-2"])
         .code(7);
 }
+
+#[test]
+fn tokens_are_issued_and_consumed_once_on_a_database() {
+    let server = Server::start();
+    let idem = on(&server, "postgres");
+    let issued = idem.run(&[
+        "--json", "token", "issue", "shop", "redeem", "--ttl", "15m", "--intent", "order-1",
+    ]);
+    issued.code(0);
+    let token = issued.json()["token"].as_str().unwrap().to_owned();
+    let again = idem.run(&[
+        "--json", "token", "issue", "shop", "redeem", "--ttl", "15m", "--intent", "order-1",
+    ]);
+    assert_eq!(
+        again.json()["token"],
+        token.as_str(),
+        "one token per intent"
+    );
+    assert_eq!(again.json()["new"], false);
+
+    let counter = idem.path("runs");
+    let script = format!("echo run >> {}; echo redeemed", counter.display());
+    for _ in 0..2 {
+        let run = idem.run(&[
+            "token", "consume", "shop", "redeem", &token, "--", "sh", "-c", &script,
+        ]);
+        run.code(0);
+        assert_eq!(run.stdout, "redeemed\n");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&counter).unwrap(),
+        "run\n",
+        "ran once"
+    );
+    let got = idem.run(&["--json", "token", "get", "shop", "redeem", &token]);
+    got.code(0);
+    assert_eq!(got.json()["used"], "succeeded");
+    idem.run(&[
+        "token",
+        "consume",
+        "shop",
+        "redeem",
+        "AAAAAAAAAAAAAAAAAAAAAA",
+        "--",
+        "true",
+    ])
+    .code(8);
+    idem.run(&["--json", "token", "sweep"]).code(0);
+}
