@@ -12,8 +12,11 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use idem_core::Entity;
 use idem_core::protocol::{self, Decision};
 use idem_core::{Config, Fingerprint, Generation, Record, RecordId, Status, Timestamp, Write};
+
+use crate::protocol::entity::EntityId;
 
 /// How far ahead of the estimated database time a cached record's expiry must be for
 /// the cache to answer: room for the database's own clock to step and for the estimate
@@ -116,6 +119,70 @@ impl ReplayCache {
             }
             _ => None,
         }
+    }
+}
+
+/// The entities a replica last read or moved, for a move in one statement: the core
+/// decides on the entity as this replica last saw it, and the move is written only if
+/// the row is still exactly that (its version); otherwise the engine reads the row and
+/// the core decides again. Only an applied move is taken from it: an answer that writes
+/// nothing (already there, illegal, version mismatch) always comes from the database.
+pub(super) struct EntityCache {
+    capacity: usize,
+    entries: Mutex<Bounded<EntityId, Entity>>,
+}
+
+/// A map that forgets its oldest entries past its capacity.
+struct Bounded<K, V> {
+    values: HashMap<K, V>,
+    order: VecDeque<K>,
+}
+
+impl EntityCache {
+    /// A cache of at most `capacity` entities; 0 keeps none.
+    pub(super) fn new(capacity: usize) -> EntityCache {
+        EntityCache {
+            capacity,
+            entries: Mutex::new(Bounded {
+                values: HashMap::new(),
+                order: VecDeque::new(),
+            }),
+        }
+    }
+
+    pub(super) fn get(&self, id: &EntityId) -> Option<Entity> {
+        let entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        entries.values.get(id).cloned()
+    }
+
+    pub(super) fn keep(&self, id: &EntityId, entity: &Entity) {
+        if self.capacity == 0 {
+            return;
+        }
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if entries.values.insert(id.clone(), entity.clone()).is_none() {
+            entries.order.push_back(id.clone());
+        }
+        while entries.values.len() > self.capacity {
+            let Some(oldest) = entries.order.pop_front() else {
+                break;
+            };
+            entries.values.remove(&oldest);
+        }
+    }
+
+    pub(super) fn forget(&self, id: &EntityId) {
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        entries.values.remove(id);
     }
 }
 

@@ -7,9 +7,11 @@
 
 use idem_core::Timestamp;
 use idem_core::machine::{self, Entity, EntityDecision, Machine};
+use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row, Transaction};
 
 use super::PgStore;
+use super::cache::EntityCache;
 use super::receiver::database;
 use super::row::signed;
 use crate::error::Error;
@@ -35,7 +37,15 @@ impl PgStore {
         expected_version: Option<u64>,
     ) -> Result<EntityDecision, Error> {
         let connection = self.connection("transition").await?;
-        transition_on(&connection.client, machine, id, to, expected_version).await
+        transition_on(
+            &connection.client,
+            &self.inner.entities,
+            machine,
+            id,
+            to,
+            expected_version,
+        )
+        .await
     }
 
     /// [`PgStore::transition`] inside `txn`, the transaction an execute hands its work
@@ -53,7 +63,7 @@ impl PgStore {
         to: &str,
         expected_version: Option<u64>,
     ) -> Result<EntityDecision, Error> {
-        transition_on(txn, machine, id, to, expected_version).await
+        transition_on(txn, &self.inner.entities, machine, id, to, expected_version).await
     }
 
     /// The entity `id`, if it ever moved.
@@ -198,24 +208,69 @@ impl PgStore {
 }
 
 /// The move of `id` to `to`, decided by the core on what `client` reads, written on
-/// the version read.
+/// the version read; first, in one statement, on the entity as this replica last saw it.
 async fn transition_on(
     client: &impl GenericClient,
+    cache: &EntityCache,
     machine: &Machine,
     id: &EntityId,
     to: &str,
     expected_version: Option<u64>,
 ) -> Result<EntityDecision, Error> {
     let key = [id.tenant(), id.kind(), id.id()];
+    if let Some(seen) = cache.get(id) {
+        // Only an applied move is tried: it is written if the row is still `seen`, at
+        // the database's time.
+        let decided =
+            machine::transition(machine, Some(&seen), to, expected_version, seen.updated_at);
+        if let EntityDecision::Applied { entity } = &decided {
+            let (version, was) = (
+                signed("version", entity.version)?,
+                signed("version", seen.version)?,
+            );
+            let row = client
+                .query_typed_opt(
+                    "UPDATE idem_entities SET state = $4, version = $5, \
+                            updated_at = GREATEST(idem_now(), updated_at) \
+                      WHERE tenant = $1 AND kind = $2 AND id = $3 AND version = $6 AND state = $7 \
+                      RETURNING updated_at",
+                    &[
+                        (&key[0], Type::TEXT),
+                        (&key[1], Type::TEXT),
+                        (&key[2], Type::TEXT),
+                        (&entity.state, Type::TEXT),
+                        (&version, Type::INT8),
+                        (&was, Type::INT8),
+                        (&seen.state, Type::TEXT),
+                    ],
+                )
+                .await
+                .map_err(database("transition"))?;
+            if let Some(row) = row {
+                let at: i64 = row.try_get(0).map_err(database("transition"))?;
+                let entity = Entity {
+                    updated_at: Timestamp(u64::try_from(at).unwrap_or(0)),
+                    ..entity.clone()
+                };
+                cache.keep(id, &entity);
+                return Ok(EntityDecision::Applied { entity });
+            }
+        }
+        cache.forget(id);
+    }
     for _ in 0..MOVE_ATTEMPTS {
         // The time a move uses: the database's clock, never before the entity's last
         // move.
         let row = client
-            .query_one(
+            .query_typed_one(
                 "SELECT GREATEST(idem_now(), e.updated_at), e.state, e.version, e.updated_at \
                    FROM (SELECT 1) one LEFT JOIN idem_entities e \
                      ON e.tenant = $1 AND e.kind = $2 AND e.id = $3",
-                &[&key[0], &key[1], &key[2]],
+                &[
+                    (&key[0], Type::TEXT),
+                    (&key[1], Type::TEXT),
+                    (&key[2], Type::TEXT),
+                ],
             )
             .await
             .map_err(database("transition"))?;
@@ -230,6 +285,9 @@ async fn transition_on(
         };
         let decision = machine::transition(machine, current.as_ref(), to, expected_version, now);
         let EntityDecision::Applied { entity } = &decision else {
+            if let Some(current) = &current {
+                cache.keep(id, current);
+            }
             return Ok(decision);
         };
         let version = signed("version", entity.version)?;
@@ -237,39 +295,40 @@ async fn transition_on(
         let written =
             match &current {
                 None => client
-                    .execute(
+                    .execute_typed(
                         "INSERT INTO idem_entities (tenant, kind, id, state, version, updated_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
                         &[
-                            &key[0],
-                            &key[1],
-                            &key[2],
-                            &entity.state,
-                            &version,
-                            &updated_at,
+                            (&key[0], Type::TEXT),
+                            (&key[1], Type::TEXT),
+                            (&key[2], Type::TEXT),
+                            (&entity.state, Type::TEXT),
+                            (&version, Type::INT8),
+                            (&updated_at, Type::INT8),
                         ],
                     )
                     .await,
                 Some(seen) => {
                     let seen = signed("version", seen.version)?;
                     client
-                        .execute(
+                        .execute_typed(
                             "UPDATE idem_entities SET state = $4, version = $5, updated_at = $6 \
                           WHERE tenant = $1 AND kind = $2 AND id = $3 AND version = $7",
                             &[
-                                &key[0],
-                                &key[1],
-                                &key[2],
-                                &entity.state,
-                                &version,
-                                &updated_at,
-                                &seen,
+                                (&key[0], Type::TEXT),
+                                (&key[1], Type::TEXT),
+                                (&key[2], Type::TEXT),
+                                (&entity.state, Type::TEXT),
+                                (&version, Type::INT8),
+                                (&updated_at, Type::INT8),
+                                (&seen, Type::INT8),
                             ],
                         )
                         .await
                 }
             };
         if written.map_err(database("transition"))? == 1 {
+            cache.keep(id, entity);
             return Ok(decision);
         }
         // Another writer moved the entity since it was read: decide again.
@@ -281,10 +340,14 @@ async fn transition_on(
 
 async fn entity_on(client: &impl GenericClient, id: &EntityId) -> Result<Option<Entity>, Error> {
     let row = client
-        .query_opt(
+        .query_typed_opt(
             "SELECT state, version, updated_at FROM idem_entities \
               WHERE tenant = $1 AND kind = $2 AND id = $3",
-            &[&id.tenant(), &id.kind(), &id.id()],
+            &[
+                (&id.tenant(), Type::TEXT),
+                (&id.kind(), Type::TEXT),
+                (&id.id(), Type::TEXT),
+            ],
         )
         .await
         .map_err(database("get_entity"))?;
@@ -319,10 +382,15 @@ async fn claim_on(
     check_holder(by)?;
     for _ in 0..MOVE_ATTEMPTS {
         let inserted = client
-            .execute(
+            .execute_typed(
                 "INSERT INTO idem_unique (tenant, scope, value, holder) VALUES ($1, $2, $3, $4) \
                  ON CONFLICT DO NOTHING",
-                &[&tenant, &scope, &value, &by],
+                &[
+                    (&tenant, Type::TEXT),
+                    (&scope, Type::TEXT),
+                    (&value, Type::TEXT),
+                    (&by, Type::TEXT),
+                ],
             )
             .await
             .map_err(database("claim_unique"))?;
@@ -348,9 +416,13 @@ async fn holder_on(
     value: &str,
 ) -> Result<Option<String>, Error> {
     let row = client
-        .query_opt(
+        .query_typed_opt(
             "SELECT holder FROM idem_unique WHERE tenant = $1 AND scope = $2 AND value = $3",
-            &[&tenant, &scope, &value],
+            &[
+                (&tenant, Type::TEXT),
+                (&scope, Type::TEXT),
+                (&value, Type::TEXT),
+            ],
         )
         .await
         .map_err(database("unique_holder"))?;

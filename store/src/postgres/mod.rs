@@ -74,6 +74,7 @@ struct Inner {
     config: Config,
     pool: Pool,
     cache: cache::ReplayCache,
+    entities: cache::EntityCache,
     runtime: Handle,
     lock_timeout: Duration,
 }
@@ -229,7 +230,8 @@ impl PgStoreBuilder {
     }
 
     /// How many settled records this replica keeps to answer replays without asking the
-    /// database; 10,000 by default, 0 keeps none. See [`PgStore`]'s section on caches.
+    /// database, and how many entities it keeps to move in one statement; 10,000 by
+    /// default, 0 keeps none. See [`PgStore`]'s section on caches.
     #[must_use]
     pub fn replay_cache(mut self, records: usize) -> PgStoreBuilder {
         self.replay_cache = records;
@@ -322,6 +324,7 @@ impl PgStoreBuilder {
                 config: self.config,
                 pool,
                 cache: cache::ReplayCache::new(self.replay_cache),
+                entities: cache::EntityCache::new(self.replay_cache),
                 runtime,
                 lock_timeout: self.lock_timeout,
             }),

@@ -8,6 +8,7 @@ use idem_core::protocol::Decision;
 use idem_core::token::{self, Earlier, Issue};
 use idem_core::{Fingerprint, IssuedToken, RecordId, Timestamp, Token};
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row, Transaction};
 
 use super::PgStore;
@@ -282,7 +283,7 @@ impl PgStore {
         let connection = self.connection("consume").await?;
         let row = connection
             .client
-            .query_one(
+            .query_typed_one(
                 &format!(
                     "SELECT idem_now(), t.issued_at, t.expires_at, t.intent_id, {} \
                        FROM (SELECT 1) one \
@@ -292,7 +293,11 @@ impl PgStore {
                          ON r.tenant = $1 AND r.operation = $2 AND r.key = $3",
                     columns("r.")
                 ),
-                &[&id.tenant(), &id.operation(), &id.key()],
+                &[
+                    (&id.tenant(), Type::TEXT),
+                    (&id.operation(), Type::TEXT),
+                    (&id.key(), Type::TEXT),
+                ],
             )
             .await
             .map_err(database("consume"))?;
@@ -320,10 +325,14 @@ async fn entry_on(
     id: &RecordId,
 ) -> Result<Option<IssuedToken>, Error> {
     let row = client
-        .query_opt(
+        .query_typed_opt(
             "SELECT issued_at, expires_at, intent_id FROM idem_tokens \
               WHERE tenant = $1 AND operation = $2 AND token = $3",
-            &[&id.tenant(), &id.operation(), &id.key()],
+            &[
+                (&id.tenant(), Type::TEXT),
+                (&id.operation(), Type::TEXT),
+                (&id.key(), Type::TEXT),
+            ],
         )
         .await
         .map_err(database("get_token"))?;
