@@ -7,13 +7,14 @@
 
 use idem_core::Timestamp;
 use idem_core::machine::{self, Entity, EntityDecision, Machine};
-use tokio_postgres::types::Type;
-use tokio_postgres::{GenericClient, Row, Transaction};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{GenericClient, Row, Statement, Transaction};
 
 use super::PgStore;
 use super::cache::EntityCache;
 use super::receiver::database;
 use super::row::signed;
+use super::statements::{ENTITY_INSERT, ENTITY_MOVE, ENTITY_READ, ENTITY_UPDATE, Statements};
 use crate::error::Error;
 use crate::protocol::entity::{EntityId, Uniqueness, check_holder, check_unique};
 
@@ -39,6 +40,7 @@ impl PgStore {
         let connection = self.connection("transition").await?;
         transition_on(
             &connection.client,
+            Some(&connection.statements),
             &self.inner.entities,
             machine,
             id,
@@ -63,7 +65,16 @@ impl PgStore {
         to: &str,
         expected_version: Option<u64>,
     ) -> Result<EntityDecision, Error> {
-        transition_on(txn, &self.inner.entities, machine, id, to, expected_version).await
+        transition_on(
+            txn,
+            None,
+            &self.inner.entities,
+            machine,
+            id,
+            to,
+            expected_version,
+        )
+        .await
     }
 
     /// The entity `id`, if it ever moved.
@@ -211,6 +222,7 @@ impl PgStore {
 /// the version read; first, in one statement, on the entity as this replica last saw it.
 async fn transition_on(
     client: &impl GenericClient,
+    prepared: Option<&Statements>,
     cache: &EntityCache,
     machine: &Machine,
     id: &EntityId,
@@ -228,24 +240,22 @@ async fn transition_on(
                 signed("version", entity.version)?,
                 signed("version", seen.version)?,
             );
-            let row = client
-                .query_typed_opt(
-                    "UPDATE idem_entities SET state = $4, version = $5, \
-                            updated_at = GREATEST(idem_now(), updated_at) \
-                      WHERE tenant = $1 AND kind = $2 AND id = $3 AND version = $6 AND state = $7 \
-                      RETURNING updated_at",
-                    &[
-                        (&key[0], Type::TEXT),
-                        (&key[1], Type::TEXT),
-                        (&key[2], Type::TEXT),
-                        (&entity.state, Type::TEXT),
-                        (&version, Type::INT8),
-                        (&was, Type::INT8),
-                        (&seen.state, Type::TEXT),
-                    ],
-                )
-                .await
-                .map_err(database("transition"))?;
+            let row = query_opt(
+                client,
+                prepared.map(|st| &st.entity_move),
+                ENTITY_MOVE,
+                &[
+                    &key[0],
+                    &key[1],
+                    &key[2],
+                    &entity.state,
+                    &version,
+                    &was,
+                    &seen.state,
+                ],
+            )
+            .await
+            .map_err(database("transition"))?;
             if let Some(row) = row {
                 let at: i64 = row.try_get(0).map_err(database("transition"))?;
                 let entity = Entity {
@@ -261,19 +271,17 @@ async fn transition_on(
     for _ in 0..MOVE_ATTEMPTS {
         // The time a move uses: the database's clock, never before the entity's last
         // move.
-        let row = client
-            .query_typed_one(
-                "SELECT GREATEST(idem_now(), e.updated_at), e.state, e.version, e.updated_at \
-                   FROM (SELECT 1) one LEFT JOIN idem_entities e \
-                     ON e.tenant = $1 AND e.kind = $2 AND e.id = $3",
-                &[
-                    (&key[0], Type::TEXT),
-                    (&key[1], Type::TEXT),
-                    (&key[2], Type::TEXT),
-                ],
-            )
-            .await
-            .map_err(database("transition"))?;
+        let row = query_opt(
+            client,
+            prepared.map(|st| &st.entity_read),
+            ENTITY_READ,
+            &[&key[0], &key[1], &key[2]],
+        )
+        .await
+        .map_err(database("transition"))?
+        .ok_or_else(|| Error::Corrupt {
+            detail: "the read of an entity returned no row".into(),
+        })?;
         let now: i64 = row.try_get(0).map_err(database("transition"))?;
         let now = Timestamp(u64::try_from(now).unwrap_or(0));
         let current = match row
@@ -292,41 +300,42 @@ async fn transition_on(
         };
         let version = signed("version", entity.version)?;
         let updated_at = signed("updated_at", entity.updated_at.0)?;
-        let written =
-            match &current {
-                None => client
-                    .execute_typed(
-                        "INSERT INTO idem_entities (tenant, kind, id, state, version, updated_at) \
-                         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-                        &[
-                            (&key[0], Type::TEXT),
-                            (&key[1], Type::TEXT),
-                            (&key[2], Type::TEXT),
-                            (&entity.state, Type::TEXT),
-                            (&version, Type::INT8),
-                            (&updated_at, Type::INT8),
-                        ],
-                    )
-                    .await,
-                Some(seen) => {
-                    let seen = signed("version", seen.version)?;
-                    client
-                        .execute_typed(
-                            "UPDATE idem_entities SET state = $4, version = $5, updated_at = $6 \
-                          WHERE tenant = $1 AND kind = $2 AND id = $3 AND version = $7",
-                            &[
-                                (&key[0], Type::TEXT),
-                                (&key[1], Type::TEXT),
-                                (&key[2], Type::TEXT),
-                                (&entity.state, Type::TEXT),
-                                (&version, Type::INT8),
-                                (&updated_at, Type::INT8),
-                                (&seen, Type::INT8),
-                            ],
-                        )
-                        .await
-                }
-            };
+        let written = match &current {
+            None => {
+                execute(
+                    client,
+                    prepared.map(|st| &st.entity_insert),
+                    ENTITY_INSERT,
+                    &[
+                        &key[0],
+                        &key[1],
+                        &key[2],
+                        &entity.state,
+                        &version,
+                        &updated_at,
+                    ],
+                )
+                .await
+            }
+            Some(seen) => {
+                let seen = signed("version", seen.version)?;
+                execute(
+                    client,
+                    prepared.map(|st| &st.entity_update),
+                    ENTITY_UPDATE,
+                    &[
+                        &key[0],
+                        &key[1],
+                        &key[2],
+                        &entity.state,
+                        &version,
+                        &updated_at,
+                        &seen,
+                    ],
+                )
+                .await
+            }
+        };
         if written.map_err(database("transition"))? == 1 {
             cache.keep(id, entity);
             return Ok(decision);
@@ -352,6 +361,40 @@ async fn entity_on(client: &impl GenericClient, id: &EntityId) -> Result<Option<
         .await
         .map_err(database("get_entity"))?;
     row.map(|row| entity_at(&row, 0, id)).transpose()
+}
+
+/// Runs `statement`: the one prepared on this connection, or `sql` sent typed (inside a
+/// caller's transaction, whose connection's statements are not at hand).
+async fn query_opt(
+    client: &impl GenericClient,
+    statement: Option<&Statement>,
+    (sql, types): (&str, &[Type]),
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Option<Row>, tokio_postgres::Error> {
+    match statement {
+        Some(statement) => client.query_opt(statement, params).await,
+        None => client.query_typed_opt(sql, &typed(params, types)).await,
+    }
+}
+
+/// As [`query_opt`], for a statement that returns no rows: the rows it changed.
+async fn execute(
+    client: &impl GenericClient,
+    statement: Option<&Statement>,
+    (sql, types): (&str, &[Type]),
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<u64, tokio_postgres::Error> {
+    match statement {
+        Some(statement) => client.execute(statement, params).await,
+        None => client.execute_typed(sql, &typed(params, types)).await,
+    }
+}
+
+fn typed<'a>(
+    params: &[&'a (dyn ToSql + Sync)],
+    types: &[Type],
+) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    params.iter().copied().zip(types.iter().cloned()).collect()
 }
 
 /// The entity in `row`'s columns from `first` on: state, version, updated_at.

@@ -29,7 +29,64 @@ pub(super) struct Statements {
     pub(super) delete: Statement,
     /// Records by filter, in key order: `(tenant, operation, key, record…)`.
     pub(super) list: Statement,
+    /// An entity and the time a move of it uses: `(time, state, version, updated_at)`.
+    pub(super) entity_read: Statement,
+    /// A move on the version a replica last saw: `(updated_at)`.
+    pub(super) entity_move: Statement,
+    /// A new entity: its first move.
+    pub(super) entity_insert: Statement,
+    /// A move on the version read.
+    pub(super) entity_update: Statement,
 }
+
+/// The SQL of the entity statements, with the types of their parameters: prepared on a
+/// connection, or sent typed inside a caller's transaction.
+pub(super) const ENTITY_READ: (&str, &[Type]) = (
+    "SELECT GREATEST(idem_now(), e.updated_at), e.state, e.version, e.updated_at \
+       FROM (SELECT 1) one LEFT JOIN idem_entities e \
+         ON e.tenant = $1 AND e.kind = $2 AND e.id = $3",
+    &[Type::TEXT, Type::TEXT, Type::TEXT],
+);
+pub(super) const ENTITY_MOVE: (&str, &[Type]) = (
+    "UPDATE idem_entities SET state = $4, version = $5, \
+            updated_at = GREATEST(idem_now(), updated_at) \
+      WHERE tenant = $1 AND kind = $2 AND id = $3 AND version = $6 AND state = $7 \
+      RETURNING updated_at",
+    &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::TEXT,
+    ],
+);
+pub(super) const ENTITY_INSERT: (&str, &[Type]) = (
+    "INSERT INTO idem_entities (tenant, kind, id, state, version, updated_at) \
+     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+    &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+    ],
+);
+pub(super) const ENTITY_UPDATE: (&str, &[Type]) = (
+    "UPDATE idem_entities SET state = $4, version = $5, updated_at = $6 \
+      WHERE tenant = $1 AND kind = $2 AND id = $3 AND version = $7",
+    &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::INT8,
+    ],
+);
 
 impl Statements {
     /// Prepares every statement on `client`.
@@ -142,6 +199,12 @@ impl Statements {
         let list = client
             .prepare_typed(&list, &[text.clone(), text, i2.clone(), i2, i8])
             .await?;
+        let entity =
+            |(sql, types): (&'static str, &'static [Type])| client.prepare_typed(sql, types);
+        let entity_read = entity(ENTITY_READ).await?;
+        let entity_move = entity(ENTITY_MOVE).await?;
+        let entity_insert = entity(ENTITY_INSERT).await?;
+        let entity_update = entity(ENTITY_UPDATE).await?;
         Ok(Statements {
             claim,
             read,
@@ -150,6 +213,10 @@ impl Statements {
             update,
             delete,
             list,
+            entity_read,
+            entity_move,
+            entity_insert,
+            entity_update,
         })
     }
 }
