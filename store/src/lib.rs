@@ -307,10 +307,12 @@
 //!                   lock.rs, wait.rs, clock.rs
 //! postgres/         the PostgreSQL engine (feature `postgres`), beside api/ and on the
 //!                   same seam: mod.rs (PgStore, its builder, connecting), receiver.rs
-//!                   (impl Receiver for PgStore), execute.rs (atomic execute),
-//!                   maintain.rs (list, stats, sweep, reconcile, export, import),
-//!                   cache.rs (a replica's replay cache), statements.rs, row.rs (a
-//!                   record as a row), pool.rs, schema.rs and schema.sql
+//!                   (impl Receiver for PgStore), steps.rs (the protocol's steps as
+//!                   statements), execute.rs (atomic execute), entity.rs (entities and
+//!                   claimed values), token.rs (one-time tokens), inbox.rs, maintain.rs
+//!                   (list, stats, sweep, reconcile), transfer.rs (export, import),
+//!                   cache.rs (a replica's replay and entity caches), statements.rs,
+//!                   row.rs (a record as a row), pool.rs, schema.rs and schema.sql
 //! error.rs          the error of each operation, and of a JSON view; used by every layer
 //! ```
 

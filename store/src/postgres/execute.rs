@@ -13,8 +13,8 @@ use tokio_postgres::error::SqlState;
 
 use super::PgStore;
 use super::pool::Connection;
-use super::receiver::{database, expect_written};
 use super::row::{record_at, signed, time_at};
+use super::steps::{database, expect_written};
 use crate::error::{Error, ExecuteError};
 use crate::protocol::execute::Executed;
 
@@ -223,7 +223,7 @@ impl PgStore {
             })),
             Err(e) => {
                 let e = database("execute")(e);
-                if !super::receiver::ambiguous(&e) {
+                if !super::steps::ambiguous(&e) {
                     return Tried::Done(Err(e.into()));
                 }
                 // The connection broke during the commit: the record tells.

@@ -46,7 +46,9 @@ mod receiver;
 mod row;
 mod schema;
 mod statements;
+mod steps;
 mod token;
+mod transfer;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,8 +13,8 @@ use tokio_postgres::{GenericClient, Row, Transaction};
 
 use super::PgStore;
 use super::execute::Work;
-use super::receiver::database;
 use super::row::{columns, record_at, signed};
+use super::steps::database;
 use crate::error::{Error, ExecuteError};
 use crate::operator::maintain::SweepReport;
 use crate::protocol::execute::Executed;
