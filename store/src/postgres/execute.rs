@@ -181,6 +181,14 @@ impl PgStore {
                     }
                     Ok(Existing::Claimed(pending)) => (now, pending),
                     Ok(Existing::Changed) => return Tried::Again,
+                    // Its write waited past the lock timeout on a row another
+                    // transaction holds: in progress, as a claim would be.
+                    Err(Error::Database { source, .. })
+                        if source.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) =>
+                    {
+                        drop(txn);
+                        return Tried::Done(self.held_by_an_open_execute(client).await);
+                    }
                     Err(e) => return Tried::Done(Err(e.into())),
                 }
             }
@@ -189,6 +197,11 @@ impl PgStore {
             Err(e) => return Tried::Done(Err(e.into())),
         };
         let generation = pending.generation;
+        // The lock timeout was for the claim; the work's own writes wait as the
+        // session's other statements do.
+        if let Err(e) = txn.batch_execute("SET LOCAL lock_timeout TO DEFAULT").await {
+            return Tried::Done(Err(db(e)));
+        }
         let Some(work) = work.take() else {
             // Reached only once: every earlier try returned before the work.
             return Tried::Done(Err(ExecuteError::Store(Error::Contended { attempts: 1 })));

@@ -69,7 +69,7 @@ impl PgStore {
     pub(super) async fn stats_now(&self) -> Result<Stats, MaintainError> {
         let mut connection = self.connection("stats").await?;
         // Counting reads the whole table: on a large one it may take longer than a
-        // protocol statement is allowed to.
+        // protocol statement is allowed to, though not forever.
         let txn = connection
             .client
             .build_transaction()
@@ -77,7 +77,7 @@ impl PgStore {
             .start()
             .await
             .map_err(database("stats"))?;
-        txn.batch_execute("SET LOCAL statement_timeout = 0")
+        txn.batch_execute("SET LOCAL statement_timeout = '5min'")
             .await
             .map_err(database("stats"))?;
         let row = txn

@@ -20,6 +20,42 @@ use crate::operator::transfer::Transferred;
 use crate::protocol::reconcile::{Check, ReconcileError, ReconcileReport};
 use crate::receiver::{GiveUp, Receiver};
 
+/// A claim on its way to a caller that may be gone: dropped with its generation still
+/// in it, it releases the claim in the background.
+struct Unreceived {
+    store: PgStore,
+    id: RecordId,
+    generation: Option<Generation>,
+}
+
+impl Drop for Unreceived {
+    fn drop(&mut self) {
+        if let Some(generation) = self.generation.take() {
+            self.store
+                .give_up(&self.id, generation, GiveUp::Release, Timestamp(0));
+        }
+    }
+}
+
+impl PgStore {
+    /// A begin's statements: a claim, or the core's answer on the record in the way.
+    async fn claim_or_answer(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+    ) -> Result<Decision, Error> {
+        for _ in 0..BEGIN_ATTEMPTS {
+            let connection = self.connection("begin").await?;
+            if let Some(decision) = self.begin_once(&connection, id, fingerprint).await? {
+                return Ok(decision);
+            }
+        }
+        Err(Error::Contended {
+            attempts: BEGIN_ATTEMPTS,
+        })
+    }
+}
+
 impl Receiver for PgStore {
     fn config(&self) -> &Config {
         &self.inner.config
@@ -30,6 +66,10 @@ impl Receiver for PgStore {
     }
 
     /// Claims or answers on the database's clock; `now` is not used.
+    ///
+    /// The statements run in a task of their own, and the answer comes back with a guard:
+    /// when this future is dropped before it took a claim's answer (the HTTP client hung
+    /// up), the guard gives the claim back, so a retry claims the key again.
     async fn begin(
         &self,
         id: &RecordId,
@@ -39,15 +79,32 @@ impl Receiver for PgStore {
         if let Some(decision) = self.inner.cache.answer(id, fingerprint, &self.inner.config) {
             return Ok(decision);
         }
-        for _ in 0..BEGIN_ATTEMPTS {
-            let connection = self.connection("begin").await?;
-            if let Some(decision) = self.begin_once(&connection, id, fingerprint).await? {
-                return Ok(decision);
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let (store, key) = (self.clone(), id.clone());
+        self.inner.runtime.spawn(async move {
+            let decided = store.claim_or_answer(&key, fingerprint).await;
+            let generation = match &decided {
+                Ok(Decision::Claimed { generation, .. }) => Some(*generation),
+                _ => None,
+            };
+            let guard = Unreceived {
+                store,
+                id: key,
+                generation,
+            };
+            // Refused when the caller is gone: the guard, dropped with the answer,
+            // gives the claim back.
+            let _ = answer.send((decided, guard));
+        });
+        match answered.await {
+            Ok((decided, mut guard)) => {
+                guard.generation = None;
+                decided
             }
+            Err(_) => Err(Error::Corrupt {
+                detail: "the task of a begin ended without an answer".into(),
+            }),
         }
-        Err(Error::Contended {
-            attempts: BEGIN_ATTEMPTS,
-        })
     }
 
     async fn heartbeat(

@@ -431,3 +431,48 @@ async fn a_statement_past_its_timeout_fails_and_writes_nothing() {
         Decision::Claimed { .. }
     ));
 }
+
+/// A begin whose future is dropped before its answer is taken (an HTTP client that hung
+/// up) gives its claim back: no key stays claimed by nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_begin_dropped_before_its_answer_gives_its_claim_back() {
+    let server = Server::start();
+    let store = store(&server, Config::default(), 4).await;
+    let (mut dropped, mut received) = (0, 0);
+    for n in 0..100u64 {
+        let key = id(&format!("dropped-{n}"));
+        // Dropped after a few hundred microseconds at most: before the claim was sent,
+        // while it ran, or after it committed.
+        let waited = tokio::time::timeout(
+            std::time::Duration::from_micros((n * 37) % 1_500),
+            store.begin(&key, fp("a"), Timestamp(0)),
+        )
+        .await;
+        match waited {
+            Ok(Ok(Decision::Claimed { generation, .. })) => {
+                received += 1;
+                store.release(&key, generation, Timestamp(0)).await.unwrap();
+            }
+            Ok(other) => panic!("{key}: {other:?}"),
+            Err(_) => dropped += 1,
+        }
+    }
+    println!("{dropped} begins dropped, {received} answered");
+    assert!(dropped > 0, "no begin was dropped: the run shows nothing");
+    // The claims nobody received are released in the background.
+    let started = std::time::Instant::now();
+    loop {
+        let left = store.list(&ListFilter::default()).await.unwrap();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "claims nobody received are still there: {:?}",
+            left.iter()
+                .map(|(id, r)| (id.key().to_owned(), r.state()))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
