@@ -166,6 +166,12 @@ impl PgStore {
             .transaction()
             .await
             .map_err(database("import"))?;
+        // Claims wait for the import: a claim's statement takes its lock on the records'
+        // table before it draws a generation, so none is drawn between the read of the
+        // sequence and its raise below, and none can be handed out twice.
+        txn.batch_execute("LOCK TABLE idem_records IN SHARE ROW EXCLUSIVE MODE")
+            .await
+            .map_err(database("import"))?;
         let insert = format!(
             "INSERT INTO idem_records (tenant, operation, key, {}) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
@@ -257,7 +263,8 @@ impl PgStore {
         }
         let transferred = lines.finish()?;
         // Raised before the commit: a raise that outlives a rolled-back import only
-        // leaves a gap, and no generation imported is ever handed out again.
+        // leaves a gap, and no generation imported is ever handed out again. No claim
+        // draws one meanwhile: they wait on the lock taken above.
         let highest = super::row::signed("generation", highest.0)?;
         if highest > 0 {
             txn.execute(
