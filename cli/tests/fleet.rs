@@ -1,6 +1,7 @@
 //! A fleet of `idem proxy` replicas on one PostgreSQL database: retries that land on any
-//! replica, a replica SIGKILLed mid-run and restarted, and a database that goes away and
-//! comes back. Every server here is a throwaway one of the test's own.
+//! replica, a replica SIGKILLed mid-run and restarted, a database that goes away and
+//! comes back, and a failover to a synchronous standby. Every server here is a throwaway
+//! one of the test's own.
 
 mod common;
 
