@@ -31,11 +31,6 @@ pub(crate) enum Engine {
 }
 
 impl Engine {
-    /// Runs `call` on the database's runtime.
-    fn block<T>(runtime: &tokio::runtime::Runtime, call: impl Future<Output = T>) -> T {
-        runtime.block_on(call)
-    }
-
     pub(crate) fn begin(
         &self,
         id: &RecordId,
@@ -45,7 +40,7 @@ impl Engine {
         match self {
             Engine::File(store) => store.begin(id, fingerprint, now),
             Engine::Postgres { store, runtime } => {
-                Engine::block(runtime, Receiver::begin(store, id, fingerprint, now))
+                runtime.block_on(Receiver::begin(store, id, fingerprint, now))
             }
         }
     }
@@ -60,10 +55,9 @@ impl Engine {
     ) -> Result<Record, Error> {
         match self {
             Engine::File(store) => store.complete(id, generation, verdict, outcome, now),
-            Engine::Postgres { store, runtime } => Engine::block(
-                runtime,
-                Receiver::complete(store, id, generation, verdict, outcome, now),
-            ),
+            Engine::Postgres { store, runtime } => runtime.block_on(Receiver::complete(
+                store, id, generation, verdict, outcome, now,
+            )),
         }
     }
 
@@ -76,7 +70,7 @@ impl Engine {
         match self {
             Engine::File(store) => store.release(id, generation, now),
             Engine::Postgres { store, runtime } => {
-                Engine::block(runtime, Receiver::release(store, id, generation, now))
+                runtime.block_on(Receiver::release(store, id, generation, now))
             }
         }
     }
@@ -90,7 +84,7 @@ impl Engine {
         match self {
             Engine::File(store) => store.heartbeat(id, generation, now),
             Engine::Postgres { store, runtime } => {
-                Engine::block(runtime, Receiver::heartbeat(store, id, generation, now))
+                runtime.block_on(Receiver::heartbeat(store, id, generation, now))
             }
         }
     }
@@ -104,7 +98,7 @@ impl Engine {
         match self {
             Engine::File(store) => store.mark_unknown(id, generation, now),
             Engine::Postgres { store, runtime } => {
-                Engine::block(runtime, Receiver::mark_unknown(store, id, generation, now))
+                runtime.block_on(Receiver::mark_unknown(store, id, generation, now))
             }
         }
     }
@@ -118,7 +112,7 @@ impl Engine {
         match self {
             Engine::File(store) => store.resolve(id, resolution, now),
             Engine::Postgres { store, runtime } => {
-                Engine::block(runtime, Receiver::resolve(store, id, resolution, now))
+                runtime.block_on(Receiver::resolve(store, id, resolution, now))
             }
         }
     }
@@ -126,7 +120,7 @@ impl Engine {
     pub(crate) fn get(&self, id: &RecordId) -> Result<Option<Record>, Error> {
         match self {
             Engine::File(store) => store.get(id),
-            Engine::Postgres { store, runtime } => Engine::block(runtime, Receiver::get(store, id)),
+            Engine::Postgres { store, runtime } => runtime.block_on(Receiver::get(store, id)),
         }
     }
 
@@ -138,7 +132,7 @@ impl Engine {
         match self {
             Engine::File(store) => store.list(filter, visit),
             Engine::Postgres { store, runtime } => {
-                for (id, record) in Engine::block(runtime, Receiver::list(store, filter))? {
+                for (id, record) in runtime.block_on(Receiver::list(store, filter))? {
                     if visit(id, record).is_break() {
                         break;
                     }
@@ -151,9 +145,7 @@ impl Engine {
     pub(crate) fn stats(&self, now: Timestamp) -> Result<Stats, MaintainError> {
         match self {
             Engine::File(store) => store.stats(now),
-            Engine::Postgres { store, runtime } => {
-                Engine::block(runtime, Receiver::stats(store, now))
-            }
+            Engine::Postgres { store, runtime } => runtime.block_on(Receiver::stats(store, now)),
         }
     }
 
@@ -166,7 +158,7 @@ impl Engine {
         match self {
             Engine::File(store) => store.sweep(now, limit, dry_run),
             Engine::Postgres { store, runtime } => {
-                Engine::block(runtime, Receiver::sweep(store, now, limit, dry_run))
+                runtime.block_on(Receiver::sweep(store, now, limit, dry_run))
             }
         }
     }
@@ -177,9 +169,7 @@ impl Engine {
     ) -> Result<idem_store::maintain::Transferred, MaintainError> {
         match self {
             Engine::File(store) => store.export(out),
-            Engine::Postgres { store, runtime } => {
-                Engine::block(runtime, Receiver::export(store, out))
-            }
+            Engine::Postgres { store, runtime } => runtime.block_on(Receiver::export(store, out)),
         }
     }
 
@@ -189,9 +179,7 @@ impl Engine {
     ) -> Result<idem_store::maintain::Transferred, ImportError> {
         match self {
             Engine::File(store) => store.import(input),
-            Engine::Postgres { store, runtime } => {
-                Engine::block(runtime, Receiver::import(store, input))
-            }
+            Engine::Postgres { store, runtime } => runtime.block_on(Receiver::import(store, input)),
         }
     }
 
@@ -199,7 +187,7 @@ impl Engine {
         match self {
             Engine::File(store) => store.recover_abandoned(now),
             Engine::Postgres { store, runtime } => {
-                Engine::block(runtime, store.recover_abandoned(RECOVER_LIMIT))
+                runtime.block_on(store.recover_abandoned(RECOVER_LIMIT))
             }
         }
     }
@@ -215,7 +203,7 @@ impl Engine {
         match self {
             Engine::File(store) => store.transition(machine, id, to, expected_version, now),
             Engine::Postgres { store, runtime } => {
-                Engine::block(runtime, store.transition(machine, id, to, expected_version))
+                runtime.block_on(store.transition(machine, id, to, expected_version))
             }
         }
     }
@@ -223,7 +211,7 @@ impl Engine {
     pub(crate) fn get_entity(&self, id: &EntityId) -> Result<Option<Entity>, Error> {
         match self {
             Engine::File(store) => store.get_entity(id),
-            Engine::Postgres { store, runtime } => Engine::block(runtime, store.get_entity(id)),
+            Engine::Postgres { store, runtime } => runtime.block_on(store.get_entity(id)),
         }
     }
 
@@ -236,7 +224,7 @@ impl Engine {
         match self {
             Engine::File(store) => store.list_entities(kind, state, limit),
             Engine::Postgres { store, runtime } => {
-                Engine::block(runtime, store.list_entities(kind, state, limit))
+                runtime.block_on(store.list_entities(kind, state, limit))
             }
         }
     }
@@ -254,10 +242,9 @@ impl Engine {
             Engine::File(store) => {
                 store.issue_token(tenant, operation, ttl_ms, intent, random, now)
             }
-            Engine::Postgres { store, runtime } => Engine::block(
-                runtime,
-                store.issue_token(tenant, operation, ttl_ms, intent, random),
-            ),
+            Engine::Postgres { store, runtime } => {
+                runtime.block_on(store.issue_token(tenant, operation, ttl_ms, intent, random))
+            }
         }
     }
 
@@ -269,25 +256,21 @@ impl Engine {
     ) -> Result<Consumed<Decision>, Error> {
         match self {
             Engine::File(store) => store.consume(id, fingerprint, now),
-            Engine::Postgres { store, runtime } => {
-                Engine::block(runtime, store.consume(id, fingerprint))
-            }
+            Engine::Postgres { store, runtime } => runtime.block_on(store.consume(id, fingerprint)),
         }
     }
 
     pub(crate) fn get_token(&self, id: &RecordId) -> Result<Option<IssuedToken>, Error> {
         match self {
             Engine::File(store) => store.get_token(id),
-            Engine::Postgres { store, runtime } => Engine::block(runtime, store.get_token(id)),
+            Engine::Postgres { store, runtime } => runtime.block_on(store.get_token(id)),
         }
     }
 
     pub(crate) fn sweep_tokens(&self, now: Timestamp, limit: usize) -> Result<SweepReport, Error> {
         match self {
             Engine::File(store) => store.sweep_tokens(now, limit),
-            Engine::Postgres { store, runtime } => {
-                Engine::block(runtime, store.sweep_tokens(limit))
-            }
+            Engine::Postgres { store, runtime } => runtime.block_on(store.sweep_tokens(limit)),
         }
     }
 
@@ -303,7 +286,7 @@ impl Engine {
         match self {
             Engine::File(store) => store.reconcile(now, limit, checker),
             Engine::Postgres { store, runtime } => {
-                Engine::block(runtime, Receiver::reconcile(store, now, limit, checker))
+                runtime.block_on(Receiver::reconcile(store, now, limit, checker))
             }
         }
     }

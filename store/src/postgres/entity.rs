@@ -126,20 +126,7 @@ impl PgStore {
             )
             .await
             .map_err(database("list_entities"))?;
-        rows.iter()
-            .map(|row| {
-                let part = |i| {
-                    row.try_get::<_, String>(i)
-                        .map_err(database("list_entities"))
-                };
-                let id =
-                    EntityId::new(&part(0)?, &part(1)?, &part(2)?).map_err(|e| Error::Corrupt {
-                        detail: format!("idem_entities: {e}"),
-                    })?;
-                let entity = entity_at(row, 3, &id)?;
-                Ok((id, entity))
-            })
-            .collect()
+        rows.iter().map(entity_row).collect()
     }
 
     /// Claims the business value `value` (a receipt number, an order number) in `scope`
@@ -347,7 +334,10 @@ async fn transition_on(
     })
 }
 
-async fn entity_on(client: &impl GenericClient, id: &EntityId) -> Result<Option<Entity>, Error> {
+pub(super) async fn entity_on(
+    client: &impl GenericClient,
+    id: &EntityId,
+) -> Result<Option<Entity>, Error> {
     let row = client
         .query_typed_opt(
             "SELECT state, version, updated_at FROM idem_entities \
@@ -395,6 +385,21 @@ fn typed<'a>(
     types: &[Type],
 ) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
     params.iter().copied().zip(types.iter().cloned()).collect()
+}
+
+/// The entity of a whole `idem_entities` row: tenant, kind, id, state, version,
+/// updated_at.
+pub(super) fn entity_row(row: &Row) -> Result<(EntityId, Entity), Error> {
+    let part = |i| {
+        row.try_get::<_, String>(i).map_err(|e| Error::Corrupt {
+            detail: format!("idem_entities: column {i}: {e}"),
+        })
+    };
+    let id = EntityId::new(&part(0)?, &part(1)?, &part(2)?).map_err(|e| Error::Corrupt {
+        detail: format!("idem_entities: {e}"),
+    })?;
+    let entity = entity_at(row, 3, &id)?;
+    Ok((id, entity))
 }
 
 /// The entity in `row`'s columns from `first` on: state, version, updated_at.
@@ -452,7 +457,7 @@ async fn claim_on(
     })
 }
 
-async fn holder_on(
+pub(super) async fn holder_on(
     client: &impl GenericClient,
     tenant: &str,
     scope: &str,

@@ -320,7 +320,7 @@ async fn db_now(client: &impl GenericClient, operation: &'static str) -> Result<
     Ok(Timestamp(u64::try_from(now).unwrap_or(0)))
 }
 
-async fn entry_on(
+pub(super) async fn entry_on(
     client: &impl GenericClient,
     id: &RecordId,
 ) -> Result<Option<IssuedToken>, Error> {
@@ -339,7 +339,7 @@ async fn entry_on(
     row.map(|row| entry_at(&row, 0)).transpose()
 }
 
-fn entry_at(row: &Row, first: usize) -> Result<IssuedToken, Error> {
+pub(super) fn entry_at(row: &Row, first: usize) -> Result<IssuedToken, Error> {
     let time = |i: usize| -> Result<Timestamp, Error> {
         let value: i64 = row.try_get(first + i).map_err(database("get_token"))?;
         Ok(Timestamp(u64::try_from(value).unwrap_or(0)))

@@ -8,8 +8,10 @@ use idem_core::{Entity, Generation, IssuedToken, RecordId, Timestamp, Token};
 use tokio_postgres::IsolationLevel;
 
 use super::PgStore;
+use super::entity::{entity_on, entity_row, holder_on};
 use super::row::{Columns, columns, id_at, record_at, signed};
 use super::steps::database;
+use super::token::{entry_at, entry_on};
 use crate::error::{Error, ImportError, MaintainError};
 use crate::operator::transfer::{Line, Lines, Transferred, write_header, write_line};
 use crate::operator::view::RecordView;
@@ -102,7 +104,7 @@ impl PgStore {
             .await
             .map_err(database("export"))?;
         for row in &entities {
-            let (id, entity) = entity_line(row)?;
+            let (id, entity) = entity_row(row)?;
             write_line(
                 &mut out,
                 &BusinessLine::Entity(EntityView::new(&id, &entity)),
@@ -129,21 +131,8 @@ impl PgStore {
             .await
             .map_err(database("export"))?;
         for row in &tokens {
-            let text = |i| row.try_get::<_, String>(i).map_err(database("export"));
-            let id =
-                RecordId::new(&text(0)?, &text(1)?, &text(2)?).map_err(|e| Error::Corrupt {
-                    detail: format!("idem_tokens: {e}"),
-                })?;
-            let time = |i| -> Result<Timestamp, Error> {
-                let value: i64 = row.try_get(i).map_err(database("export"))?;
-                Ok(Timestamp(u64::try_from(value).unwrap_or(0)))
-            };
-            let entry = IssuedToken {
-                issued_at: time(3)?,
-                expires_at: time(4)?,
-                intent_id: row.try_get(5).map_err(database("export"))?,
-            };
-            write_line(&mut out, &TokenLine::new(&id, &entry))?;
+            let id = id_at(row, 0)?;
+            write_line(&mut out, &TokenLine::new(&id, &entry_at(row, 3)?))?;
         }
         out.flush().map_err(MaintainError::Export)?;
         txn.commit().await.map_err(database("export"))?;
@@ -265,7 +254,7 @@ impl PgStore {
         // Raised before the commit: a raise that outlives a rolled-back import only
         // leaves a gap, and no generation imported is ever handed out again. No claim
         // draws one meanwhile: they wait on the lock taken above.
-        let highest = super::row::signed("generation", highest.0)?;
+        let highest = signed("generation", highest.0)?;
         if highest > 0 {
             txn.execute(
                 "SELECT setval('idem_generation', GREATEST($1, \
@@ -275,7 +264,7 @@ impl PgStore {
             .await
             .map_err(database("import"))?;
         }
-        let floor = super::row::signed("clock_floor", floor.0)?;
+        let floor = signed("clock_floor", floor.0)?;
         txn.execute(
             "INSERT INTO idem_meta (name, value) VALUES ('clock_floor', $1) \
              ON CONFLICT (name) DO UPDATE SET value = GREATEST(idem_meta.value, EXCLUDED.value)",
@@ -286,26 +275,6 @@ impl PgStore {
         txn.commit().await.map_err(database("import"))?;
         Ok(transferred)
     }
-}
-
-/// The entity of an `idem_entities` row (tenant, kind, id, state, version, updated_at).
-fn entity_line(row: &tokio_postgres::Row) -> Result<(EntityId, Entity), Error> {
-    let text = |i| row.try_get::<_, String>(i).map_err(database("export"));
-    let number = |i| -> Result<u64, Error> {
-        let value: i64 = row.try_get(i).map_err(database("export"))?;
-        u64::try_from(value).map_err(|_| Error::Corrupt {
-            detail: format!("idem_entities: a negative number {value}"),
-        })
-    };
-    let id = EntityId::new(&text(0)?, &text(1)?, &text(2)?).map_err(|e| Error::Corrupt {
-        detail: format!("idem_entities: {e}"),
-    })?;
-    let entity = Entity {
-        state: text(3)?,
-        version: number(4)?,
-        updated_at: Timestamp(number(5)?),
-    };
-    Ok((id, entity))
 }
 
 /// Writes an imported entity: `Ok(Err(message))` when the database holds a different one.
@@ -334,15 +303,7 @@ async fn import_entity(
     if inserted == 1 {
         return Ok(Ok(()));
     }
-    let row = txn
-        .query_one(
-            "SELECT tenant, kind, id, state, version, updated_at FROM idem_entities \
-              WHERE tenant = $1 AND kind = $2 AND id = $3",
-            &[&id.tenant(), &id.kind(), &id.id()],
-        )
-        .await
-        .map_err(database("import"))?;
-    Ok(if entity_line(&row)?.1 == *entity {
+    Ok(if entity_on(txn, id).await?.as_ref() == Some(entity) {
         Ok(())
     } else {
         Err(format!(
@@ -379,21 +340,7 @@ async fn import_token(
         .await
         .map_err(database("import"))?;
     if inserted == 0 {
-        let row = txn
-            .query_one(
-                "SELECT issued_at, expires_at, intent_id FROM idem_tokens \
-                  WHERE tenant = $1 AND operation = $2 AND token = $3",
-                &[&tenant, &operation, &token.as_str()],
-            )
-            .await
-            .map_err(database("import"))?;
-        let same = row.try_get::<_, i64>(0).map_err(database("import"))? == issued_at
-            && row.try_get::<_, i64>(1).map_err(database("import"))? == expires_at
-            && row
-                .try_get::<_, Option<String>>(2)
-                .map_err(database("import"))?
-                == entry.intent_id;
-        return Ok(if same {
+        return Ok(if entry_on(txn, id).await?.as_ref() == Some(entry) {
             Ok(())
         } else {
             Err(format!(
@@ -407,12 +354,9 @@ async fn import_token(
             "INSERT INTO idem_token_intents (tenant, operation, intent_id, token) \
              VALUES ($1, $2, $3, $4) \
              ON CONFLICT (tenant, operation, intent_id) DO UPDATE SET token = EXCLUDED.token \
-             WHERE (SELECT t.issued_at FROM idem_tokens t \
-                     WHERE t.tenant = EXCLUDED.tenant AND t.operation = EXCLUDED.operation \
-                       AND t.token = idem_token_intents.token) IS NOT DISTINCT FROM NULL \
-                OR (SELECT t.issued_at FROM idem_tokens t \
-                     WHERE t.tenant = EXCLUDED.tenant AND t.operation = EXCLUDED.operation \
-                       AND t.token = idem_token_intents.token) <= $5",
+             WHERE COALESCE((SELECT t.issued_at FROM idem_tokens t \
+                              WHERE t.tenant = EXCLUDED.tenant AND t.operation = EXCLUDED.operation \
+                                AND t.token = idem_token_intents.token), $5) <= $5",
             &[&tenant, &operation, intent_id, &token.as_str(), &issued_at],
         )
         .await
@@ -437,19 +381,13 @@ async fn import_unique(
     if inserted == 1 {
         return Ok(Ok(()));
     }
-    let row = txn
-        .query_one(
-            "SELECT holder FROM idem_unique WHERE tenant = $1 AND scope = $2 AND value = $3",
-            &[&tenant, &scope, &value],
-        )
-        .await
-        .map_err(database("import"))?;
-    let existing: String = row.try_get(0).map_err(database("import"))?;
-    Ok(if existing == holder {
-        Ok(())
-    } else {
-        Err(format!(
-            "unique {tenant}/{scope}/{value}: the database already holds it for another holder"
-        ))
-    })
+    Ok(
+        if holder_on(txn, tenant, scope, value).await?.as_deref() == Some(holder) {
+            Ok(())
+        } else {
+            Err(format!(
+                "unique {tenant}/{scope}/{value}: the database already holds it for another holder"
+            ))
+        },
+    )
 }

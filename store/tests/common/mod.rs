@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use std::collections::BTreeMap;
 
 pub mod disk;
+pub mod machines;
 pub mod workload;
 
 use idem_core::{Fingerprint, RecordId};

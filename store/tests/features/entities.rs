@@ -5,25 +5,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::common::machines::{machine, orders};
 use crate::common::{T0, fp, id};
-use idem_core::machine::{EntityDecision, Machine, MachineSpec};
+use idem_core::machine::EntityDecision;
 use idem_core::{Outcome, Timestamp, Verdict};
 use idem_store::entity::EntityId;
 use idem_store::entity::Uniqueness;
 use idem_store::redb::{ConcurrencyMode, Durability, TableDefinition, WriteTransaction};
 use idem_store::{ExecuteError, Executed, Store};
-
-fn machine(states: &[&str], moves: &[(&str, &str)]) -> Machine {
-    Machine::new(MachineSpec {
-        states: states.iter().map(|s| s.to_string()).collect(),
-        initial: states[0].to_string(),
-        moves: moves
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect(),
-    })
-    .unwrap()
-}
 
 fn fast_store(dir: &tempfile::TempDir) -> Store {
     Store::builder()
@@ -31,24 +20,6 @@ fn fast_store(dir: &tempfile::TempDir) -> Store {
         .concurrency(ConcurrencyMode::ExclusiveWriter)
         .open(dir.path().join("idem.redb"))
         .unwrap()
-}
-
-/// Every distinct order of a multiset of events.
-fn orders(events: &mut Vec<&'static str>, at: usize, out: &mut Vec<Vec<&'static str>>) {
-    if at == events.len() {
-        out.push(events.clone());
-        return;
-    }
-    let mut seen = Vec::new();
-    for i in at..events.len() {
-        if seen.contains(&events[i]) {
-            continue;
-        }
-        seen.push(events[i]);
-        events.swap(at, i);
-        orders(events, at + 1, out);
-        events.swap(at, i);
-    }
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use idem_core::machine::{EntityDecision, Machine, MachineSpec};
+use idem_core::machine::EntityDecision;
 use idem_core::protocol::Decision;
 use idem_core::{Outcome, Timestamp, Verdict};
 use idem_store::entity::{EntityId, Uniqueness};
@@ -13,51 +13,8 @@ use idem_store::postgres::tokio_postgres::Transaction;
 use idem_store::postgres::{ConnectError, PgStore};
 use idem_store::{ExecuteError, Executed, Receiver};
 
-use super::{Server, client, client_of, fp, id, url_of};
-
-fn machine(states: &[&str], moves: &[(&str, &str)]) -> Machine {
-    Machine::new(MachineSpec {
-        states: states.iter().map(|s| s.to_string()).collect(),
-        initial: states[0].to_string(),
-        moves: moves
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect(),
-    })
-    .unwrap()
-}
-
-async fn replicas(server: &Server, n: usize, pool: usize) -> Vec<PgStore> {
-    let mut stores = Vec::new();
-    for _ in 0..n {
-        stores.push(
-            PgStore::builder()
-                .pool_size(pool)
-                .connect(&server.url())
-                .await
-                .unwrap(),
-        );
-    }
-    stores
-}
-
-/// Every distinct order of a multiset of events.
-fn orders(events: &mut Vec<&'static str>, at: usize, out: &mut Vec<Vec<&'static str>>) {
-    if at == events.len() {
-        out.push(events.clone());
-        return;
-    }
-    let mut seen = Vec::new();
-    for i in at..events.len() {
-        if seen.contains(&events[i]) {
-            continue;
-        }
-        seen.push(events[i]);
-        events.swap(at, i);
-        orders(events, at + 1, out);
-        events.swap(at, i);
-    }
-}
+use super::machines::{machine, orders};
+use super::{Server, client, client_of, fp, id, replicas, url_of};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callbacks_in_every_order_on_random_replicas_end_in_one_state_and_run_once() {

@@ -4,6 +4,9 @@
 #[path = "../common/postgres.rs"]
 mod server;
 
+#[path = "../common/machines.rs"]
+mod machines;
+
 #[cfg(feature = "http")]
 #[allow(dead_code, unreachable_pub)] // its `main` is the example's own entry point
 #[path = "../../examples/axum.rs"]
@@ -44,6 +47,22 @@ pub async fn store(server: &Server, config: Config, pool: usize) -> PgStore {
         .connect(&server.url())
         .await
         .unwrap()
+}
+
+/// `n` stores on `server`'s database, as replicas of a fleet, each with `pool`
+/// connections.
+pub async fn replicas(server: &Server, n: usize, pool: usize) -> Vec<PgStore> {
+    let mut stores = Vec::new();
+    for _ in 0..n {
+        stores.push(
+            PgStore::builder()
+                .pool_size(pool)
+                .connect(&server.url())
+                .await
+                .unwrap(),
+        );
+    }
+    stores
 }
 
 /// A plain client of `server`, for what a test reads or crafts behind the engine.

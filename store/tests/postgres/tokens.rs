@@ -6,27 +6,12 @@ use std::sync::Arc;
 
 use idem_core::protocol::Decision;
 use idem_core::{Outcome, RecordId, Verdict};
-use idem_store::postgres::PgStore;
 use idem_store::postgres::tokio_postgres::Transaction;
 use idem_store::token::{Consumed, Issue, TokenRefusal};
 use idem_store::{ExecuteError, Executed};
 use tokio::sync::Barrier;
 
-use super::{Server, client, fp};
-
-async fn replicas(server: &Server, n: usize, pool: usize) -> Vec<PgStore> {
-    let mut stores = Vec::new();
-    for _ in 0..n {
-        stores.push(
-            PgStore::builder()
-                .pool_size(pool)
-                .connect(&server.url())
-                .await
-                .unwrap(),
-        );
-    }
-    stores
-}
+use super::{Server, client, fp, replicas};
 
 fn random(n: u8) -> [u8; 16] {
     [n; 16]
