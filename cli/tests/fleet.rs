@@ -232,8 +232,8 @@ fn a_database_that_goes_away_is_a_503_and_the_pool_recovers_without_a_restart() 
 
     // Every connection of the proxy terminated by the server: a request may meet a
     // broken one (503, nothing ran), and the next ones are served.
-    assert!(run_sql(
-        &server,
+    assert!(common::run_sql(
+        &server.url(),
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
           WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'"
     ));
@@ -251,21 +251,6 @@ fn a_database_that_goes_away_is_a_503_and_the_pool_recovers_without_a_restart() 
     assert_eq!(upstream.executions("\"k-3\""), 1);
 }
 
-/// Runs `sql` on `server` as its superuser; true when it ran.
-fn run_sql(server: &Server, sql: &str) -> bool {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
-        client.batch_execute(sql).await.is_ok()
-    })
-}
-
 #[test]
 fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_outcome_and_runs_nothing_twice() {
     const KEYS: usize = 150;
@@ -275,8 +260,8 @@ fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_outcome_and_runs_no
     let standby = Server::standby_of(&primary, "standby1");
     // Commits on the primary wait for the standby's flush from here on.
     let mut waited = 0;
-    while !run_sql(
-        &primary,
+    while !common::run_sql(
+        &primary.url(),
         "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_stat_replication \
            WHERE application_name = 'standby1' AND sync_state = 'sync') \
            THEN RAISE EXCEPTION 'not yet'; END IF; END $$",

@@ -204,20 +204,10 @@ fn a_newer_schema_is_refused_naming_both_versions() {
     let server = Server::start();
     let idem = on(&server, "postgres");
     idem.run(&["begin", "t", "o", "k"]).code(0);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
-        client
-            .batch_execute("UPDATE idem_meta SET value = 7 WHERE name = 'schema_version'")
-            .await
-            .unwrap();
-    });
+    assert!(common::run_sql(
+        &server.url(),
+        "UPDATE idem_meta SET value = 7 WHERE name = 'schema_version'"
+    ));
     idem.run(&["get", "t", "o", "k"]).code(1).one_error_line(&[
         "schema is version 7",
         "at most 2",

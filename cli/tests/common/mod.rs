@@ -168,3 +168,18 @@ pub(crate) fn claim(idem: &Idem, now: u64, key: &str) -> u64 {
     assert_eq!(json["decision"], "claimed", "{json}");
     json["generation"].as_u64().expect("generation")
 }
+
+/// Runs `sql` on the PostgreSQL database at `url`; true when it ran.
+pub(crate) fn run_sql(url: &str, sql: &str) -> bool {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client.batch_execute(sql).await.is_ok()
+    })
+}
