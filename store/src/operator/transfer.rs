@@ -64,8 +64,17 @@ struct Header {
 /// An intent line of an export.
 #[derive(Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct IntentLine {
+pub(crate) struct IntentLine {
     intent: IntentView,
+}
+
+impl IntentLine {
+    /// The line of `intent`.
+    pub(crate) fn new(intent: &Intent) -> IntentLine {
+        IntentLine {
+            intent: IntentView::new(intent),
+        }
+    }
 }
 
 /// How much an export wrote or an import read.
@@ -112,10 +121,7 @@ fn export_guarded(writer: &Writer, mut out: impl Write) -> Result<Transferred, M
     }
     let mut intents = 0;
     for_each_intent(&txn, |intent| {
-        let line = IntentLine {
-            intent: IntentView::new(&intent),
-        };
-        write_line(&mut out, &line)?;
+        write_line(&mut out, &IntentLine::new(&intent))?;
         intents += 1;
         Ok::<_, MaintainError>(())
     })?;

@@ -40,6 +40,7 @@ mod cache;
 mod entity;
 mod execute;
 mod inbox;
+mod intent;
 mod maintain;
 mod pool;
 mod receiver;

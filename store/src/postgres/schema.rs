@@ -7,9 +7,11 @@ use tokio_postgres::error::SqlState;
 
 use super::ConnectError;
 
-/// The schema this build writes and reads, in `idem_meta.schema_version`: 2 since the
-/// entities and claimed values; a version 1 database is upgraded by applying [`SCHEMA`].
-pub(super) const SCHEMA_VERSION: i64 = 2;
+/// The schema this build writes and reads, in `idem_meta.schema_version`: 2 added the
+/// entities, claimed values and tokens, 3 the intents an import carries; an older
+/// database is upgraded by applying [`SCHEMA`] (`testdata/postgres-schema-v*.sql` keep
+/// the older versions).
+pub(super) const SCHEMA_VERSION: i64 = 3;
 
 /// The schema as SQL, every statement safe to run again.
 pub(super) const SCHEMA: &str = include_str!("schema.sql");

@@ -1,5 +1,6 @@
--- idem's schema on PostgreSQL, version 2 (docs/postgres.md). Version 1 had no
--- entities, claimed values or tokens; applying this text to it upgrades it.
+-- idem's schema on PostgreSQL, version 3 (docs/postgres.md). Version 1 had no
+-- entities, claimed values or tokens, version 2 no intents; applying this text to
+-- either upgrades it.
 -- Applied by the first idem that connects with a role allowed to create tables, or by
 -- hand: `idem schema` prints this text. Every statement may run again.
 
@@ -90,5 +91,26 @@ CREATE TABLE IF NOT EXISTS idem_token_intents (
   PRIMARY KEY (tenant, operation, intent_id)
 );
 
-INSERT INTO idem_meta (name, value) VALUES ('schema_version', 2)
+-- A sender's outbox intents, as export and import carry them between a box's file and
+-- the shared database (the outbox itself runs on the file). Columns mirror idem-core's
+-- Intent; state and resolved_as are the names idem's export writes.
+CREATE TABLE IF NOT EXISTS idem_intents (
+  key               text COLLATE "C" PRIMARY KEY,
+  operation         text COLLATE "C" NOT NULL,
+  state             text NOT NULL,
+  attempts          bigint NOT NULL,
+  created_at        bigint NOT NULL,
+  next_attempt_at   bigint NOT NULL,
+  deadline          bigint NOT NULL,
+  fingerprint       bytea NOT NULL,
+  payload           bytea NOT NULL,
+  last_status       integer,
+  outcome_code      integer,
+  outcome_body      bytea,
+  resolved_as       text,
+  resolution_reason text,
+  resolved_at       bigint
+);
+
+INSERT INTO idem_meta (name, value) VALUES ('schema_version', 3)
   ON CONFLICT (name) DO UPDATE SET value = GREATEST(idem_meta.value, EXCLUDED.value);

@@ -1,6 +1,6 @@
 //! Export and import on PostgreSQL: the same JSON lines as a file's export, read through
-//! the one line reader both engines share (`operator/transfer.rs`). Records, entities,
-//! claimed values and tokens move; an import writes all or nothing.
+//! the one line reader both engines share (`operator/transfer.rs`). Records, intents,
+//! entities, claimed values and tokens move; an import writes all or nothing.
 
 use std::io::{BufRead, Write};
 
@@ -9,11 +9,12 @@ use tokio_postgres::IsolationLevel;
 
 use super::PgStore;
 use super::entity::{entity_on, entity_row, holder_on};
+use super::intent::{INTENT_COLUMNS, import_intent, intent_at};
 use super::row::{Columns, columns, id_at, record_at, signed};
 use super::steps::database;
 use super::token::{entry_at, entry_on};
 use crate::error::{Error, ImportError, MaintainError};
-use crate::operator::transfer::{Line, Lines, Transferred, write_header, write_line};
+use crate::operator::transfer::{IntentLine, Line, Lines, Transferred, write_header, write_line};
 use crate::operator::view::RecordView;
 use crate::protocol::entity::{BusinessLine, EntityId, EntityView, UniqueView};
 use crate::protocol::token::TokenLine;
@@ -43,7 +44,7 @@ impl PgStore {
                         GREATEST(max(updated_at), \
                                  (SELECT value FROM idem_meta WHERE name = 'clock_floor'), 0), \
                         (SELECT count(*) FROM idem_entities), (SELECT count(*) FROM idem_unique), \
-                        (SELECT count(*) FROM idem_tokens) \
+                        (SELECT count(*) FROM idem_tokens), (SELECT count(*) FROM idem_intents) \
                    FROM idem_records",
                 &[],
             )
@@ -58,7 +59,7 @@ impl PgStore {
             entities: number(3)?,
             unique: number(4)?,
             tokens: number(5)?,
-            ..Transferred::default()
+            intents: number(6)?,
         };
         let mut out = std::io::BufWriter::new(out);
         write_header(
@@ -94,6 +95,16 @@ impl PgStore {
             if rows.len() < EXPORT_PAGE as usize {
                 break;
             }
+        }
+        let intents = txn
+            .query(
+                &format!("SELECT {INTENT_COLUMNS} FROM idem_intents ORDER BY key"),
+                &[],
+            )
+            .await
+            .map_err(database("export"))?;
+        for row in &intents {
+            write_line(&mut out, &IntentLine::new(&intent_at(row)?))?;
         }
         let entities = txn
             .query(
@@ -141,7 +152,7 @@ impl PgStore {
             entities: entities.len() as u64,
             unique: claimed.len() as u64,
             tokens: tokens.len() as u64,
-            ..Transferred::default()
+            intents: intents.len() as u64,
         })
     }
 
@@ -189,10 +200,9 @@ impl PgStore {
                     continue;
                 }
                 Line::Record(id, record) => (id, record),
-                Line::Intent(_) => {
-                    return Err(bad(
-                        "an outbox intent: a sender's intents stay in its file, PostgreSQL keeps a receiver's records".into(),
-                    ));
+                Line::Intent(intent) => {
+                    import_intent(&txn, &intent).await?.map_err(bad)?;
+                    continue;
                 }
                 Line::Business(BusinessLine::Entity(view)) => {
                     let (id, entity) = view.to_entity().map_err(|m| bad(format!("entity: {m}")))?;

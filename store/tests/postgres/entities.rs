@@ -324,61 +324,68 @@ async fn one_receipt_number_under_two_keys_at_once_from_two_replicas_has_one_hol
     assert_eq!(err.to_string(), "scope: empty, needs 1 to 255 bytes");
 }
 
-/// A database of schema version 1 (before entities): refused as older without the
-/// right to change it, upgraded by a connection that may, its records kept.
+/// A database of each older schema version (1 before entities, 2 before intents):
+/// refused as older without the right to change it, upgraded by a connection that may,
+/// its records kept, and every table of this version there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_schema_is_upgraded_and_keeps_its_records() {
+async fn an_older_schema_is_upgraded_and_keeps_its_records() {
     let server = Server::start();
     let db = client(&server).await;
-    db.batch_execute("CREATE DATABASE old").await.unwrap();
-    let old = client_of(&url_of(&server, "old")).await;
-    old.batch_execute(include_str!("../../../testdata/postgres-schema-v1.sql"))
-        .await
-        .unwrap();
-    old.execute(
-        "INSERT INTO idem_records (tenant, operation, key, fingerprint, generation, state, \
-           created_at, updated_at, lease_until) \
-         VALUES ('shop', 'charge', 'kept', $1, nextval('idem_generation'), 0, 1, 1, 2)",
-        &[&fp("a").0.as_slice()],
-    )
-    .await
-    .unwrap();
-    let refused = PgStore::builder()
-        .create_schema(false)
-        .connect(&url_of(&server, "old"))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            refused,
-            ConnectError::OlderSchema {
-                found: 1,
-                supported: 2
-            }
-        ),
-        "{refused:?}"
-    );
-    let store = PgStore::connect(&url_of(&server, "old")).await.unwrap();
-    let version: i64 = old
-        .query_one(
-            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
-            &[],
+    let goldens = [
+        (1, include_str!("../../../testdata/postgres-schema-v1.sql")),
+        (2, include_str!("../../../testdata/postgres-schema-v2.sql")),
+    ];
+    for (found, golden) in goldens {
+        let name = format!("v{found}");
+        db.batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+        let url = url_of(&server, &name);
+        let old = client_of(&url).await;
+        old.batch_execute(golden).await.unwrap();
+        old.execute(
+            "INSERT INTO idem_records (tenant, operation, key, fingerprint, generation, state, \
+               created_at, updated_at, lease_until) \
+             VALUES ('shop', 'charge', 'kept', $1, nextval('idem_generation'), 0, 1, 1, 2)",
+            &[&fp("a").0.as_slice()],
         )
         .await
-        .unwrap()
-        .get(0);
-    assert_eq!(version, 2);
-    assert!(
-        store.get(&id("kept")).await.unwrap().is_some(),
-        "the record is kept"
-    );
-    let pay = EntityId::new("shop", "payment", "p-1").unwrap();
-    let payment = machine(&["created", "paid"], &[("created", "paid")]);
-    assert!(matches!(
-        store
-            .transition(&payment, &pay, "created", None)
+        .unwrap();
+        let refused = PgStore::builder()
+            .create_schema(false)
+            .connect(&url)
             .await
-            .unwrap(),
-        EntityDecision::Applied { .. }
-    ));
+            .unwrap_err();
+        assert!(
+            matches!(refused, ConnectError::OlderSchema { found: f, supported: 3 } if f == found),
+            "{refused:?}"
+        );
+        let store = PgStore::connect(&url).await.unwrap();
+        let version: i64 = old
+            .query_one(
+                "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(version, 3);
+        assert!(
+            store.get(&id("kept")).await.unwrap().is_some(),
+            "the record is kept"
+        );
+        let pay = EntityId::new("shop", "payment", "p-1").unwrap();
+        let payment = machine(&["created", "paid"], &[("created", "paid")]);
+        assert!(matches!(
+            store
+                .transition(&payment, &pay, "created", None)
+                .await
+                .unwrap(),
+            EntityDecision::Applied { .. }
+        ));
+        // The intents' table is there: an export reads it.
+        let mut out = Vec::new();
+        let exported = store.export(&mut out).await.unwrap();
+        assert_eq!((exported.records, exported.intents), (1, 0));
+    }
 }
