@@ -7,6 +7,9 @@ mod server;
 #[path = "../common/machines.rs"]
 mod machines;
 
+#[path = "../common/child.rs"]
+mod child;
+
 #[cfg(feature = "http")]
 #[allow(dead_code, unreachable_pub)] // its `main` is the example's own entry point
 #[path = "../../examples/axum.rs"]
