@@ -15,6 +15,9 @@
 #[path = "../../store/tests/common/postgres.rs"]
 mod server;
 
+#[path = "postgres/entities.rs"]
+mod entities;
+
 use std::error::Error;
 use std::sync::Arc;
 use std::time::Instant;
@@ -344,8 +347,13 @@ async fn run(url: &str, ops: u32) -> Result<(), Box<dyn Error + Send + Sync>> {
             replay_row,
             read_row,
         ]);
-        let moves = entity_rows(url, &idem, callers, ops).await?;
-        entity_ratios.push((callers, moves[0].per_second / moves[1].per_second));
+        let moves = entities::rows(url, &idem, callers, ops).await?;
+        entity_ratios.push((
+            callers,
+            moves[0].per_second / moves[1].per_second,
+            moves[2].per_second / moves[3].per_second,
+            moves[2].per_second / moves[1].per_second,
+        ));
         rows.extend(moves);
     }
     println!();
@@ -356,105 +364,14 @@ async fn run(url: &str, ops: u32) -> Result<(), Box<dyn Error + Send + Sync>> {
             "{callers:>2} callers: idem / floor {floor:.2}x, idem / seed 004 {seed:.2}x, idem / brandur {brandur:.2}x"
         );
     }
-    for (callers, floor) in entity_ratios {
-        println!("{callers:>2} callers: a move through idem / the UPDATE by hand {floor:.2}x");
+    for (callers, alone, inside, against_update) in entity_ratios {
+        println!(
+            "{callers:>2} callers: a move through idem / the UPDATE by hand {alone:.2}x; \
+             a move inside execute / the same transaction by hand {inside:.2}x \
+             (/ the lone UPDATE {against_update:.2}x)"
+        );
     }
     Ok(())
-}
-
-/// Moves of entities: each caller flips its own entity between two states, with a
-/// version check, through idem's `transition` and by a bare `UPDATE … WHERE version = $v`
-/// sent by the bench (the floor).
-async fn entity_rows(
-    url: &str,
-    idem: &PgStore,
-    callers: u32,
-    ops: u32,
-) -> Result<Vec<Row>, BenchError> {
-    use idem_store::entity::{EntityDecision, EntityId, Machine, MachineSpec};
-    let flip = Arc::new(Machine::new(MachineSpec {
-        states: vec!["even".into(), "odd".into()],
-        initial: "even".into(),
-        moves: vec![("even".into(), "odd".into()), ("odd".into(), "even".into())],
-    })?);
-    let setup = connect(url).await?;
-    setup
-        .batch_execute(
-            "DROP TABLE IF EXISTS floor_entities; \
-             CREATE TABLE floor_entities (LIKE idem_entities INCLUDING ALL)",
-        )
-        .await?;
-    for caller in 0..callers {
-        let id = EntityId::new("bench", "account", &format!("a-{callers}-{caller}"))?;
-        let created = idem.transition(&flip, &id, "even", None).await?;
-        if !matches!(created, EntityDecision::Applied { .. }) {
-            return Err(format!("{id}: {created:?}").into());
-        }
-        setup
-            .execute(
-                "INSERT INTO floor_entities VALUES ('bench', 'account', $1, 'even', 1, idem_now())",
-                &[&format!("a-{callers}-{caller}")],
-            )
-            .await?;
-    }
-    eprintln!("  {callers} callers: moves through idem");
-    let moves = Row::new(
-        "pg_idem_transition",
-        "idem: a move with a version check",
-        callers,
-        &measure(callers, ops, vec![(); callers as usize], {
-            let (idem, flip) = (idem.clone(), Arc::clone(&flip));
-            move |_, caller, n| {
-                let (idem, flip) = (idem.clone(), Arc::clone(&flip));
-                async move {
-                    let id = EntityId::new("bench", "account", &format!("a-{callers}-{caller}"))?;
-                    let to = if n % 2 == 0 { "odd" } else { "even" };
-                    match idem
-                        .transition(&flip, &id, to, Some(u64::from(n) + 1))
-                        .await?
-                    {
-                        EntityDecision::Applied { .. } => Ok(()),
-                        other => Err(format!("{id}: {other:?}").into()),
-                    }
-                }
-            }
-        })
-        .await?,
-    );
-    eprintln!("  {callers} callers: moves by hand");
-    let mut clients = Vec::new();
-    for _ in 0..callers {
-        let client = connect(url).await?;
-        let update = client
-            .prepare(
-                "UPDATE floor_entities SET state = $2, version = version + 1, updated_at = idem_now() \
-                  WHERE tenant = 'bench' AND kind = 'account' AND id = $1 AND version = $3",
-            )
-            .await?;
-        clients.push((client, update));
-    }
-    let by_hand = Row::new(
-        "pg_floor_transition",
-        "floor: UPDATE … WHERE version = $v, by hand",
-        callers,
-        &measure(callers, ops, clients, move |state, caller, n| async move {
-            let (client, update) = &*state;
-            let to = if n % 2 == 0 { "odd" } else { "even" };
-            let moved = client
-                .execute(
-                    update,
-                    &[&format!("a-{callers}-{caller}"), &to, &(i64::from(n) + 1)],
-                )
-                .await?;
-            if moved == 1 {
-                Ok(())
-            } else {
-                Err("the move by hand found another version".into())
-            }
-        })
-        .await?,
-    );
-    Ok(vec![moves, by_hand])
 }
 
 type Floor = (Client, tokio_postgres::Statement, tokio_postgres::Statement);

@@ -125,22 +125,24 @@ impl PgStore {
             Err(e) => return Tried::Done(Err(db(e))),
         };
         let lock_ms = self.inner.lock_timeout.as_millis().max(1);
-        if let Err(e) = txn
-            .batch_execute(&format!("SET LOCAL lock_timeout = {lock_ms}"))
-            .await
-        {
-            return Tried::Done(Err(db(e)));
-        }
         let [t, o, k] = [id.tenant(), id.operation(), id.key()];
         let lease = match signed("lease_ms", config.lease_ms) {
             Ok(lease) => lease,
             Err(e) => return Tried::Done(Err(e.into())),
         };
         let fp = fingerprint.0.as_slice();
-        let rows = match txn
-            .query(&statements.claim, &[&t, &o, &k, &fp, &lease])
-            .await
-        {
+        // The lock timeout and the claim go out together, in one round trip: the
+        // connection sends them in this order.
+        let timeout = format!("SET LOCAL lock_timeout = {lock_ms}");
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [&t, &o, &k, &fp, &lease];
+        let (timeout, claimed) = tokio::join!(
+            txn.batch_execute(&timeout),
+            txn.query(&statements.claim, &params)
+        );
+        if let Err(e) = timeout {
+            return Tried::Done(Err(db(e)));
+        }
+        let rows = match claimed {
             Ok(rows) => rows,
             Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
                 drop(txn);
@@ -197,16 +199,21 @@ impl PgStore {
             Err(e) => return Tried::Done(Err(e.into())),
         };
         let generation = pending.generation;
-        // The lock timeout was for the claim; the work's own writes wait as the
-        // session's other statements do.
-        if let Err(e) = txn.batch_execute("SET LOCAL lock_timeout TO DEFAULT").await {
-            return Tried::Done(Err(db(e)));
-        }
         let Some(work) = work.take() else {
             // Reached only once: every earlier try returned before the work.
             return Tried::Done(Err(ExecuteError::Store(Error::Contended { attempts: 1 })));
         };
-        let (verdict, outcome, value) = match work(&txn).await {
+        // The lock timeout was for the claim; the work's own writes wait as the
+        // session's other statements do. The reset goes out before the work's first
+        // statement, in the same flight.
+        let (reset, worked) = tokio::join!(
+            txn.batch_execute("SET LOCAL lock_timeout TO DEFAULT"),
+            work(&txn)
+        );
+        if let Err(e) = reset {
+            return Tried::Done(Err(db(e)));
+        }
+        let (verdict, outcome, value) = match worked {
             Ok(done) => done,
             // Dropping the transaction rolls back the claim and the work's writes.
             Err(e) => return Tried::Done(Err(ExecuteError::Work(e))),
