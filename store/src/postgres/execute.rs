@@ -131,11 +131,12 @@ impl PgStore {
             Err(e) => return Tried::Done(Err(e.into())),
         };
         let fp = fingerprint.0.as_slice();
-        // The lock timeout and the claim go out together, in one round trip: the
-        // connection sends them in this order.
+        // The lock timeout and the claim go out together, in one round trip: polled in
+        // this order (`biased`), the connection sends them in this order.
         let timeout = format!("SET LOCAL lock_timeout = {lock_ms}");
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [&t, &o, &k, &fp, &lease];
         let (timeout, claimed) = tokio::join!(
+            biased;
             txn.batch_execute(&timeout),
             txn.query(&statements.claim, &params)
         );
@@ -207,6 +208,7 @@ impl PgStore {
         // session's other statements do. The reset goes out before the work's first
         // statement, in the same flight.
         let (reset, worked) = tokio::join!(
+            biased;
             txn.batch_execute("SET LOCAL lock_timeout TO DEFAULT"),
             work(&txn)
         );
