@@ -185,6 +185,34 @@ pub(super) fn record_at(row: &Row, first: usize, id: &RecordId) -> Result<Record
     })
 }
 
+/// What a fenced update kept of the record and when it wrote: `(fingerprint,
+/// generation, created_at, updated_at)` in `row`'s first four columns.
+pub(super) fn kept_at(
+    row: &Row,
+    id: &RecordId,
+) -> Result<(Fingerprint, Generation, Timestamp, Timestamp), Error> {
+    let corrupt = |detail: String| Error::Corrupt {
+        detail: format!("idem_records row {id}: {detail}"),
+    };
+    let fingerprint: Vec<u8> = get(row, 0, id)?;
+    let fingerprint = <[u8; 32]>::try_from(fingerprint.as_slice()).map_err(|_| {
+        corrupt(format!(
+            "fingerprint of {} bytes, expected 32",
+            fingerprint.len()
+        ))
+    })?;
+    let unsigned = |index: usize, name: &str| -> Result<u64, Error> {
+        let value: i64 = get(row, index, id)?;
+        u64::try_from(value).map_err(|_| corrupt(format!("{name} {value} is negative")))
+    };
+    Ok((
+        Fingerprint(fingerprint),
+        Generation(unsigned(1, "generation")?),
+        Timestamp(unsigned(2, "created_at")?),
+        Timestamp(unsigned(3, "updated_at")?),
+    ))
+}
+
 /// The id in `row`'s columns `first` to `first + 2` (tenant, operation, key).
 pub(super) fn id_at(row: &Row, first: usize) -> Result<RecordId, Error> {
     let part = |i: usize| -> Result<String, Error> {

@@ -23,7 +23,8 @@ pub(super) struct Statements {
     /// The write a begin decided, conditioned on the record it read: `(generation)`.
     pub(super) replace: Statement,
     /// A fenced update (heartbeat, complete, mark unknown, resolve), its times offsets
-    /// from the row's time: `(record…)`.
+    /// from the row's time: what it kept and when, `(fingerprint, generation,
+    /// created_at, updated_at)`; the rest is what it was given.
     pub(super) update: Statement,
     /// A fenced delete (release, resolve as not executed): `(generation)`.
     pub(super) delete: Statement,
@@ -165,7 +166,7 @@ impl Statements {
                expires_at = {ROW_TIME} + $10, outcome_code = $11, outcome_body = $12 \
              WHERE tenant = $1 AND operation = $2 AND key = $3 \
                AND ($4::bigint IS NULL OR generation = $4) AND state = $5 \
-             RETURNING {record}"
+             RETURNING fingerprint, generation, created_at, updated_at"
         );
         let update = client
             .prepare_typed(

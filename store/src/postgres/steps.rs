@@ -11,7 +11,7 @@ use tokio_postgres::{GenericClient, Row};
 
 use super::PgStore;
 use super::pool::Lent;
-use super::row::{Columns, UNKNOWN, record_at, signed, time_at};
+use super::row::{Columns, UNKNOWN, kept_at, record_at, signed, time_at};
 use super::statements::Statements;
 use crate::error::Error;
 
@@ -240,12 +240,11 @@ impl PgStore {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let applied = self.update_once(operation, id, fence, &offsets).await;
+            let applied = self
+                .update_once(operation, id, fence, template, &offsets)
+                .await;
             let connection = match applied {
-                Ok(Some(record)) => {
-                    expect_status(template, &record)?;
-                    return Ok(record);
-                }
+                Ok(Some(record)) => return Ok(record),
                 Err(e) if !ambiguous(&e) || attempts >= FENCED_ATTEMPTS => return Err(e),
                 Err(e) => {
                     // The connection broke, maybe after the statement was sent: read
@@ -297,11 +296,16 @@ impl PgStore {
         }
     }
 
+    /// One try of a fenced update: the record written, or `None` when the fence did
+    /// not hold. The statement returns only what it kept of the row and the time it
+    /// wrote at; the rest of the record is `template` at that time, as the statement
+    /// wrote it (the outcome is not sent back).
     async fn update_once(
         &self,
         operation: &'static str,
         id: &RecordId,
         fence: Fence,
+        template: &Status,
         offsets: &Offsets,
     ) -> Result<Option<Record>, Error> {
         let connection = self.connection(operation).await?;
@@ -331,7 +335,15 @@ impl PgStore {
             )
             .await
             .map_err(database(operation))?;
-        row.map(|row| record_at(&row, 0, id)).transpose()
+        let Some(row) = row else { return Ok(None) };
+        let (fingerprint, generation, created_at, updated_at) = kept_at(&row, id)?;
+        Ok(Some(Record {
+            fingerprint,
+            generation,
+            created_at,
+            updated_at,
+            status: shifted(template, updated_at),
+        }))
     }
 
     /// Runs a fenced delete; `decide` gives the core's refusal when the fence does not
@@ -395,20 +407,6 @@ pub(super) fn expect_written(write: &idem_core::Write, written: &Record) -> Resu
         other => Err(Error::Corrupt {
             detail: format!("the database wrote {written:?} where idem-core decided {other:?}"),
         }),
-    }
-}
-
-pub(super) fn expect_status(template: &Status, written: &Record) -> Result<(), Error> {
-    let decided = shifted(template, written.updated_at);
-    if written.status == decided {
-        Ok(())
-    } else {
-        Err(Error::Corrupt {
-            detail: format!(
-                "the database wrote {:?} where idem-core decided {decided:?}",
-                written.status
-            ),
-        })
     }
 }
 
