@@ -2,7 +2,9 @@
 //! server: begin + complete through idem against the same two statements sent by the
 //! bench with no idem code (the floor), seed 004's pattern (claim, SELECT, UPDATE, no
 //! fencing) and brandur's (each phase a SERIALIZABLE transaction), at 1 and 64 callers;
-//! and a replay through idem (its replica cache) against a bare SELECT.
+//! a replay through idem (its replica cache) and read from the database; and moves of
+//! entities, alone and inside an atomic execute, beside the same statements by hand
+//! (`postgres/entities.rs`).
 //!
 //! ```text
 //! cargo bench -p idem-bench --bench postgres [-- --ops N]

@@ -9,11 +9,13 @@ use idem_store::entity::{EntityDecision, EntityId, Machine, MachineSpec};
 use idem_store::postgres::PgStore;
 use idem_store::postgres::tokio_postgres::{Client, Statement};
 
-use super::{connect, measure};
+use super::{PAIRS, connect, measure, median};
 
 /// Moves of entities: each caller flips its own entity between two states, with a
 /// version check, through idem's `transition` and by a bare `UPDATE … WHERE version = $v`
-/// sent by the bench (the floor).
+/// sent by the bench (the floor); then a move inside an atomic execute beside the same
+/// transaction by hand. Each pair alternates [`PAIRS`] times; the median of each is
+/// kept. Returns the rows: move, its floor, move inside execute, its floor.
 pub(crate) async fn rows(
     url: &str,
     idem: &PgStore,
@@ -32,108 +34,104 @@ pub(crate) async fn rows(
              CREATE TABLE floor_entities (LIKE idem_entities INCLUDING ALL)",
         )
         .await?;
-    for caller in 0..callers {
-        let id = EntityId::new("bench", "account", &format!("a-{callers}-{caller}"))?;
-        let created = idem.transition(&flip, &id, "even", None).await?;
-        if !matches!(created, EntityDecision::Applied { .. }) {
-            return Err(format!("{id}: {created:?}").into());
-        }
-        setup
-            .execute(
-                "INSERT INTO floor_entities VALUES ('bench', 'account', $1, 'even', 1, idem_now())",
-                &[&format!("a-{callers}-{caller}")],
-            )
-            .await?;
-    }
-    eprintln!("  {callers} callers: moves through idem");
-    let moves = Row::new(
-        "pg_idem_transition",
-        "idem: a move with a version check",
-        callers,
-        &measure(callers, ops, vec![(); callers as usize], {
-            let (idem, flip) = (idem.clone(), Arc::clone(&flip));
-            move |_, caller, n| {
-                let (idem, flip) = (idem.clone(), Arc::clone(&flip));
-                async move {
-                    let id = EntityId::new("bench", "account", &format!("a-{callers}-{caller}"))?;
-                    let to = if n % 2 == 0 { "odd" } else { "even" };
-                    match idem
-                        .transition(&flip, &id, to, Some(u64::from(n) + 1))
-                        .await?
-                    {
-                        EntityDecision::Applied { .. } => Ok(()),
-                        other => Err(format!("{id}: {other:?}").into()),
-                    }
-                }
+    // `a-…` entities move alone, `x-…` ones inside executes.
+    for prefix in ["a", "x"] {
+        for caller in 0..callers {
+            let name = format!("{prefix}-{callers}-{caller}");
+            let id = EntityId::new("bench", "account", &name)?;
+            let created = idem.transition(&flip, &id, "even", None).await?;
+            if !matches!(created, EntityDecision::Applied { .. }) {
+                return Err(format!("{id}: {created:?}").into());
             }
-        })
-        .await?,
-    );
-    eprintln!("  {callers} callers: moves by hand");
-    let mut clients = Vec::new();
-    for _ in 0..callers {
-        let client = connect(url).await?;
-        let update = client
-            .prepare(
-                "UPDATE floor_entities SET state = $2, version = version + 1, updated_at = idem_now() \
-                  WHERE tenant = 'bench' AND kind = 'account' AND id = $1 AND version = $3",
-            )
-            .await?;
-        clients.push((client, update));
-    }
-    let by_hand = Row::new(
-        "pg_floor_transition",
-        "floor: UPDATE … WHERE version = $v, by hand",
-        callers,
-        &measure(callers, ops, clients, move |state, caller, n| async move {
-            let (client, update) = &*state;
-            let to = if n % 2 == 0 { "odd" } else { "even" };
-            let moved = client
+            setup
                 .execute(
-                    update,
-                    &[&format!("a-{callers}-{caller}"), &to, &(i64::from(n) + 1)],
+                    "INSERT INTO floor_entities VALUES ('bench', 'account', $1, 'even', 1, idem_now())",
+                    &[&name],
                 )
                 .await?;
-            if moved == 1 {
-                Ok(())
-            } else {
-                Err("the move by hand found another version".into())
-            }
-        })
-        .await?,
-    );
-    let (inside, inside_by_hand) = inside_execute(url, idem, &flip, callers, ops).await?;
-    Ok(vec![moves, by_hand, inside, inside_by_hand])
+        }
+    }
+    let mut clients = Vec::new();
+    for _ in 0..callers {
+        clients.push(Arc::new(Prepared::new(connect(url).await?).await?));
+    }
+    // Each caller's k-th move (from 0) finds version k + 1 and goes to odd when k is even.
+    let per_caller = u64::from((ops / callers).max(1));
+    let step = move |round: usize, n: u32| {
+        let k = round as u64 * per_caller + u64::from(n);
+        (k + 1, if k % 2 == 0 { "odd" } else { "even" })
+    };
+    let mut measured: [Vec<Row>; 4] = Default::default();
+    for round in 0..PAIRS {
+        eprintln!("  {callers} callers: moves through idem ({round})");
+        measured[0].push(Row::new(
+            "pg_idem_transition",
+            "idem: a move with a version check",
+            callers,
+            &measure(callers, ops, vec![(); callers as usize], {
+                let (idem, flip) = (idem.clone(), Arc::clone(&flip));
+                move |_, caller, n| {
+                    let (idem, flip) = (idem.clone(), Arc::clone(&flip));
+                    async move {
+                        let id =
+                            EntityId::new("bench", "account", &format!("a-{callers}-{caller}"))?;
+                        let (version, to) = step(round, n);
+                        match idem.transition(&flip, &id, to, Some(version)).await? {
+                            EntityDecision::Applied { .. } => Ok(()),
+                            other => Err(format!("{id}: {other:?}").into()),
+                        }
+                    }
+                }
+            })
+            .await?,
+        ));
+        eprintln!("  {callers} callers: moves by hand ({round})");
+        measured[1].push(Row::new(
+            "pg_floor_transition",
+            "floor: UPDATE … WHERE version = $v, by hand",
+            callers,
+            &measure(
+                callers,
+                ops,
+                clients.clone(),
+                move |state, caller, n| async move {
+                    let (version, to) = step(round, n);
+                    let version = i64::try_from(version)?;
+                    let moved = state
+                        .client
+                        .execute(
+                            &state.move_entity,
+                            &[&format!("a-{callers}-{caller}"), &to, &version],
+                        )
+                        .await?;
+                    if moved == 1 {
+                        Ok(())
+                    } else {
+                        Err("the move by hand found another version".into())
+                    }
+                },
+            )
+            .await?,
+        ));
+        eprintln!("  {callers} callers: moves inside execute through idem ({round})");
+        measured[2].push(inside_execute(idem, &flip, callers, ops, round, step).await?);
+        eprintln!("  {callers} callers: moves inside a transaction by hand ({round})");
+        measured[3].push(inside_by_hand(clients.clone(), callers, ops, round, step).await?);
+    }
+    Ok(measured.into_iter().map(median).collect())
 }
 
 /// A move inside an atomic execute: each call claims a fresh key, moves the caller's
-/// entity with a version check and settles the key, in one transaction; beside it the
-/// same by hand: BEGIN, the claim's INSERT, the move's UPDATE, the settle's UPDATE,
-/// COMMIT, each prepared.
+/// entity with a version check and settles the key, in one transaction.
 async fn inside_execute(
-    url: &str,
     idem: &PgStore,
     flip: &Arc<Machine>,
     callers: u32,
     ops: u32,
-) -> Result<(Row, Row), BenchError> {
-    let setup = connect(url).await?;
-    for caller in 0..callers {
-        let name = format!("x-{callers}-{caller}");
-        let id = EntityId::new("bench", "account", &name)?;
-        let created = idem.transition(flip, &id, "even", None).await?;
-        if !matches!(created, EntityDecision::Applied { .. }) {
-            return Err(format!("{id}: {created:?}").into());
-        }
-        setup
-            .execute(
-                "INSERT INTO floor_entities VALUES ('bench', 'account', $1, 'even', 1, idem_now())",
-                &[&name],
-            )
-            .await?;
-    }
-    eprintln!("  {callers} callers: moves inside execute through idem");
-    let through_idem = Row::new(
+    round: usize,
+    step: impl Fn(usize, u32) -> (u64, &'static str) + Copy + Send + Sync + 'static,
+) -> Result<Row, BenchError> {
+    Ok(Row::new(
         "pg_idem_execute_transition",
         "idem: execute with a move inside",
         callers,
@@ -142,15 +140,16 @@ async fn inside_execute(
             move |_, caller, n| {
                 let (idem, flip) = (idem.clone(), Arc::clone(&flip));
                 async move {
-                    let key = RecordId::new("bench", "move", &format!("x-{callers}-{caller}-{n}"))?;
+                    let key = format!("x-{callers}-{round}-{caller}-{n}");
+                    let key = RecordId::new("bench", "move", &key)?;
                     let id = EntityId::new("bench", "account", &format!("x-{callers}-{caller}"))?;
-                    let to = if n % 2 == 0 { "odd" } else { "even" };
+                    let (version, to) = step(round, n);
                     let mover = idem.clone();
                     let executed = idem
                         .execute(&key, Fingerprint([7; 32]), move |txn| {
                             Box::pin(async move {
                                 let moved = mover
-                                    .transition_in(txn, &flip, &id, to, Some(u64::from(n) + 1))
+                                    .transition_in(txn, &flip, &id, to, Some(version))
                                     .await
                                     .map_err(|e| e.to_string())?;
                                 match moved {
@@ -171,31 +170,37 @@ async fn inside_execute(
             }
         })
         .await?,
-    );
-    eprintln!("  {callers} callers: moves inside a transaction by hand");
-    let mut clients = Vec::new();
-    for _ in 0..callers {
-        clients.push(Prepared::new(connect(url).await?).await?);
-    }
-    let by_hand = Row::new(
+    ))
+}
+
+/// The same transaction by hand: BEGIN, the claim's INSERT, the move's UPDATE, the
+/// settle's UPDATE, COMMIT, each statement prepared.
+async fn inside_by_hand(
+    clients: Vec<Arc<Prepared>>,
+    callers: u32,
+    ops: u32,
+    round: usize,
+    step: impl Fn(usize, u32) -> (u64, &'static str) + Copy + Send + Sync + 'static,
+) -> Result<Row, BenchError> {
+    Ok(Row::new(
         "pg_floor_execute_transition",
         "floor: BEGIN, INSERT, UPDATE … WHERE version, UPDATE, COMMIT",
         callers,
         &measure(callers, ops, clients, move |state, caller, n| async move {
-            let prepared = &*state;
-            let client = &prepared.client;
-            let key = format!("x-{callers}-{caller}-{n}");
-            let to = if n % 2 == 0 { "odd" } else { "even" };
+            let client = &state.client;
+            let key = format!("x-{callers}-{round}-{caller}-{n}");
+            let (version, to) = step(round, n);
+            let version = i64::try_from(version)?;
             client.batch_execute("BEGIN").await?;
             let row = client
-                .query_opt(&prepared.claim, &[&key, &[7u8; 32].as_slice(), &30_000i64])
+                .query_opt(&state.claim, &[&key, &[7u8; 32].as_slice(), &30_000i64])
                 .await?
                 .ok_or("a fresh key was not claimed")?;
             let generation: i64 = row.get(0);
             let moved = client
                 .execute(
-                    &prepared.move_entity,
-                    &[&format!("x-{callers}-{caller}"), &to, &(i64::from(n) + 1)],
+                    &state.move_entity,
+                    &[&format!("x-{callers}-{caller}"), &to, &version],
                 )
                 .await?;
             if moved != 1 {
@@ -203,7 +208,7 @@ async fn inside_execute(
             }
             client
                 .query_opt(
-                    &prepared.settle,
+                    &state.settle,
                     &[
                         &key,
                         &generation,
@@ -218,11 +223,10 @@ async fn inside_execute(
             Ok(())
         })
         .await?,
-    );
-    Ok((through_idem, by_hand))
+    ))
 }
 
-/// A connection of the by-hand transaction, with its statements.
+/// A connection of the moves by hand, with its statements.
 struct Prepared {
     client: Client,
     claim: Statement,

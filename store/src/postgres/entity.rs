@@ -52,7 +52,9 @@ impl PgStore {
 
     /// [`PgStore::transition`] inside `txn`, the transaction an execute hands its work
     /// ([`PgStore::execute`]): the key's record, the business write and the move commit
-    /// together, or none does.
+    /// together, or none does. Inside an execute's work the move runs the statements
+    /// prepared on its connection; in a transaction of the caller's own, they are sent
+    /// typed.
     ///
     /// # Errors
     ///
@@ -65,9 +67,10 @@ impl PgStore {
         to: &str,
         expected_version: Option<u64>,
     ) -> Result<EntityDecision, Error> {
+        let prepared = super::execute::prepared_for(txn);
         transition_on(
             txn,
-            None,
+            prepared.as_deref(),
             &self.inner.entities,
             machine,
             id,

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use idem_core::protocol::{self, Decision};
 use idem_core::{Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict, Write};
@@ -14,6 +15,7 @@ use tokio_postgres::error::SqlState;
 use super::PgStore;
 use super::pool::Connection;
 use super::row::{record_at, signed, time_at};
+use super::statements::Statements;
 use super::steps::{database, expect_written};
 use crate::error::{Error, ExecuteError};
 use crate::protocol::execute::Executed;
@@ -26,6 +28,33 @@ const EXECUTE_ATTEMPTS: u32 = 16;
 /// verdict, outcome and value they produced.
 pub type Work<'t, T, E> =
     Pin<Box<dyn Future<Output = Result<(Verdict, Outcome, T), E>> + Send + 't>>;
+
+tokio::task_local! {
+    /// The connection an execute's work runs on, with its prepared statements.
+    static IN_EXECUTE: OnConnection;
+}
+
+/// A connection, by the address of its client (only compared: the client cannot move
+/// while a transaction borrows it), and its statements.
+struct OnConnection {
+    client: usize,
+    statements: Arc<Statements>,
+}
+
+fn address(client: &tokio_postgres::Client) -> usize {
+    std::ptr::from_ref(client) as usize
+}
+
+/// The statements prepared on the connection of `txn`, when `txn` is the transaction
+/// an execute gave its work: the engine's own calls inside the work run them prepared
+/// there (a transaction on any other connection gets `None`, and its statements are
+/// sent typed).
+pub(super) fn prepared_for(txn: &Transaction<'_>) -> Option<Arc<Statements>> {
+    IN_EXECUTE
+        .try_with(|on| (on.client == address(txn.client())).then(|| Arc::clone(&on.statements)))
+        .ok()
+        .flatten()
+}
 
 /// What one try of an execute came to.
 enum Tried<T, E> {
@@ -207,10 +236,14 @@ impl PgStore {
         // The lock timeout was for the claim; the work's own writes wait as the
         // session's other statements do. The reset goes out before the work's first
         // statement, in the same flight.
+        let on = OnConnection {
+            client: address(txn.client()),
+            statements: Arc::clone(statements),
+        };
         let (reset, worked) = tokio::join!(
             biased;
             txn.batch_execute("SET LOCAL lock_timeout TO DEFAULT"),
-            work(&txn)
+            IN_EXECUTE.scope(on, work(&txn))
         );
         if let Err(e) = reset {
             return Tried::Done(Err(db(e)));

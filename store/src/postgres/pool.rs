@@ -7,7 +7,7 @@
 //! restart of the process.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -18,7 +18,7 @@ use super::statements::Statements;
 /// A connection with its statements.
 pub(super) struct Connection {
     pub(super) client: Client,
-    pub(super) statements: Statements,
+    pub(super) statements: Arc<Statements>,
 }
 
 /// How connections are made: in the clear, or with TLS where the URL's `sslmode` asks.
@@ -165,6 +165,9 @@ impl Pool {
             ))
             .await?;
         let statements = Statements::prepare(&client).await?;
-        Ok(Connection { client, statements })
+        Ok(Connection {
+            client,
+            statements: Arc::new(statements),
+        })
     }
 }

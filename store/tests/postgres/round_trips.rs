@@ -1,6 +1,6 @@
 //! Round trips, counted from what the server ran (`pg_stat_statements`): a fresh key's
 //! begin 1 and complete 1, a replay 1 and 0 from a replica's replay cache, a takeover
-//! at most 3.
+//! at most 3; a move of an entity 1, and an execute with a move inside 7 statements.
 
 use idem_core::protocol::Decision;
 use idem_core::{Config, LeaseExpiry, Outcome, Timestamp, Verdict};
@@ -107,4 +107,66 @@ async fn each_input_costs_the_statements_it_should() {
     let takeover = statements_since(&db).await;
     println!("a takeover ran {takeover} statements");
     assert!(takeover <= 3, "a takeover ran {takeover} statements");
+
+    // A move of an entity this replica last moved: one statement. Inside an execute:
+    // BEGIN, the lock timeout with the claim, its reset with the move, the settle,
+    // COMMIT (seven statements in five round trips).
+    let flip = idem_store::entity::Machine::new(idem_store::entity::MachineSpec {
+        states: vec!["even".into(), "odd".into()],
+        initial: "even".into(),
+        moves: vec![("even".into(), "odd".into()), ("odd".into(), "even".into())],
+    })
+    .unwrap();
+    let account = idem_store::entity::EntityId::new("shop", "account", "a-1").unwrap();
+    let created = cached
+        .transition(&flip, &account, "even", None)
+        .await
+        .unwrap();
+    assert!(matches!(
+        created,
+        idem_store::entity::EntityDecision::Applied { .. }
+    ));
+    statements_since(&db).await;
+    let moved = cached
+        .transition(&flip, &account, "odd", Some(1))
+        .await
+        .unwrap();
+    assert!(matches!(
+        moved,
+        idem_store::entity::EntityDecision::Applied { .. }
+    ));
+    assert_eq!(statements_since(&db).await, 1, "a move");
+    let executed = cached
+        .execute(&id("rt-3"), fp("a"), |txn| {
+            let (store, flip, account) = (cached.clone(), flip.clone(), account.clone());
+            Box::pin(async move {
+                let moved = store
+                    .transition_in(txn, &flip, &account, "even", Some(2))
+                    .await?;
+                assert!(matches!(
+                    moved,
+                    idem_store::entity::EntityDecision::Applied { .. }
+                ));
+                Ok::<_, idem_store::Error>((Verdict::Succeeded, Outcome::new(200, "moved"), ()))
+            })
+        })
+        .await
+        .unwrap();
+    assert!(matches!(executed, idem_store::Executed::Ran { .. }));
+    let ran: Vec<String> = db
+        .query(
+            "SELECT query FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%' \
+              ORDER BY query",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        statements_since(&db).await,
+        7,
+        "an execute with a move inside: {ran:#?}"
+    );
 }
