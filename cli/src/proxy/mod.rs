@@ -52,6 +52,24 @@ const HOP_BY_HOP: [&str; 8] = [
     "upgrade",
 ];
 
+/// Removes the headers that belong to one connection: those [`HOP_BY_HOP`] lists and
+/// every header the `Connection` header names.
+fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
 /// The upstream: where requests go and the client that takes them.
 #[derive(Clone)]
 struct Upstream {
@@ -446,9 +464,7 @@ impl Upstream {
             );
         };
         parts.uri = uri;
-        for name in HOP_BY_HOP {
-            parts.headers.remove(name);
-        }
+        strip_hop_by_hop(&mut parts.headers);
         if let Ok(host) = HeaderValue::from_str(self.authority.as_str()) {
             parts.headers.insert(http::header::HOST, host);
         }
@@ -462,9 +478,7 @@ impl Upstream {
         match sent {
             Ok(Ok(response)) => {
                 let (mut parts, body) = response.into_parts();
-                for name in HOP_BY_HOP {
-                    parts.headers.remove(name);
-                }
+                strip_hop_by_hop(&mut parts.headers);
                 Response::from_parts(parts, http_body_util::Either::Right(body))
             }
             Ok(Err(e)) if e.is_connect() => failed(
@@ -530,4 +544,30 @@ fn failed(problem: Problem, settle: Settle) -> Response<ResponseBody<Incoming>> 
     }
     response.extensions_mut().insert(settle);
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_of_one_connection_are_not_forwarded() {
+        let mut headers = http::HeaderMap::new();
+        for (name, value) in [
+            ("connection", "keep-alive, X-Session-Secret"),
+            ("connection", " x-trace-hop "),
+            ("x-session-secret", "s3cret"),
+            ("x-trace-hop", "1"),
+            ("keep-alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("idempotency-key", "k-1"),
+            ("content-type", "application/json"),
+        ] {
+            headers.append(name, HeaderValue::from_static(value));
+        }
+        strip_hop_by_hop(&mut headers);
+        let mut left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["content-type", "idempotency-key"]);
+    }
 }
