@@ -128,6 +128,13 @@ pub trait Receiver: Send + Sync + 'static {
     /// Counts by state and ages, for alerting.
     fn stats(&self, now: Timestamp) -> impl Future<Output = Result<Stats, MaintainError>> + Send;
 
+    /// How many keys are Unknown and wait for a reconciler: what a metric polls. An
+    /// engine that can count them alone (an index) answers without counting the rest,
+    /// as [`Receiver::stats`] does.
+    fn unknown_keys(&self) -> impl Future<Output = Result<u64, MaintainError>> + Send {
+        async move { Ok(self.stats(crate::now()).await?.unknown) }
+    }
+
     /// Sweeps settled records past their retention, at most `limit`.
     fn sweep(
         &self,

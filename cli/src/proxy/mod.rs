@@ -397,9 +397,9 @@ where
 
     async fn metrics(&self) -> Answer {
         if self.metrics.unknown_keys_due()
-            && let Ok(stats) = self.store.stats(idem_store::now()).await
+            && let Ok(count) = self.store.unknown_keys().await
         {
-            self.metrics.unknown_keys(stats.unknown);
+            self.metrics.unknown_keys(count);
         }
         own(
             200,

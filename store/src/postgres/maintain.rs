@@ -66,6 +66,21 @@ impl PgStore {
             .collect()
     }
 
+    /// The number of Unknown records, read on the index of open records.
+    pub(super) async fn unknown_now(&self) -> Result<u64, MaintainError> {
+        let connection = self.connection("stats").await?;
+        let row = connection
+            .client
+            .query_one(
+                &format!("SELECT count(*) FROM idem_records WHERE state = {UNKNOWN}"),
+                &[],
+            )
+            .await
+            .map_err(database("stats"))?;
+        let count: i64 = row.try_get(0).map_err(database("stats"))?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
     pub(super) async fn stats_now(&self) -> Result<Stats, MaintainError> {
         let mut connection = self.connection("stats").await?;
         // Counting reads the whole table: on a large one it may take longer than a

@@ -243,6 +243,11 @@ impl Receiver for PgStore {
         self.stats_now().await
     }
 
+    /// Counted on the index of open records (pending and unknown), not the table.
+    async fn unknown_keys(&self) -> Result<u64, MaintainError> {
+        self.unknown_now().await
+    }
+
     async fn sweep(
         &self,
         _now: Timestamp,

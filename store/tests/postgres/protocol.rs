@@ -178,6 +178,7 @@ async fn a_key_is_claimed_settled_replayed_and_refused_as_the_protocol_says() {
         (stats.pending, stats.succeeded, stats.failed, stats.unknown),
         (1, 1, 1, 0)
     );
+    assert_eq!(store.unknown_keys().await.unwrap(), 0);
     assert_eq!(stats.generation, g5);
 }
 
@@ -381,6 +382,7 @@ async fn reconcile_settles_what_the_checker_tells() {
     );
     assert_eq!(store.get(&id("rec-1")).await.unwrap(), None);
     assert_eq!(store.stats(Timestamp(0)).await.unwrap().unknown, 2);
+    assert_eq!(store.unknown_keys().await.unwrap(), 2, "counted alone too");
 }
 
 /// A statement held past the statement timeout (here: a claim waiting on another
