@@ -164,7 +164,7 @@ fn bad_input_is_answered_with_a_problem_and_stores_nothing() {
 }
 
 #[test]
-fn an_upstream_that_is_down_releases_one_that_hangs_is_unknown() {
+fn an_upstream_that_is_down_releases_one_that_hangs_or_stalls_is_unknown() {
     // A port with nobody listening: bound, then closed.
     let down = TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -213,8 +213,29 @@ fn an_upstream_that_is_down_releases_one_that_hangs_is_unknown() {
         1,
         "an unknown key is not sent again"
     );
+    // One that sends its head and stalls in its body: the same, within the same bound.
+    let started = std::time::Instant::now();
+    let answer = post(
+        proxy.address,
+        "/stall",
+        &[("Idempotency-Key", "\"s\"")],
+        "{}",
+    );
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (504, "upstream-timeout"),
+        "{}",
+        answer.body
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "cut at the deadline"
+    );
+    assert_eq!(upstream.executions("\"s\""), 1);
     assert_eq!(proxy.terminate().0, 0);
     let record = idem.run(&["--json", "get", "shop", "POST /hang", "h"]);
+    assert_eq!(record.code(0).json()["state"], "unknown");
+    let record = idem.run(&["--json", "get", "shop", "POST /stall", "s"]);
     assert_eq!(record.code(0).json()["state"], "unknown");
 }
 

@@ -6,6 +6,7 @@
 //! forwards it again); a failure after it was sent (a reset, a malformed answer, the
 //! timeout) means the upstream may have acted (502 or 504, the key Unknown).
 
+mod deadline;
 mod metrics;
 mod timed;
 
@@ -37,6 +38,7 @@ use tower::{Layer, Service};
 use crate::args::ProxyArgs;
 use crate::exit::{Ending, Failure};
 use crate::session::{Access, Session, connect_failure, postgres_builder};
+use deadline::Deadline;
 use metrics::Metrics;
 use timed::Timed;
 
@@ -335,7 +337,7 @@ impl<K: Clone, R> Clone for Front<K, R> {
     }
 }
 
-type Answer = Response<ResponseBody<ResponseBody<Incoming>>>;
+type Answer = Response<ResponseBody<ResponseBody<Deadline>>>;
 
 impl<K, R> Front<K, R>
 where
@@ -449,7 +451,7 @@ impl Upstream {
     async fn forward(
         &self,
         request: Request<RequestBody<Incoming>>,
-    ) -> Response<ResponseBody<Incoming>> {
+    ) -> Response<ResponseBody<Deadline>> {
         let (mut parts, body) = request.into_parts();
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let uri = Uri::builder()
@@ -469,8 +471,10 @@ impl Upstream {
             parts.headers.insert(http::header::HOST, host);
         }
         let started = Instant::now();
-        let sent = tokio::time::timeout(
-            self.timeout,
+        // One deadline for the whole answer: its head here, its body as it streams.
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let sent = tokio::time::timeout_at(
+            deadline,
             self.client.request(Request::from_parts(parts, body)),
         )
         .await;
@@ -479,6 +483,7 @@ impl Upstream {
             Ok(Ok(response)) => {
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
+                let body = Deadline::new(body, deadline, self.timeout);
                 Response::from_parts(parts, http_body_util::Either::Right(body))
             }
             Ok(Err(e)) if e.is_connect() => failed(
@@ -527,7 +532,7 @@ fn source(e: &(dyn std::error::Error + 'static)) -> String {
     cause.to_string()
 }
 
-fn failed(problem: Problem, settle: Settle) -> Response<ResponseBody<Incoming>> {
+fn failed(problem: Problem, settle: Settle) -> Response<ResponseBody<Deadline>> {
     let answer = problem.answer();
     let mut response = Response::new(http_body_util::Either::Left(Full::new(Bytes::from(
         answer.body,

@@ -19,8 +19,9 @@ pub(crate) struct Counts {
 }
 
 /// A small HTTP/1.1 backend: `POST /orders` counts one execution per key and answers
-/// 201 with the order number after `work`; `/hang` counts and then never answers (until
-/// the proxy hangs up, at most 10 s). One connection per request (`Connection: close`).
+/// 201 with the order number after `work`; `/hang` counts and then never answers, and
+/// `/stall` sends its head and the start of its body and then nothing (until the proxy
+/// hangs up, at most 10 s). One connection per request (`Connection: close`).
 pub(crate) struct Upstream {
     pub(crate) address: SocketAddr,
     pub(crate) counts: Arc<Mutex<Counts>>,
@@ -99,6 +100,13 @@ pub(crate) fn serve_upstream(stream: TcpStream, counts: &Mutex<Counts>, work: Du
     };
     if path == "/hang" {
         // Until the proxy gives up and closes the connection (or 10 s pass).
+        let _ = reader.read_to_end(&mut Vec::new());
+        return;
+    }
+    if path == "/stall" {
+        // The head and a tenth of the body, then nothing until the proxy hangs up.
+        let head = "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"order\":";
+        let _ = (&stream).write_all(head.as_bytes());
         let _ = reader.read_to_end(&mut Vec::new());
         return;
     }

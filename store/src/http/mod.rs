@@ -85,6 +85,20 @@ pub enum Settle {
     Unknown,
 }
 
+/// The error a service's response body may fail with to choose the answer the client
+/// gets: this problem instead of the layer's 500. The key becomes Unknown all the same
+/// (the service may have acted). A proxy fails a body whose upstream stalled with a 504.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BodyFailed(pub idem_core::http::Problem);
+
+impl fmt::Display for BodyFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.0.detail, self.0.code)
+    }
+}
+
+impl std::error::Error for BodyFailed {}
+
 /// What the layer made of a request, in the extensions of every response it gives: for
 /// metrics and access logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -269,11 +269,14 @@ where
             Ok(collected) => collected.to_bytes(),
             Err(e) => {
                 claim.settle(Settle::Unknown).await;
-                let problem = Problem::new(
-                    500,
-                    "handler-failed",
-                    format!("the handler's response body failed ({e}); its outcome is unknown"),
-                );
+                let problem = match e.downcast::<super::BodyFailed>() {
+                    Ok(failed) => failed.0,
+                    Err(e) => Problem::new(
+                        500,
+                        "handler-failed",
+                        format!("the handler's response body failed ({e}); its outcome is unknown"),
+                    ),
+                };
                 return Ok(to_response(problem.answer()));
             }
         };
