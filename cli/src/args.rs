@@ -440,7 +440,7 @@ The upstream's 2xx, 3xx and 4xx are kept (replayed); its 5xx releases the key. A
 upstream that cannot be reached releases it (502); one that fails or times out after
 the request was sent leaves it unknown (502 or 504): it may have acted; settle it with
 idem resolve or idem reconcile. Ctrl-C or SIGTERM stops accepting, finishes the requests
-in flight within --drain-timeout, and exits 0.
+in flight (those whose client hung up too) within --drain-timeout, and exits 0.
 
 The tenant must come from your authentication, and the proxy does not start without it:
 --tenant-header names the header a gateway in front sets (after removing the client's

@@ -261,6 +261,29 @@ fn sigterm_finishes_the_request_in_flight_and_exits_cleanly() {
     assert_eq!(in_flight.join().unwrap().status, 201);
     let record = idem.run(&["--json", "get", "shop", "POST /orders", "t"]);
     assert_eq!(record.code(0).json()["state"], "succeeded");
+
+    // A request whose client hung up once the upstream had it, and no connection left
+    // open: the proxy still waits for its answer and settles its key before it exits.
+    let proxy = Proxy::start(&idem, &upstream.url(), &["--tenant", "shop"]);
+    let mut left = std::net::TcpStream::connect(proxy.address).unwrap();
+    write!(
+        left,
+        "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: \"left\"\r\n\
+         Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}"
+    )
+    .unwrap();
+    while upstream.executions("\"left\"") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never arrived"
+        );
+        thread::yield_now();
+    }
+    drop(left);
+    let (code, stderr) = proxy.terminate();
+    assert_eq!(code, 0, "{stderr}");
+    let record = idem.run(&["--json", "get", "shop", "POST /orders", "left"]);
+    assert_eq!(record.code(0).json()["state"], "succeeded");
 }
 
 #[test]

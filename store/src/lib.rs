@@ -290,6 +290,8 @@
 //!                   reconcile.rs, read.rs, maintain.rs, transfer.rs, receiver.rs
 //!                   (impl Receiver for Store), tests.rs
 //! receiver.rs       the seam: the Receiver trait, over the reports it returns
+//! running.rs        background work counted, for a server to wait for before it exits
+//!                   (features `http`, `postgres`)
 //! operator/         the reads and maintenance over every table: read.rs (get, list),
 //!                   maintain.rs (sweep, stats, check, compact), transfer.rs (export,
 //!                   import), view/ (a record as JSON)
@@ -309,7 +311,8 @@
 //!                   same seam: mod.rs (PgStore, its builder, connecting), receiver.rs
 //!                   (impl Receiver for PgStore), steps.rs (the protocol's steps as
 //!                   statements), execute.rs (atomic execute), entity.rs (entities and
-//!                   claimed values), token.rs (one-time tokens), inbox.rs, maintain.rs
+//!                   claimed values), token.rs (one-time tokens), inbox.rs, intent.rs
+//!                   (outbox intents an import carries), maintain.rs
 //!                   (list, stats, sweep, reconcile), transfer.rs (export, import),
 //!                   cache.rs (a replica's replay and entity caches), statements.rs,
 //!                   row.rs (a record as a row), pool.rs, schema.rs and schema.sql
@@ -333,6 +336,8 @@ mod operator;
 pub mod postgres;
 mod protocol;
 mod receiver;
+#[cfg(any(feature = "http", feature = "postgres"))]
+mod running;
 
 pub use api::store::Store;
 pub use api::{entity, inbox, maintain, outbox, token};

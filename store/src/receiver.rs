@@ -57,6 +57,14 @@ pub trait Receiver: Send + Sync + 'static {
     /// database answers): what a load balancer's health check asks.
     fn ready(&self) -> impl Future<Output = bool> + Send;
 
+    /// Ready once nothing this engine started in the background is still running (a
+    /// claim given back after its caller left, a give-up): what a server waits for
+    /// before it exits. An engine that finishes such work before it is dropped (the
+    /// file's, whose driver is joined) is idle at once.
+    fn idle(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// A request with `fingerprint` arrives for `id`: claim it, or answer it (replay,
     /// in progress, conflict, unknown, forgotten). On [`Decision::Claimed`] the Pending
     /// record is durable before the future is ready.

@@ -250,10 +250,12 @@ impl Serving<'_> {
             let upstream = upstream.clone();
             async move { Ok::<_, Infallible>(upstream.forward(request).await) }
         });
-        let keyed = IdempotencyLayer::new(timed, settings).layer(forward);
+        let layer = IdempotencyLayer::new(timed, settings);
+        let running = layer.running();
+        let keyed = layer.layer(forward);
         let front = Front {
             keyed,
-            store,
+            store: Arc::clone(&store),
             metrics,
             log,
         };
@@ -307,10 +309,17 @@ impl Serving<'_> {
         drop(listener);
         eprintln!("idem proxy: stopping, finishing the requests in flight");
         let drain = Duration::from_millis(args.drain_timeout.max(1));
+        let drained = async {
+            graceful.shutdown().await;
+            // A request whose client hung up runs on in a task of its own until its key
+            // is settled, and the store may still be giving back a claim nobody took.
+            running.idle().await;
+            store.idle().await;
+        };
         tokio::select! {
-            () = graceful.shutdown() => Ok(()),
+            () = drained => Ok(()),
             () = tokio::time::sleep(drain) => Err(Failure::runtime(format!(
-                "proxy: connections still open after {} ms (--drain-timeout), stopped anyway; a key claimed by a request cut off stays pending until its lease ends",
+                "proxy: requests still running after {} ms (--drain-timeout), stopped anyway; a key claimed by a request cut off stays pending until its lease ends",
                 drain.as_millis()
             ))),
         }

@@ -43,6 +43,10 @@ impl<R: Receiver> Receiver for Timed<R> {
         self.inner.ready().await
     }
 
+    async fn idle(&self) {
+        self.inner.idle().await;
+    }
+
     async fn unknown_keys(&self) -> Result<u64, MaintainError> {
         self.timed("unknown_keys", self.inner.unknown_keys()).await
     }

@@ -72,6 +72,8 @@ use tower_layer::Layer;
 
 pub use service::{Idempotency, RequestBody, ResponseBody};
 
+pub use crate::running::Running;
+
 use crate::{Receiver, Store};
 
 /// What the layer does with the key of a claimed request, when the service knows
@@ -263,6 +265,7 @@ pub fn method_and_path(parts: &Parts) -> String {
 pub struct IdempotencyLayer<R = Store> {
     store: Arc<R>,
     settings: Arc<Settings>,
+    running: Running,
 }
 
 impl<R> Clone for IdempotencyLayer<R> {
@@ -270,6 +273,7 @@ impl<R> Clone for IdempotencyLayer<R> {
         IdempotencyLayer {
             store: Arc::clone(&self.store),
             settings: Arc::clone(&self.settings),
+            running: self.running.clone(),
         }
     }
 }
@@ -281,7 +285,17 @@ impl<R: Receiver> IdempotencyLayer<R> {
         IdempotencyLayer {
             store,
             settings: Arc::new(settings),
+            running: Running::default(),
         }
+    }
+
+    /// The claimed requests still running, in every service this layer made: a
+    /// request runs on in a task of its own when its client hangs up, so a server that
+    /// stops waits for [`Running::idle`] after its connections closed (and then for
+    /// [`Receiver::idle`]).
+    #[must_use]
+    pub fn running(&self) -> Running {
+        self.running.clone()
     }
 }
 
@@ -289,6 +303,11 @@ impl<S, R: Receiver> Layer<S> for IdempotencyLayer<R> {
     type Service = Idempotency<S, R>;
 
     fn layer(&self, inner: S) -> Idempotency<S, R> {
-        Idempotency::new(inner, Arc::clone(&self.store), Arc::clone(&self.settings))
+        Idempotency::new(
+            inner,
+            Arc::clone(&self.store),
+            Arc::clone(&self.settings),
+            self.running.clone(),
+        )
     }
 }

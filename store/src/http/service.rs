@@ -19,6 +19,7 @@ use tower_service::Service;
 use super::{Answered, Settings, Settle, Tenant};
 use idem_core::Field;
 
+use crate::running::Running;
 use crate::{Decision, Generation, GiveUp, Receiver, RecordId, Store, Verdict};
 
 /// What the wrapped service receives: a keyed request's body, buffered
@@ -37,6 +38,7 @@ pub struct Idempotency<S, R = Store> {
     inner: S,
     store: Arc<R>,
     settings: Arc<Settings>,
+    running: Running,
 }
 
 impl<S: Clone, R> Clone for Idempotency<S, R> {
@@ -45,16 +47,23 @@ impl<S: Clone, R> Clone for Idempotency<S, R> {
             inner: self.inner.clone(),
             store: Arc::clone(&self.store),
             settings: Arc::clone(&self.settings),
+            running: self.running.clone(),
         }
     }
 }
 
 impl<S, R> Idempotency<S, R> {
-    pub(super) fn new(inner: S, store: Arc<R>, settings: Arc<Settings>) -> Idempotency<S, R> {
+    pub(super) fn new(
+        inner: S,
+        store: Arc<R>,
+        settings: Arc<Settings>,
+        running: Running,
+    ) -> Idempotency<S, R> {
         Idempotency {
             inner,
             store,
             settings,
+            running,
         }
     }
 }
@@ -85,7 +94,7 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         let store = Arc::clone(&self.store);
         let settings = Arc::clone(&self.settings);
-        Box::pin(serve(inner, store, settings, request))
+        Box::pin(serve(inner, store, settings, self.running.clone(), request))
     }
 }
 
@@ -101,6 +110,7 @@ async fn serve<S, R, B, RB>(
     inner: S,
     store: Arc<R>,
     settings: Arc<Settings>,
+    running: Running,
     request: Request<B>,
 ) -> Result<Response<ResponseBody<RB>>, S::Error>
 where
@@ -120,7 +130,7 @@ where
             let response = inner.call(request.map(Either::Right)).await?;
             Ok(marked(response.map(Either::Right), Answered::PassedThrough))
         }
-        Admitted::Claimed(claim, request) => run(inner, claim, &settings, request)
+        Admitted::Claimed(claim, request) => run(inner, claim, &settings, &running, request)
             .await
             .map(|response| marked(response, Answered::Executed)),
     }
@@ -239,6 +249,7 @@ async fn run<S, R, B, RB>(
     mut inner: S,
     mut claim: Claim<R>,
     settings: &Settings,
+    running: &Running,
     request: Request<RequestBody<B>>,
 ) -> Result<Response<ResponseBody<RB>>, S::Error>
 where
@@ -252,7 +263,10 @@ where
     R: Receiver,
 {
     let kept = settings.kept_headers.clone();
+    // Counted until the key is settled, also when the client hung up meanwhile.
+    let entered = running.enter();
     let task = tokio::spawn(async move {
+        let _entered = entered;
         claim.started = true;
         let response = match claim.unless_panic(inner.call(request)).await {
             Ok(response) => response,

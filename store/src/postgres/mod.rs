@@ -80,6 +80,8 @@ struct Inner {
     entities: cache::EntityCache,
     runtime: Handle,
     lock_timeout: Duration,
+    /// The begins and give-ups running in tasks of their own.
+    background: crate::running::Running,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -330,6 +332,7 @@ impl PgStoreBuilder {
                 entities: cache::EntityCache::new(self.replay_cache),
                 runtime,
                 lock_timeout: self.lock_timeout,
+                background: crate::running::Running::default(),
             }),
         })
     }

@@ -65,6 +65,12 @@ impl Receiver for PgStore {
         self.ping().await
     }
 
+    /// Waits for the begins and give-ups running in tasks of their own: a claim whose
+    /// caller left is given back before this is ready.
+    async fn idle(&self) {
+        self.inner.background.idle().await;
+    }
+
     /// Claims or answers on the database's clock; `now` is not used.
     ///
     /// The statements run in a task of their own, and the answer comes back with a guard:
@@ -81,7 +87,9 @@ impl Receiver for PgStore {
         }
         let (answer, answered) = tokio::sync::oneshot::channel();
         let (store, key) = (self.clone(), id.clone());
+        let entered = self.inner.background.enter();
         self.inner.runtime.spawn(async move {
+            let _entered = entered;
             let decided = store.claim_or_answer(&key, fingerprint).await;
             let generation = match &decided {
                 Ok(Decision::Claimed { generation, .. }) => Some(*generation),
@@ -214,7 +222,9 @@ impl Receiver for PgStore {
     fn give_up(&self, id: &RecordId, generation: Generation, how: GiveUp, now: Timestamp) {
         let store = self.clone();
         let id = id.clone();
+        let entered = self.inner.background.enter();
         self.inner.runtime.spawn(async move {
+            let _entered = entered;
             // A failure leaves the claim Pending; a retry after its lease finds it as
             // the protocol says.
             let _given_up = match how {

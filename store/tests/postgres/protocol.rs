@@ -461,20 +461,17 @@ async fn a_begin_dropped_before_its_answer_gives_its_claim_back() {
     }
     println!("{dropped} begins dropped, {received} answered");
     assert!(dropped > 0, "no begin was dropped: the run shows nothing");
-    // The claims nobody received are released in the background.
-    let started = std::time::Instant::now();
-    loop {
-        let left = store.list(&ListFilter::default()).await.unwrap();
-        if left.is_empty() {
-            break;
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(10),
-            "claims nobody received are still there: {:?}",
-            left.iter()
-                .map(|(id, r)| (id.key().to_owned(), r.state()))
-                .collect::<Vec<_>>()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    // The claims nobody received are released in the background; the store is idle
+    // once they are.
+    tokio::time::timeout(std::time::Duration::from_secs(10), store.idle())
+        .await
+        .expect("the background work ends");
+    let left = store.list(&ListFilter::default()).await.unwrap();
+    assert!(
+        left.is_empty(),
+        "claims nobody received are still there: {:?}",
+        left.iter()
+            .map(|(id, r)| (id.key().to_owned(), r.state()))
+            .collect::<Vec<_>>()
+    );
 }

@@ -697,3 +697,93 @@ async fn the_layer_runs_on_any_receiver_and_a_failed_begin_runs_nothing() {
         Some(State::Succeeded)
     );
 }
+
+/// A claimed request whose client hung up runs on, counted by the layer until its key is
+/// settled: what a server waits for before it exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_left_by_its_client_is_running_until_its_key_is_settled() {
+    let harness = Harness::new();
+    let (go, wait) = tokio::sync::oneshot::channel::<()>();
+    let wait = Arc::new(std::sync::Mutex::new(Some(wait)));
+    let handler = tower::service_fn(move |_: Request<RequestBody<Body>>| {
+        let wait = wait.lock().unwrap().take();
+        async move {
+            if let Some(wait) = wait {
+                let _ = wait.await;
+            }
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"{}"))))
+        }
+    });
+    let layer = IdempotencyLayer::new(Arc::clone(&harness.store), settings());
+    let running = layer.running();
+    let service = layer.layer(handler);
+    let request = service.oneshot(post(Some(KEY), "{}"));
+    // The client hangs up while the handler runs.
+    let gone = tokio::time::timeout(std::time::Duration::from_millis(200), request).await;
+    assert!(gone.is_err(), "the handler is still waiting");
+    assert_eq!(running.count(), 1);
+    assert_eq!(harness.record(KEY_BARE), Some(State::Pending));
+    let idle = tokio::spawn({
+        let running = running.clone();
+        async move { running.idle().await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(!idle.is_finished(), "idle waits for the request");
+    go.send(()).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), idle)
+        .await
+        .expect("idle once the key is settled")
+        .unwrap();
+    assert_eq!(harness.record(KEY_BARE), Some(State::Succeeded));
+}
+
+/// A response body whose first frame is an error.
+struct Failing(Option<Box<dyn std::error::Error + Send + Sync>>);
+
+impl http_body::Body for Failing {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.take().map(Err))
+    }
+}
+
+/// A handler whose body fails with a [`BodyFailed`] gets that problem answered, and its
+/// key is Unknown; any other body failure is the layer's 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_fails_with_a_problem_is_answered_with_it() {
+    use idem_store::http::BodyFailed;
+    let harness = Harness::new();
+    let handler = tower::service_fn(|request: Request<RequestBody<Body>>| async move {
+        let failure: Box<dyn std::error::Error + Send + Sync> = if request.uri().path() == "/orders"
+        {
+            Box::new(BodyFailed(idem_core::http::Problem::new(
+                504,
+                "upstream-timeout",
+                "the upstream stalled",
+            )))
+        } else {
+            "a broken pipe".into()
+        };
+        let body = Failing(Some(failure));
+        Ok::<_, Infallible>(Response::new(body))
+    });
+    let mut service = IdempotencyLayer::new(Arc::clone(&harness.store), settings()).layer(handler);
+    let answer = send(&mut service, post(Some(KEY), "{}")).await;
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (504, "upstream-timeout")
+    );
+    assert_eq!(harness.record(KEY_BARE), Some(State::Unknown));
+    let mut other = post(Some("\"k-2\""), "{}");
+    *other.uri_mut() = "/refunds".parse().unwrap();
+    let answer = send(&mut service, other).await;
+    assert_eq!(
+        (answer.status, answer.problem().as_str()),
+        (500, "handler-failed")
+    );
+}
