@@ -80,7 +80,7 @@ struct Inner {
     entities: cache::EntityCache,
     runtime: Handle,
     lock_timeout: Duration,
-    /// The begins and give-ups running in tasks of their own.
+    /// The begins left by their callers and the give-ups, running in tasks of their own.
     background: crate::running::Running,
 }
 

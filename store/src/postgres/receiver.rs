@@ -3,7 +3,10 @@
 //! begin) or fenced by generation and state (the other inputs); the steps are in
 //! `steps.rs`.
 
+use std::future::Future;
 use std::io::{BufRead, Write};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use idem_core::protocol::{self, Decision, Resolution};
 use idem_core::{
@@ -20,20 +23,46 @@ use crate::operator::transfer::Transferred;
 use crate::protocol::reconcile::{Check, ReconcileError, ReconcileReport};
 use crate::receiver::{GiveUp, Receiver};
 
-/// A claim on its way to a caller that may be gone: dropped with its generation still
-/// in it, it releases the claim in the background.
-struct Unreceived {
+/// A begin's statements, run in the caller's task. Dropped before they answered (the
+/// HTTP client hung up), they finish in a task of their own, which gives back a claim
+/// they made: no key stays claimed by nobody.
+struct Claiming {
     store: PgStore,
     id: RecordId,
-    generation: Option<Generation>,
+    work: Option<Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>>,
 }
 
-impl Drop for Unreceived {
+impl Future for Claiming {
+    type Output = Result<Decision, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(work) = self.work.as_mut() else {
+            return Poll::Ready(Err(Error::Corrupt {
+                detail: "a begin was polled after its answer".into(),
+            }));
+        };
+        let decided = std::task::ready!(work.as_mut().poll(cx));
+        // Answered: the caller has it, claim or not.
+        self.work = None;
+        Poll::Ready(decided)
+    }
+}
+
+impl Drop for Claiming {
     fn drop(&mut self) {
-        if let Some(generation) = self.generation.take() {
-            self.store
-                .give_up(&self.id, generation, GiveUp::Release, Timestamp(0));
-        }
+        let Some(work) = self.work.take() else {
+            return;
+        };
+        let (store, id) = (self.store.clone(), self.id.clone());
+        let entered = store.inner.background.enter();
+        self.store.inner.runtime.spawn(async move {
+            let _entered = entered;
+            if let Ok(Decision::Claimed { generation, .. }) = work.await {
+                // A failure leaves the claim Pending; a retry after its lease finds it
+                // as the protocol says.
+                let _given_back = store.release(&id, generation, Timestamp(0)).await;
+            }
+        });
     }
 }
 
@@ -65,17 +94,17 @@ impl Receiver for PgStore {
         self.ping().await
     }
 
-    /// Waits for the begins and give-ups running in tasks of their own: a claim whose
-    /// caller left is given back before this is ready.
+    /// Waits for the begins left by their callers and the give-ups, which run in tasks
+    /// of their own: a claim whose caller left is given back before this is ready.
     async fn idle(&self) {
         self.inner.background.idle().await;
     }
 
     /// Claims or answers on the database's clock; `now` is not used.
     ///
-    /// The statements run in a task of their own, and the answer comes back with a guard:
-    /// when this future is dropped before it took a claim's answer (the HTTP client hung
-    /// up), the guard gives the claim back, so a retry claims the key again.
+    /// The statements run in the caller's task; when this future is dropped before they
+    /// answered (the HTTP client hung up), they finish in a task of their own, which
+    /// gives back a claim they made, so a retry claims the key again.
     async fn begin(
         &self,
         id: &RecordId,
@@ -85,34 +114,15 @@ impl Receiver for PgStore {
         if let Some(decision) = self.inner.cache.answer(id, fingerprint, &self.inner.config) {
             return Ok(decision);
         }
-        let (answer, answered) = tokio::sync::oneshot::channel();
         let (store, key) = (self.clone(), id.clone());
-        let entered = self.inner.background.enter();
-        self.inner.runtime.spawn(async move {
-            let _entered = entered;
-            let decided = store.claim_or_answer(&key, fingerprint).await;
-            let generation = match &decided {
-                Ok(Decision::Claimed { generation, .. }) => Some(*generation),
-                _ => None,
-            };
-            let guard = Unreceived {
-                store,
-                id: key,
-                generation,
-            };
-            // Refused when the caller is gone: the guard, dropped with the answer,
-            // gives the claim back.
-            let _ = answer.send((decided, guard));
-        });
-        match answered.await {
-            Ok((decided, mut guard)) => {
-                guard.generation = None;
-                decided
-            }
-            Err(_) => Err(Error::Corrupt {
-                detail: "the task of a begin ended without an answer".into(),
-            }),
+        Claiming {
+            store: self.clone(),
+            id: id.clone(),
+            work: Some(Box::pin(async move {
+                store.claim_or_answer(&key, fingerprint).await
+            })),
         }
+        .await
     }
 
     async fn heartbeat(
