@@ -23,13 +23,16 @@ use crate::operator::transfer::Transferred;
 use crate::protocol::reconcile::{Check, ReconcileError, ReconcileReport};
 use crate::receiver::{GiveUp, Receiver};
 
+/// A begin's statements, as a future that may move to a task of its own.
+type BeginWork = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>;
+
 /// A begin's statements, run in the caller's task. Dropped before they answered (the
 /// HTTP client hung up), they finish in a task of their own, which gives back a claim
 /// they made: no key stays claimed by nobody.
 struct Claiming {
     store: PgStore,
     id: RecordId,
-    work: Option<Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>>,
+    work: Option<BeginWork>,
 }
 
 impl Future for Claiming {
