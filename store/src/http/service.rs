@@ -247,7 +247,7 @@ where
 /// from its answer (see the module docs for why a task, and what is Unknown).
 async fn run<S, R, B, RB>(
     mut inner: S,
-    mut claim: Claim<R>,
+    claim: Claim<R>,
     settings: &Settings,
     running: &Running,
     request: Request<RequestBody<B>>,
@@ -267,6 +267,9 @@ where
     let entered = running.enter();
     let task = tokio::spawn(async move {
         let _entered = entered;
+        // Declared after the count: an unsettled claim is given up (in its drop) before
+        // the count lets a stopping server go.
+        let mut claim = claim;
         claim.started = true;
         let response = match claim.unless_panic(inner.call(request)).await {
             Ok(response) => response,
