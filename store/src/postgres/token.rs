@@ -24,6 +24,10 @@ use crate::receiver::Receiver;
 /// Tokens one sweep transaction deletes at most.
 const SWEEP_BATCH: i64 = 500;
 
+/// How many times an issue tries to make or lock its intent's entry while sweeps delete
+/// it in between.
+const ENTRY_ATTEMPTS: u32 = 16;
+
 impl PgStore {
     /// Issues a one-time token for `(tenant, operation)`, valid for `ttl_ms` from the
     /// database's time, made of `random` (128 bits from a secure source). With an
@@ -68,31 +72,41 @@ impl PgStore {
             Some(intent_id) => {
                 // The intent's entry names its token; made here if there is none (a
                 // concurrent issue for the same intent waits for this transaction),
-                // locked otherwise, so one issue at a time decides for an intent.
-                let claimed = txn
-                    .execute(
-                        "INSERT INTO idem_token_intents (tenant, operation, intent_id, token) \
-                         VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                        &[&tenant, &operation, &intent_id, &fresh.as_str()],
-                    )
-                    .await
-                    .map_err(database("issue_token"))?;
-                if claimed == 1 {
-                    None
-                } else {
+                // locked otherwise, so one issue at a time decides for an intent. An
+                // entry a sweep deleted between the two statements is made again.
+                let mut held = None;
+                for _ in 0..ENTRY_ATTEMPTS {
+                    let claimed = txn
+                        .execute(
+                            "INSERT INTO idem_token_intents (tenant, operation, intent_id, token) \
+                             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                            &[&tenant, &operation, &intent_id, &fresh.as_str()],
+                        )
+                        .await
+                        .map_err(database("issue_token"))?;
+                    if claimed == 1 {
+                        held = Some(None);
+                        break;
+                    }
                     let row = txn
-                        .query_one(
+                        .query_opt(
                             "SELECT token FROM idem_token_intents \
                               WHERE tenant = $1 AND operation = $2 AND intent_id = $3 FOR UPDATE",
                             &[&tenant, &operation, &intent_id],
                         )
                         .await
                         .map_err(database("issue_token"))?;
-                    let text: String = row.try_get(0).map_err(database("issue_token"))?;
-                    Some(Token::parse(&text).map_err(|e| Error::Corrupt {
-                        detail: format!("idem_token_intents names {text:?}: {e}"),
-                    })?)
+                    if let Some(row) = row {
+                        let text: String = row.try_get(0).map_err(database("issue_token"))?;
+                        held = Some(Some(Token::parse(&text).map_err(|e| Error::Corrupt {
+                            detail: format!("idem_token_intents names {text:?}: {e}"),
+                        })?));
+                        break;
+                    }
                 }
+                held.ok_or(Error::Contended {
+                    attempts: ENTRY_ATTEMPTS,
+                })?
             }
         };
         let earlier_state = match &earlier {
