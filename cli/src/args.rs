@@ -497,8 +497,8 @@ pub(crate) struct ProxyArgs {
     /// The most body bytes buffered and fingerprinted; a larger body is a 413.
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
     pub(crate) body_limit: usize,
-    /// How long the upstream may take to answer, head and body whole; past it the key is
-    /// unknown (504).
+    /// How long the upstream may take to answer a keyed request, head and body whole
+    /// (a request passed through: its head); past it the key is unknown (504).
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "25s")]
     pub(crate) upstream_timeout: u64,
     /// A request header that is part of the fingerprint (repeat for more).

@@ -1,7 +1,8 @@
 //! The upstream's response body, cut at the upstream deadline: `--upstream-timeout`
-//! bounds the whole answer, head and body, so an upstream that sends its head and then
-//! stalls fails the request (the key Unknown: it may have acted) instead of holding it
-//! and its connection for ever.
+//! bounds a keyed request's whole answer, head and body, so an upstream that sends its
+//! head and then stalls fails the request (the key Unknown: it may have acted) instead
+//! of holding it, its claim and its connection for ever. A request passed through (no
+//! key) streams its body as long as it takes: a download, a stream of events.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,20 +17,21 @@ use tokio::time::{Instant, Sleep};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A body that fails once its deadline passes before its end.
+/// A body that fails once its deadline, if it has one, passes before its end.
 pub(super) struct Deadline {
     body: Incoming,
-    deadline: Pin<Box<Sleep>>,
+    deadline: Option<Pin<Box<Sleep>>>,
     /// The whole answer's time, for the message.
     limit: Duration,
 }
 
 impl Deadline {
-    /// `body`, due by `deadline` (`limit` after the request was sent).
-    pub(super) fn new(body: Incoming, deadline: Instant, limit: Duration) -> Deadline {
+    /// `body`, due by `deadline` (`limit` after the request was sent), or whenever
+    /// without one.
+    pub(super) fn new(body: Incoming, deadline: Option<Instant>, limit: Duration) -> Deadline {
         Deadline {
             body,
-            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            deadline: deadline.map(|at| Box::pin(tokio::time::sleep_until(at))),
             limit,
         }
     }
@@ -47,7 +49,10 @@ impl Body for Deadline {
         if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
             return Poll::Ready(frame.map(|frame| frame.map_err(Into::into)));
         }
-        match this.deadline.as_mut().poll(cx) {
+        let Some(deadline) = this.deadline.as_mut() else {
+            return Poll::Pending;
+        };
+        match deadline.as_mut().poll(cx) {
             // Answered as a stalled head is: 504, the key Unknown.
             Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyFailed(Problem::new(
                 504,

@@ -462,6 +462,8 @@ impl Upstream {
         request: Request<RequestBody<Incoming>>,
     ) -> Response<ResponseBody<Deadline>> {
         let (mut parts, body) = request.into_parts();
+        // A keyed request's body was buffered; one passed through streams.
+        let keyed = matches!(body, http_body_util::Either::Left(_));
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let uri = Uri::builder()
             .scheme(self.scheme.clone())
@@ -480,7 +482,8 @@ impl Upstream {
             parts.headers.insert(http::header::HOST, host);
         }
         let started = Instant::now();
-        // One deadline for the whole answer: its head here, its body as it streams.
+        // One deadline for the whole answer of a keyed request: its head here, its body
+        // as it streams (a request passed through has its head's only).
         let deadline = tokio::time::Instant::now() + self.timeout;
         let sent = tokio::time::timeout_at(
             deadline,
@@ -492,7 +495,7 @@ impl Upstream {
             Ok(Ok(response)) => {
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
-                let body = Deadline::new(body, deadline, self.timeout);
+                let body = Deadline::new(body, keyed.then_some(deadline), self.timeout);
                 Response::from_parts(parts, http_body_util::Either::Right(body))
             }
             Ok(Err(e)) if e.is_connect() => failed(
