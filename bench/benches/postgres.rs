@@ -382,24 +382,35 @@ async fn prepared_floor(url: &str, callers: u32) -> Result<Vec<Floor>, BenchErro
     let mut prepared = Vec::new();
     for _ in 0..callers {
         let client = connect(url).await?;
-        let claim = client
-            .prepare(
-                "INSERT INTO floor_keys (tenant, operation, key, fingerprint, generation, state, created_at, updated_at, lease_until) \
-                 VALUES ('bench', 'charge', $1, $2, nextval('idem_generation'), 0, idem_now(), idem_now(), idem_now() + $3) \
-                 ON CONFLICT DO NOTHING RETURNING generation",
-            )
-            .await?;
-        let settle = client
-            .prepare(
-                "UPDATE floor_keys SET state = 1, verdict = 0, updated_at = idem_now(), lease_until = NULL, \
-                   completed_at = idem_now(), expires_at = idem_now() + $3, outcome_code = $4, outcome_body = $5 \
-                 WHERE tenant = 'bench' AND operation = 'charge' AND key = $1 AND generation = $2 AND state = 0 \
-                 RETURNING generation",
-            )
-            .await?;
+        let (claim, settle) = floor_statements(&client, "charge").await?;
         prepared.push((client, claim, settle));
     }
     Ok(prepared)
+}
+
+/// The floor's claim (`$1` key, `$2` fingerprint, `$3` lease) and fenced settle (`$1`
+/// key, `$2` generation, `$3` retention, `$4` code, `$5` body) of keys under
+/// `operation`, prepared on `client`.
+async fn floor_statements(
+    client: &Client,
+    operation: &str,
+) -> Result<(tokio_postgres::Statement, tokio_postgres::Statement), BenchError> {
+    let claim = client
+        .prepare(&format!(
+            "INSERT INTO floor_keys (tenant, operation, key, fingerprint, generation, state, created_at, updated_at, lease_until) \
+             VALUES ('bench', '{operation}', $1, $2, nextval('idem_generation'), 0, idem_now(), idem_now(), idem_now() + $3) \
+             ON CONFLICT DO NOTHING RETURNING generation"
+        ))
+        .await?;
+    let settle = client
+        .prepare(&format!(
+            "UPDATE floor_keys SET state = 1, verdict = 0, updated_at = idem_now(), lease_until = NULL, \
+               completed_at = idem_now(), expires_at = idem_now() + $3, outcome_code = $4, outcome_body = $5 \
+             WHERE tenant = 'bench' AND operation = '{operation}' AND key = $1 AND generation = $2 AND state = 0 \
+             RETURNING generation"
+        ))
+        .await?;
+    Ok((claim, settle))
 }
 
 type Seed004 = (

@@ -9,7 +9,7 @@ use idem_store::entity::{EntityDecision, EntityId, Machine, MachineSpec};
 use idem_store::postgres::PgStore;
 use idem_store::postgres::tokio_postgres::{Client, Statement};
 
-use super::{PAIRS, connect, measure, median};
+use super::{PAIRS, connect, floor_statements, measure, median};
 
 /// Moves of entities: each caller flips its own entity between two states, with a
 /// version check, through idem's `transition` and by a bare `UPDATE … WHERE version = $v`
@@ -236,25 +236,11 @@ struct Prepared {
 
 impl Prepared {
     async fn new(client: Client) -> Result<Prepared, BenchError> {
-        let claim = client
-            .prepare(
-                "INSERT INTO floor_keys (tenant, operation, key, fingerprint, generation, state, created_at, updated_at, lease_until) \
-                 VALUES ('bench', 'move', $1, $2, nextval('idem_generation'), 0, idem_now(), idem_now(), idem_now() + $3) \
-                 ON CONFLICT DO NOTHING RETURNING generation",
-            )
-            .await?;
+        let (claim, settle) = floor_statements(&client, "move").await?;
         let move_entity = client
             .prepare(
                 "UPDATE floor_entities SET state = $2, version = version + 1, updated_at = idem_now() \
                   WHERE tenant = 'bench' AND kind = 'account' AND id = $1 AND version = $3",
-            )
-            .await?;
-        let settle = client
-            .prepare(
-                "UPDATE floor_keys SET state = 1, verdict = 0, updated_at = idem_now(), lease_until = NULL, \
-                   completed_at = idem_now(), expires_at = idem_now() + $3, outcome_code = $4, outcome_body = $5 \
-                 WHERE tenant = 'bench' AND operation = 'move' AND key = $1 AND generation = $2 AND state = 0 \
-                 RETURNING generation",
             )
             .await?;
         Ok(Prepared {

@@ -8,13 +8,11 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use idem_core::protocol::Decision;
 use idem_core::{Fingerprint, Outcome, RecordId, Verdict};
 use tokio_postgres::Transaction;
 
 use super::PgStore;
 use crate::error::{Error, ExecuteError};
-use crate::protocol::execute::Executed;
 use crate::protocol::inbox::Handled;
 
 /// The handler of a message: its writes in the transaction it is given, and the outcome
@@ -86,14 +84,6 @@ impl PgInbox {
                 })
             })
             .await?;
-        Ok(match executed {
-            Executed::Ran { value, record } => match record.status {
-                idem_core::Status::Settled { outcome, .. } => Handled::Ran { value, outcome },
-                // An execute that ran puts only settled records.
-                other => unreachable!("an executed record is settled, not {other:?}"),
-            },
-            Executed::NotRun(Decision::Replay { outcome, .. }) => Handled::Duplicate(outcome),
-            Executed::NotRun(decision) => Handled::NotRun(decision),
-        })
+        Ok(Handled::of(executed))
     }
 }

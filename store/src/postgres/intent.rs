@@ -2,12 +2,10 @@
 //! outbox moves into the shared database and back out, unchanged. The outbox itself runs
 //! on a file (docs/postgres.md, "Intents"); nothing here sends or retries.
 
-use idem_core::{
-    Fingerprint, Intent, IntentResolution, IntentState, Outcome, ResolvedAs, Timestamp,
-};
+use idem_core::{Intent, IntentResolution, IntentState, Outcome, ResolvedAs, Timestamp};
 use tokio_postgres::{GenericClient, Row};
 
-use super::row::signed;
+use super::row::{fingerprint_of, signed};
 use super::steps::database;
 use crate::error::Error;
 
@@ -38,12 +36,7 @@ pub(super) fn intent_at(row: &Row) -> Result<Intent, Error> {
         .ok_or_else(|| corrupt(format!("state {state:?} is not an intent's state")))?;
     let attempts: i64 = column!(3, "attempts");
     let fingerprint: Vec<u8> = column!(7, "fingerprint");
-    let fingerprint = <[u8; 32]>::try_from(fingerprint.as_slice()).map_err(|_| {
-        corrupt(format!(
-            "fingerprint of {} bytes, expected 32",
-            fingerprint.len()
-        ))
-    })?;
+    let fingerprint = fingerprint_of(&fingerprint).map_err(corrupt)?;
     let last_status: Option<i32> = column!(9, "last_status");
     let outcome = match (column!(10, "outcome_code"), column!(11, "outcome_body")) {
         (Some(code), Some(body)) => Some(Outcome { code, body }),
@@ -79,7 +72,7 @@ pub(super) fn intent_at(row: &Row) -> Result<Intent, Error> {
         created_at: Timestamp(unsigned("created_at", column!(4, "created_at"))?),
         next_attempt_at: Timestamp(unsigned("next_attempt_at", column!(5, "next_attempt_at"))?),
         deadline: Timestamp(unsigned("deadline", column!(6, "deadline"))?),
-        fingerprint: Fingerprint(fingerprint),
+        fingerprint,
         payload: column!(8, "payload"),
         last_status: last_status
             .map(|s| u16::try_from(s).map_err(|_| corrupt(format!("last_status {s}"))))

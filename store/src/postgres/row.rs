@@ -105,6 +105,13 @@ impl Columns {
     }
 }
 
+/// The fingerprint a `bytea` column holds, or what is wrong with it.
+pub(super) fn fingerprint_of(bytes: &[u8]) -> Result<Fingerprint, String> {
+    <[u8; 32]>::try_from(bytes)
+        .map(Fingerprint)
+        .map_err(|_| format!("fingerprint of {} bytes, expected 32", bytes.len()))
+}
+
 /// `value` as the signed column that keeps it.
 pub(super) fn signed(field: &'static str, value: u64) -> Result<i64, Error> {
     i64::try_from(value).map_err(|_| Error::OutOfRange { field, value })
@@ -115,13 +122,7 @@ pub(super) fn record_at(row: &Row, first: usize, id: &RecordId) -> Result<Record
     let corrupt = |detail: String| Error::Corrupt {
         detail: format!("idem_records row {id}: {detail}"),
     };
-    let fingerprint: Vec<u8> = get(row, first, id)?;
-    let fingerprint = <[u8; 32]>::try_from(fingerprint.as_slice()).map_err(|_| {
-        corrupt(format!(
-            "fingerprint of {} bytes, expected 32",
-            fingerprint.len()
-        ))
-    })?;
+    let fingerprint = fingerprint_of(&get::<Vec<u8>>(row, first, id)?).map_err(corrupt)?;
     let unsigned = |name: &'static str, value: i64| {
         u64::try_from(value).map_err(|_| corrupt(format!("{name} {value} is negative")))
     };
@@ -177,7 +178,7 @@ pub(super) fn record_at(row: &Row, first: usize, id: &RecordId) -> Result<Record
         other => return Err(corrupt(format!("state {other}, expected 0 to 3"))),
     };
     Ok(Record {
-        fingerprint: Fingerprint(fingerprint),
+        fingerprint,
         generation: Generation(unsigned("generation", get(row, first + 1, id)?)?),
         created_at: time(4, "created_at")?,
         updated_at: time(5, "updated_at")?,
@@ -194,19 +195,13 @@ pub(super) fn kept_at(
     let corrupt = |detail: String| Error::Corrupt {
         detail: format!("idem_records row {id}: {detail}"),
     };
-    let fingerprint: Vec<u8> = get(row, 0, id)?;
-    let fingerprint = <[u8; 32]>::try_from(fingerprint.as_slice()).map_err(|_| {
-        corrupt(format!(
-            "fingerprint of {} bytes, expected 32",
-            fingerprint.len()
-        ))
-    })?;
+    let fingerprint = fingerprint_of(&get::<Vec<u8>>(row, 0, id)?).map_err(corrupt)?;
     let unsigned = |index: usize, name: &str| -> Result<u64, Error> {
         let value: i64 = get(row, index, id)?;
         u64::try_from(value).map_err(|_| corrupt(format!("{name} {value} is negative")))
     };
     Ok((
-        Fingerprint(fingerprint),
+        fingerprint,
         Generation(unsigned(1, "generation")?),
         Timestamp(unsigned(2, "created_at")?),
         Timestamp(unsigned(3, "updated_at")?),

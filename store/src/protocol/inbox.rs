@@ -115,14 +115,22 @@ impl<'s> Inbox<'s> {
             execute::admit_all,
             |txn| handler(txn).map(|(outcome, value)| (Verdict::Succeeded, outcome, value)),
         )?;
-        Ok(match executed {
+        Ok(Handled::of(executed))
+    }
+}
+
+impl<T> Handled<T> {
+    /// What the execute of a delivery came to, for its consumer: every engine's inbox
+    /// answers with this.
+    pub(crate) fn of(executed: Executed<T>) -> Handled<T> {
+        match executed {
             Executed::Ran { value, record } => match record.status {
                 idem_core::Status::Settled { outcome, .. } => Handled::Ran { value, outcome },
-                // execute_in puts only settled records.
+                // An execute that ran puts only settled records.
                 other => unreachable!("an executed record is settled, not {other:?}"),
             },
             Executed::NotRun(Decision::Replay { outcome, .. }) => Handled::Duplicate(outcome),
             Executed::NotRun(decision) => Handled::NotRun(decision),
-        })
+        }
     }
 }
