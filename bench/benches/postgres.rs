@@ -7,12 +7,15 @@
 //! (`postgres/entities.rs`).
 //!
 //! ```text
-//! cargo bench -p idem-bench --bench postgres [-- --ops N]
+//! cargo bench -p idem-bench --bench postgres [-- --ops N] [--callers N]
 //! ```
 //!
-//! It starts a throwaway server of its own (as the tests do), or uses the database at
-//! `IDEM_BENCH_PG_URL`. Every caller has a connection of its own; idem's pool has one per
-//! caller. Prints figures only: nothing here asserts a speed.
+//! `--ops` is the number of calls of each timed run (3,000 by default); `--callers` runs
+//! one number of callers instead of 1 and 64. It starts a throwaway server of its own (as
+//! the tests do), or uses the database at `IDEM_BENCH_PG_URL`. Every caller has a
+//! connection of its own; idem's pool has one per caller, opened (and its statements
+//! prepared) before anything is timed, as the floor's connections are. Each run's rate
+//! goes to stderr as it ends. Prints figures only: nothing here asserts a speed.
 
 #[path = "../../store/tests/common/postgres.rs"]
 mod server;
@@ -35,7 +38,7 @@ use tokio::sync::Barrier;
 const CALLERS: [u32; 2] = [1, 64];
 
 /// Runs of idem and of the floor, alternated.
-const PAIRS: usize = 3;
+const PAIRS: usize = 5;
 
 /// The row of median rate among `rows`.
 fn median(mut rows: Vec<Row>) -> Row {
@@ -44,7 +47,11 @@ fn median(mut rows: Vec<Row>) -> Row {
 }
 
 fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
-    let ops = ops_argument()?;
+    let ops = argument("--ops")?.unwrap_or(3_000);
+    let callers: Vec<u32> = match argument("--callers")? {
+        Some(callers) => vec![callers],
+        None => CALLERS.to_vec(),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -56,18 +63,20 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
             server.url()
         }
     };
-    runtime.block_on(run(&url, ops))
+    runtime.block_on(run(&url, ops, &callers))
 }
 
-fn ops_argument() -> Result<u32, BenchError> {
+/// The number after `flag` on the command line, if the flag is there.
+fn argument(flag: &str) -> Result<Option<u32>, BenchError> {
     let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == "--ops") {
-        Some(i) => Ok(args
-            .get(i + 1)
-            .ok_or("--ops needs a number")?
-            .parse()
-            .map_err(|e| format!("--ops: {e}"))?),
-        None => Ok(2_000),
+    match args.iter().position(|a| a == flag) {
+        Some(i) => Ok(Some(
+            args.get(i + 1)
+                .ok_or(format!("{flag} needs a number"))?
+                .parse()
+                .map_err(|e| format!("{flag}: {e}"))?,
+        )),
+        None => Ok(None),
     }
 }
 
@@ -129,10 +138,16 @@ where
         (Some(first), Some(last)) => last - first,
         _ => std::time::Duration::ZERO,
     };
+    eprintln!(
+        "    {} calls in {:.2} s: {:.0}/s",
+        calls.len(),
+        total.as_secs_f64(),
+        calls.len() as f64 / total.as_secs_f64()
+    );
     Ok(Timing { total, calls })
 }
 
-async fn run(url: &str, ops: u32) -> Result<(), Box<dyn Error + Send + Sync>> {
+async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + Send + Sync>> {
     let setup = connect(url).await?;
     let version: String = setup.query_one("SHOW server_version", &[]).await?.get(0);
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -155,11 +170,12 @@ async fn run(url: &str, ops: u32) -> Result<(), Box<dyn Error + Send + Sync>> {
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
     let mut entity_ratios = Vec::new();
-    for callers in CALLERS {
+    for &callers in every {
         let idem = PgStore::builder()
             .pool_size(callers as usize)
             .connect(url)
             .await?;
+        warm(&idem, callers, "idem").await?;
         let floor_clients = prepared_floor(url, callers).await?;
         let floor_clients = Arc::new(floor_clients);
         let mut idem_rows = Vec::new();
@@ -177,25 +193,8 @@ async fn run(url: &str, ops: u32) -> Result<(), Box<dyn Error + Send + Sync>> {
                     move |_, caller, n| {
                         let idem = idem.clone();
                         async move {
-                            let id = RecordId::new(
-                                "bench",
-                                "charge",
-                                &format!("i-{callers}-{round}-{caller}-{n}"),
-                            )?;
-                            let Decision::Claimed { generation, .. } =
-                                idem.begin(&id, Fingerprint([7; 32]), Timestamp(0)).await?
-                            else {
-                                return Err("a fresh key was not claimed".into());
-                            };
-                            idem.complete(
-                                &id,
-                                generation,
-                                Verdict::Succeeded,
-                                Outcome::new(201, "ok"),
-                                Timestamp(0),
-                            )
-                            .await?;
-                            Ok(())
+                            begin_complete(&idem, &format!("i-{callers}-{round}-{caller}-{n}"))
+                                .await
                         }
                     }
                 })
@@ -310,6 +309,7 @@ async fn run(url: &str, ops: u32) -> Result<(), Box<dyn Error + Send + Sync>> {
             .replay_cache(0)
             .connect(url)
             .await?;
+        warm(&uncached, callers, "uncached").await?;
         let read_row = Row::new(
             "pg_idem_replay_read",
             "idem: replay read from the database",
@@ -354,7 +354,7 @@ async fn run(url: &str, ops: u32) -> Result<(), Box<dyn Error + Send + Sync>> {
             callers,
             moves[0].per_second / moves[1].per_second,
             moves[2].per_second / moves[3].per_second,
-            moves[2].per_second / moves[1].per_second,
+            moves[2].per_second / moves[4].per_second,
         ));
         rows.extend(moves);
     }
@@ -366,13 +366,47 @@ async fn run(url: &str, ops: u32) -> Result<(), Box<dyn Error + Send + Sync>> {
             "{callers:>2} callers: idem / floor {floor:.2}x, idem / seed 004 {seed:.2}x, idem / brandur {brandur:.2}x"
         );
     }
-    for (callers, alone, inside, against_update) in entity_ratios {
+    for (callers, alone, inside, by_hand) in entity_ratios {
         println!(
             "{callers:>2} callers: a move through idem / the UPDATE by hand {alone:.2}x; \
-             a move inside execute / the same transaction by hand {inside:.2}x \
-             (/ the lone UPDATE {against_update:.2}x)"
+             inside execute, a move through idem / the UPDATE by hand {inside:.2}x \
+             (/ the whole transaction by hand {by_hand:.2}x)"
         );
     }
+    Ok(())
+}
+
+/// A fresh key's begin and complete through idem.
+async fn begin_complete(idem: &PgStore, key: &str) -> Result<(), BenchError> {
+    let id = RecordId::new("bench", "charge", key)?;
+    let Decision::Claimed { generation, .. } =
+        idem.begin(&id, Fingerprint([7; 32]), Timestamp(0)).await?
+    else {
+        return Err(format!("{key}: a fresh key was not claimed").into());
+    };
+    idem.complete(
+        &id,
+        generation,
+        Verdict::Succeeded,
+        Outcome::new(201, "ok"),
+        Timestamp(0),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Opens every connection of `idem`'s pool and prepares its statements, as the floor's
+/// connections are before they are timed: `callers` callers at once, twice each.
+async fn warm(idem: &PgStore, callers: u32, name: &str) -> Result<(), BenchError> {
+    let name = name.to_owned();
+    measure(callers, callers * 2, vec![(); callers as usize], {
+        let idem = idem.clone();
+        move |_, caller, n| {
+            let (idem, name) = (idem.clone(), name.clone());
+            async move { begin_complete(&idem, &format!("w-{name}-{callers}-{caller}-{n}")).await }
+        }
+    })
+    .await?;
     Ok(())
 }
 

@@ -5,17 +5,23 @@ use std::sync::Arc;
 
 use idem_bench::measure::{BenchError, Row};
 use idem_core::{Fingerprint, Outcome, RecordId, Verdict};
+use idem_store::ExecuteError;
 use idem_store::entity::{EntityDecision, EntityId, Machine, MachineSpec};
 use idem_store::postgres::PgStore;
-use idem_store::postgres::tokio_postgres::{Client, Statement};
+use idem_store::postgres::tokio_postgres::{
+    self, Client, SimpleQueryMessage, Statement, Transaction,
+};
+use tokio::sync::Barrier;
 
 use super::{PAIRS, connect, floor_statements, measure, median};
 
 /// Moves of entities: each caller flips its own entity between two states, with a
 /// version check, through idem's `transition` and by a bare `UPDATE … WHERE version = $v`
-/// sent by the bench (the floor); then a move inside an atomic execute beside the same
-/// transaction by hand. Each pair alternates [`PAIRS`] times; the median of each is
-/// kept. Returns the rows: move, its floor, move inside execute, its floor.
+/// sent by the bench (the floor); then a move inside an atomic execute of idem beside
+/// the same execute with the bench's `UPDATE` inside (the floor of the move there), and
+/// beside the whole transaction by hand. Each row alternates with the others
+/// [`PAIRS`] times; the median of each is kept. Returns the rows: move, its floor, move
+/// inside execute, the UPDATE by hand inside execute, the transaction by hand.
 pub(crate) async fn rows(
     url: &str,
     idem: &PgStore,
@@ -34,14 +40,17 @@ pub(crate) async fn rows(
              CREATE TABLE floor_entities (LIKE idem_entities INCLUDING ALL)",
         )
         .await?;
-    // `a-…` entities move alone, `x-…` ones inside executes.
-    for prefix in ["a", "x"] {
+    // `a-…` entities move alone, `x-…` ones inside executes, `y-…` ones (by hand only)
+    // inside executes of idem.
+    for prefix in ["a", "x", "y"] {
         for caller in 0..callers {
             let name = format!("{prefix}-{callers}-{caller}");
             let id = EntityId::new("bench", "account", &name)?;
-            let created = idem.transition(&flip, &id, "even", None).await?;
-            if !matches!(created, EntityDecision::Applied { .. }) {
-                return Err(format!("{id}: {created:?}").into());
+            if prefix != "y" {
+                let created = idem.transition(&flip, &id, "even", None).await?;
+                if !matches!(created, EntityDecision::Applied { .. }) {
+                    return Err(format!("{id}: {created:?}").into());
+                }
             }
             setup
                 .execute(
@@ -61,7 +70,8 @@ pub(crate) async fn rows(
         let k = round as u64 * per_caller + u64::from(n);
         (k + 1, if k % 2 == 0 { "odd" } else { "even" })
     };
-    let mut measured: [Vec<Row>; 4] = Default::default();
+    HandUpdate::prepare(idem, callers).await?;
+    let mut measured: [Vec<Row>; 5] = Default::default();
     for round in 0..PAIRS {
         eprintln!("  {callers} callers: moves through idem ({round})");
         measured[0].push(Row::new(
@@ -114,50 +124,150 @@ pub(crate) async fn rows(
             .await?,
         ));
         eprintln!("  {callers} callers: moves inside execute through idem ({round})");
-        measured[2].push(inside_execute(idem, &flip, callers, ops, round, step).await?);
+        let mover = Mover::Idem(Arc::clone(&flip));
+        measured[2].push(inside_execute(idem, mover, callers, ops, round, step).await?);
+        eprintln!("  {callers} callers: UPDATEs by hand inside execute through idem ({round})");
+        measured[3].push(inside_execute(idem, Mover::ByHand, callers, ops, round, step).await?);
         eprintln!("  {callers} callers: moves inside a transaction by hand ({round})");
-        measured[3].push(inside_by_hand(clients.clone(), callers, ops, round, step).await?);
+        measured[4].push(inside_by_hand(clients.clone(), callers, ops, round, step).await?);
     }
     Ok(measured.into_iter().map(median).collect())
 }
 
+/// What moves the entity inside an execute: idem's `transition_in`, or the bench's own
+/// `UPDATE … WHERE version = $v` on the execute's connection.
+#[derive(Clone)]
+enum Mover {
+    Idem(Arc<Machine>),
+    ByHand,
+}
+
+/// The bench's `UPDATE` of a `floor_entities` row inside an execute of idem: a
+/// statement prepared once on each connection of idem's pool (`PREPARE hand_move`), run
+/// by name.
+struct HandUpdate;
+
+impl HandUpdate {
+    const PREPARE: &str = "PREPARE hand_move(text, text, bigint) AS \
+        UPDATE floor_entities SET state = $2, version = version + 1, updated_at = idem_now() \
+         WHERE tenant = 'bench' AND kind = 'account' AND id = $1 AND version = $3";
+
+    /// Prepares the `UPDATE` on every connection of `idem`'s pool before it is timed, as
+    /// the statements by hand are: `callers` executes, each of which waits inside its
+    /// transaction (holding its connection) until all have prepared, so that each runs
+    /// on a connection of its own and every connection of the pool is reached.
+    async fn prepare(idem: &PgStore, callers: u32) -> Result<(), BenchError> {
+        let everyone = Arc::new(Barrier::new(callers as usize));
+        measure(callers, callers, vec![(); callers as usize], {
+            let idem = idem.clone();
+            move |_, caller, _| {
+                let (idem, everyone) = (idem.clone(), Arc::clone(&everyone));
+                async move {
+                    let key =
+                        RecordId::new("bench", "move", &format!("prepare-{callers}-{caller}"))?;
+                    let executed = idem
+                        .execute(&key, Fingerprint([7; 32]), move |txn| {
+                            Box::pin(async move {
+                                txn.batch_execute(Self::PREPARE).await.map_err(why)?;
+                                everyone.wait().await;
+                                Ok((Verdict::Succeeded, Outcome::new(200, "prepared"), ()))
+                            })
+                        })
+                        .await
+                        .map_err(|e: ExecuteError<String>| e.to_string())?;
+                    match executed {
+                        idem_store::Executed::Ran { .. } => Ok(()),
+                        other => Err(format!("{key}: {other:?}").into()),
+                    }
+                }
+            }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Moves entity `id` of `floor_entities` from `version` to state `to` inside `txn`,
+    /// by the statement [`HandUpdate::prepare`] made on its connection.
+    async fn apply(txn: &Transaction<'_>, id: &str, to: &str, version: u64) -> Result<(), String> {
+        let run = format!("EXECUTE hand_move('{id}', '{to}', {version})");
+        let answers = txn.simple_query(&run).await.map_err(why)?;
+        let moved = answers.iter().find_map(|answer| match answer {
+            SimpleQueryMessage::CommandComplete(rows) => Some(*rows),
+            _ => None,
+        });
+        match moved {
+            Some(1) => Ok(()),
+            _ => Err(format!("{id}: the move by hand found another version")),
+        }
+    }
+}
+
+/// The server's own words for a failed statement (the driver's display says only "db
+/// error").
+fn why(e: tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
+    }
+}
+
 /// A move inside an atomic execute: each call claims a fresh key, moves the caller's
-/// entity with a version check and settles the key, in one transaction.
+/// entity with a version check and settles the key, in one transaction. `mover` is
+/// idem's `transition_in` (the `x-…` entities) or the bench's own `UPDATE` (the `y-…`
+/// rows of `floor_entities`).
 async fn inside_execute(
     idem: &PgStore,
-    flip: &Arc<Machine>,
+    mover: Mover,
     callers: u32,
     ops: u32,
     round: usize,
     step: impl Fn(usize, u32) -> (u64, &'static str) + Copy + Send + Sync + 'static,
 ) -> Result<Row, BenchError> {
+    let (name, what, prefix) = match mover {
+        Mover::Idem(_) => (
+            "pg_idem_execute_transition",
+            "idem: execute with a move inside",
+            "x",
+        ),
+        Mover::ByHand => (
+            "pg_floor_execute_update",
+            "floor: execute with the UPDATE by hand inside",
+            "y",
+        ),
+    };
     Ok(Row::new(
-        "pg_idem_execute_transition",
-        "idem: execute with a move inside",
+        name,
+        what,
         callers,
         &measure(callers, ops, vec![(); callers as usize], {
-            let (idem, flip) = (idem.clone(), Arc::clone(flip));
+            let idem = idem.clone();
             move |_, caller, n| {
-                let (idem, flip) = (idem.clone(), Arc::clone(&flip));
+                let (idem, mover) = (idem.clone(), mover.clone());
                 async move {
-                    let key = format!("x-{callers}-{round}-{caller}-{n}");
+                    let key = format!("{prefix}-{callers}-{round}-{caller}-{n}");
                     let key = RecordId::new("bench", "move", &key)?;
-                    let id = EntityId::new("bench", "account", &format!("x-{callers}-{caller}"))?;
+                    let name = format!("{prefix}-{callers}-{caller}");
+                    let id = EntityId::new("bench", "account", &name)?;
                     let (version, to) = step(round, n);
-                    let mover = idem.clone();
+                    let store = idem.clone();
                     let executed = idem
                         .execute(&key, Fingerprint([7; 32]), move |txn| {
                             Box::pin(async move {
-                                let moved = mover
-                                    .transition_in(txn, &flip, &id, to, Some(version))
-                                    .await
-                                    .map_err(|e| e.to_string())?;
-                                match moved {
-                                    EntityDecision::Applied { .. } => {
-                                        Ok((Verdict::Succeeded, Outcome::new(200, "moved"), ()))
+                                match mover {
+                                    Mover::Idem(flip) => {
+                                        let moved = store
+                                            .transition_in(txn, &flip, &id, to, Some(version))
+                                            .await
+                                            .map_err(|e| e.to_string())?;
+                                        if !matches!(moved, EntityDecision::Applied { .. }) {
+                                            return Err(format!("{id}: {moved:?}"));
+                                        }
                                     }
-                                    other => Err(format!("{id}: {other:?}")),
+                                    Mover::ByHand => {
+                                        HandUpdate::apply(txn, &name, to, version).await?;
+                                    }
                                 }
+                                Ok((Verdict::Succeeded, Outcome::new(200, "moved"), ()))
                             })
                         })
                         .await
