@@ -14,6 +14,7 @@ use std::fmt;
 use std::fs;
 use std::hint::black_box;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_core::protocol::{self, Decision};
@@ -23,7 +24,7 @@ use idem_store::entity::EntityId;
 use idem_store::entity::Machine;
 use idem_store::entity::MachineSpec;
 use idem_store::redb::{ConcurrencyMode, Durability};
-use idem_store::{ExecuteError, Executed, Store};
+use idem_store::{ExecuteError, Executed, Receiver, Store};
 use serde::Serialize;
 
 use crate::measure::{BenchError, KeySequence, Row, Timing, measure};
@@ -136,7 +137,7 @@ pub fn run(dir: &Path, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Re
     rows.push(fsync_probe(dir, 50)?);
     progress("fsync of eight pages, contiguous and scattered");
     rows.extend(fsync_pages(dir, 8, 100)?);
-    let store = Store::open(dir.join("writes.redb"))?;
+    let store = Arc::new(Store::open(dir.join("writes.redb"))?);
     let bench = Writes {
         store: &store,
         outcome: Outcome::new(200, vec![b'x'; 64]),
@@ -159,6 +160,8 @@ pub fn run(dir: &Path, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Re
         progress(&format!("begin + complete, {callers} callers"));
         rows.push(bench.two_phase(callers)?);
     }
+    progress(&format!("begin + complete, {most} tasks on tokio"));
+    rows.push(bench.two_phase_tasks(&store, most)?);
     if most > 1 {
         // The same number of keys as the one-caller row, spread over the callers: each
         // waits for the write lock in turn and nothing is shared.
@@ -361,6 +364,72 @@ impl Writes<'_> {
         };
         Ok(Row::new("two_phase", &name, callers, &timing)
             .with_commits(2 * timing.calls.len() as u64, commits))
+    }
+
+    /// begin then complete as [`Writes::two_phase`], from `callers` tasks on a tokio
+    /// runtime through the receiver seam, as the HTTP layer calls the store: a task
+    /// waits for its batch without a thread, and the store's driver thread leads the
+    /// batches. `shared` is the store of `self`.
+    fn two_phase_tasks(&self, shared: &Arc<Store>, callers: u32) -> Result<Row, BenchError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        let before = self.store.commit_counts();
+        let keys = Arc::new(KeySequence::default());
+        let per_caller = self.keys;
+        let timing = runtime.block_on(async {
+            let start_line = Arc::new(tokio::sync::Barrier::new(callers as usize + 1));
+            let tasks: Vec<_> = (0..callers)
+                .map(|_| {
+                    let (store, keys) = (Arc::clone(shared), Arc::clone(&keys));
+                    let (start_line, outcome) = (Arc::clone(&start_line), self.outcome.clone());
+                    tokio::spawn(async move {
+                        start_line.wait().await;
+                        let mut calls = Vec::with_capacity(per_caller as usize);
+                        for _ in 0..per_caller {
+                            let one = Instant::now();
+                            let id = Self::id("two-phase-tasks", callers, &keys)?;
+                            let fingerprint = Fingerprint::of_bytes(id.key().as_bytes());
+                            let Decision::Claimed { generation, .. } =
+                                Receiver::begin(&*store, &id, fingerprint, NOW).await?
+                            else {
+                                return Err(format!("{id} was not claimable").into());
+                            };
+                            let settled = outcome.clone();
+                            Receiver::complete(
+                                &*store,
+                                &id,
+                                generation,
+                                Verdict::Succeeded,
+                                settled,
+                                NOW,
+                            )
+                            .await?;
+                            calls.push(one.elapsed());
+                        }
+                        Ok::<_, BenchError>(calls)
+                    })
+                })
+                .collect();
+            start_line.wait().await;
+            let start = Instant::now();
+            let mut calls = Vec::with_capacity(callers as usize * per_caller as usize);
+            for task in tasks {
+                calls.extend(task.await.map_err(|_| "a measuring task panicked")??);
+            }
+            Ok::<_, BenchError>(Timing {
+                total: start.elapsed(),
+                calls,
+            })
+        })?;
+        let commits = self.store.commit_counts().commits - before.commits;
+        Ok(Row::new(
+            "two_phase_tasks",
+            "begin + complete, group commit, tasks on tokio",
+            callers,
+            &timing,
+        )
+        .with_commits(2 * timing.calls.len() as u64, commits))
     }
 
     /// [`Store::execute`]: every call its own transaction.
@@ -774,6 +843,7 @@ mod tests {
             ("fsync", 1),
             ("two_phase", 1),
             ("two_phase", 3),
+            ("two_phase_tasks", 3),
             ("execute", 1),
             ("execute", 3),
             ("execute_grouped", 1),

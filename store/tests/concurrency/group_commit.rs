@@ -504,6 +504,57 @@ fn a_refusal_in_a_batch_does_not_affect_the_others() {
         .unwrap();
 }
 
+/// Inputs that queue while a batch runs its inputs join it before its commit: one
+/// sync for all, where they would otherwise wait for the whole next commit.
+#[test]
+fn inputs_queued_while_a_batch_runs_join_it_before_its_commit() {
+    const LATE: usize = 5;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let before = store.commit_counts();
+    let (running_tx, running) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let leader = {
+        let store = Arc::clone(&store);
+        thread::spawn(move || {
+            store
+                .execute_grouped(&id("group", "late", "first"), fp("x"), NOW, move |txn| {
+                    running_tx.send(()).unwrap();
+                    let _ = go_rx.recv();
+                    credit(txn, "first", false)
+                })
+                .unwrap()
+        })
+    };
+    // The batch runs its one input, which waits; the others queue meanwhile.
+    running.recv().unwrap();
+    let (tids, queued) = mpsc::channel();
+    let late: Vec<_> = (0..LATE)
+        .map(|n| {
+            let store = Arc::clone(&store);
+            spawn_caller(&tids, move || {
+                store
+                    .begin(&id("group", "late", &format!("k{n}")), fp("x"), NOW)
+                    .unwrap()
+            })
+        })
+        .collect();
+    wait_until_queued(&queued, LATE);
+    go.send(()).unwrap();
+    assert!(matches!(leader.join().unwrap(), Executed::Ran { .. }));
+    for caller in late {
+        assert!(matches!(caller.join().unwrap(), Decision::Claimed { .. }));
+    }
+    let counts = store.commit_counts();
+    assert_eq!(counts.commits - before.commits, 1, "{counts:?}");
+    assert_eq!(counts.batches - before.batches, 1, "{counts:?}");
+    assert_eq!(
+        counts.batched_inputs - before.batched_inputs,
+        1 + LATE as u64,
+        "{counts:?}"
+    );
+}
+
 #[test]
 fn inputs_for_one_key_in_one_batch_see_each_other_in_order() {
     let dir = tempfile::tempdir().unwrap();

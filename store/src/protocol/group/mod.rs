@@ -3,8 +3,9 @@
 //!
 //! A thread that calls the store puts its input (a [`Job`]) in the store's queue; if no
 //! batch is running, it becomes the leader: it takes every input waiting (at most
-//! [`MAX_BATCH`]), runs them one after the other in one write transaction, commits
-//! once, and then hands every caller of the batch its answer. Callers who arrive
+//! [`MAX_BATCH`]), runs them one after the other in one write transaction, takes in
+//! those that queued while they ran (up to the same bound), commits once, and then
+//! hands every caller of the batch its answer. Callers who arrive
 //! meanwhile queue up, and one of them leads the next batch: as soon as the commit has
 //! returned, so that the next batch runs while this one's callers are woken (a system
 //! call each for a thread, which at many callers costs the leader as much as running
@@ -181,6 +182,22 @@ impl Committer {
             seen = queue.waiting.len();
         }
         queue
+    }
+
+    /// Moves the inputs that queued while the running batch ran into it, before its
+    /// commit, up to [`MAX_BATCH`]: their callers would otherwise wait for the whole
+    /// next commit. Inputs that come back after a round trip of their own (a proxy's
+    /// claim, forwarded upstream, returning with its outcome) arrive spread over a
+    /// commit's time; those that arrive before this one syncs share its sync. False
+    /// when none was waiting.
+    fn join_late(&self, batch: &mut Vec<Box<dyn Job>>) -> bool {
+        let mut queue = self.queue();
+        let take = queue
+            .waiting
+            .len()
+            .min(MAX_BATCH.saturating_sub(batch.len()));
+        batch.extend(queue.waiting.drain(..take));
+        take > 0
     }
 
     fn count_batch(&self, inputs: usize) {
@@ -471,12 +488,19 @@ impl Committer {
             // Every input was refused before it queued on a read-only store.
             let ran = writer.transact("write", |txn, tables| {
                 let mut changed = false;
-                for (i, job) in batch.iter_mut().enumerate() {
-                    match job.run(config, txn, tables) {
-                        Ran::Unchanged => {}
-                        Ran::Changed => changed = true,
-                        // Roll back; the others run again without it.
-                        Ran::Failed => return Ok((Some(i), false)),
+                let mut from = 0;
+                loop {
+                    for (i, job) in batch.iter_mut().enumerate().skip(from) {
+                        match job.run(config, txn, tables) {
+                            Ran::Unchanged => {}
+                            Ran::Changed => changed = true,
+                            // Roll back; the others run again without it.
+                            Ran::Failed => return Ok((Some(i), false)),
+                        }
+                    }
+                    from = batch.len();
+                    if !self.join_late(&mut batch) {
+                        break;
                     }
                 }
                 Ok::<_, Error>((None, changed))
