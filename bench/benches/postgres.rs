@@ -1,7 +1,8 @@
 //! idem on PostgreSQL against what a team would write by hand, in one run on one
 //! server: begin + complete through idem against the same two statements sent by the
 //! bench with no idem code (the floor), seed 004's pattern (claim, SELECT, UPDATE, no
-//! fencing) and brandur's (each phase a SERIALIZABLE transaction), at 1 and 64 callers;
+//! fencing; on its own one-index table, and on a table shaped like idem's) and
+//! brandur's (each phase a SERIALIZABLE transaction), taking turns, at 1 and 64 callers;
 //! a replay through idem (its replica cache) and read from the database; and moves of
 //! entities, alone and inside an atomic execute, beside the same statements by hand
 //! (`postgres/entities.rs`).
@@ -12,10 +13,11 @@
 //!
 //! `--ops` is the number of calls of each timed run (3,000 by default); `--callers` runs
 //! one number of callers instead of 1 and 64. It starts a throwaway server of its own (as
-//! the tests do), or uses the database at `IDEM_BENCH_PG_URL`. Every caller has a
-//! connection of its own; idem's pool has one per caller, opened (and its statements
-//! prepared) before anything is timed, as the floor's connections are. Each run's rate
-//! goes to stderr as it ends. Prints figures only: nothing here asserts a speed.
+//! the tests do), or uses the database at `IDEM_BENCH_PG_URL` (whose server must allow
+//! 400 connections). Every caller has a connection of its own; idem's pool has one per
+//! caller, opened (and its statements prepared) before anything is timed, as the
+//! floor's connections are. Each run's rate goes to stderr as it ends. Prints figures
+//! only: nothing here asserts a speed.
 
 #[path = "../../store/tests/common/postgres.rs"]
 mod server;
@@ -59,7 +61,9 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let url = match std::env::var("IDEM_BENCH_PG_URL") {
         Ok(url) => url,
         Err(_) => {
-            server = server::Server::start_with(&[("max_connections", "300")]);
+            // At 64 callers, idem's pool and four sets of connections by hand are open
+            // at once: 320, and the 1-caller run's closing.
+            server = server::Server::start_with(&[("max_connections", "500")]);
             server.url()
         }
     };
@@ -157,8 +161,9 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
     drop(PgStore::connect(url).await?); // the schema
     setup
         .batch_execute(
-            "DROP TABLE IF EXISTS floor_keys, seed004_keys, brandur_keys; \
+            "DROP TABLE IF EXISTS floor_keys, seed004_keys, seed004_records, brandur_keys; \
              CREATE TABLE floor_keys (LIKE idem_records INCLUDING ALL); \
+             CREATE TABLE seed004_records (LIKE idem_records INCLUDING ALL); \
              CREATE TABLE seed004_keys (key text PRIMARY KEY, status text NOT NULL, \
                response bytea, expires_at timestamptz NOT NULL); \
              CREATE TABLE brandur_keys (id bigserial PRIMARY KEY, user_id bigint NOT NULL, \
@@ -178,10 +183,26 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
         warm(&idem, callers, "idem").await?;
         let floor_clients = prepared_floor(url, callers).await?;
         let floor_clients = Arc::new(floor_clients);
-        let mut idem_rows = Vec::new();
-        let mut floor_rows = Vec::new();
-        // idem and the floor alternate, A B A B A B: this machine's disk and CPU drift
-        // within a run; the median of each is kept.
+        let seed_clients: Vec<Arc<Seed004>> = prepared_seed004(url, callers, false)
+            .await?
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let seed_shaped_clients: Vec<Arc<Seed004>> = prepared_seed004(url, callers, true)
+            .await?
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let brandur_clients: Vec<Arc<Brandur>> = prepared_brandur(url, callers)
+            .await?
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let (mut idem_rows, mut floor_rows) = (Vec::new(), Vec::new());
+        let (mut seed_rows, mut brandur_rows) = (Vec::new(), Vec::new());
+        let mut seed_shaped_rows = Vec::new();
+        // idem, the floor, seed 004 and brandur take turns, A B C D A B C D …: this
+        // machine's disk and CPU drift within a run; the median of each is kept.
         for round in 0..PAIRS {
             eprintln!("  {callers} callers: idem ({round})");
             let idem_row = Row::new(
@@ -238,51 +259,41 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
             );
             idem_rows.push(idem_row);
             floor_rows.push(floor_row);
+            eprintln!("  {callers} callers: seed 004 ({round})");
+            let clients = seed_clients.clone();
+            seed_rows.push(seed004(clients, callers, ops, round, false).await?);
+            eprintln!("  {callers} callers: seed 004 on a table like idem's ({round})");
+            let clients = seed_shaped_clients.clone();
+            seed_shaped_rows.push(seed004(clients, callers, ops, round, true).await?);
+            eprintln!("  {callers} callers: brandur ({round})");
+            brandur_rows.push(Row::new(
+                "pg_brandur",
+                "brandur: two SERIALIZABLE phases",
+                callers,
+                &measure(
+                    callers,
+                    ops,
+                    brandur_clients.clone(),
+                    move |state, caller, n| async move {
+                        let key = format!("b-{callers}-{round}-{caller}-{n}");
+                        brandur(&state, &key).await
+                    },
+                )
+                .await?,
+            ));
         }
+        // Their connections closed: the server's max_connections is shared by all.
+        drop((
+            floor_clients,
+            seed_clients,
+            seed_shaped_clients,
+            brandur_clients,
+        ));
         let idem_row = median(idem_rows);
         let floor_row = median(floor_rows);
-        eprintln!("  {callers} callers: seed 004");
-        let seed_clients = prepared_seed004(url, callers).await?;
-        let seed_row = Row::new(
-            "pg_seed004",
-            "seed 004: claim, SELECT, UPDATE (no fencing)",
-            callers,
-            &measure(
-                callers,
-                ops,
-                seed_clients,
-                move |state, caller, n| async move {
-                    let (client, claim, select, update) = &*state;
-                    let key = format!("s-{callers}-{caller}-{n}");
-                    client.execute(claim, &[&key]).await?;
-                    let row = client.query_one(select, &[&key]).await?;
-                    let status: String = row.get(0);
-                    if status != "in_progress" {
-                        return Err("the claim is not in progress".into());
-                    }
-                    client.execute(update, &[&key, &b"ok".as_slice()]).await?;
-                    Ok(())
-                },
-            )
-            .await?,
-        );
-        eprintln!("  {callers} callers: brandur");
-        let brandur_clients = prepared_brandur(url, callers).await?;
-        let brandur_row = Row::new(
-            "pg_brandur",
-            "brandur: two SERIALIZABLE phases",
-            callers,
-            &measure(
-                callers,
-                ops,
-                brandur_clients,
-                move |state, caller, n| async move {
-                    let key = format!("b-{callers}-{caller}-{n}");
-                    brandur(&state, &key).await
-                },
-            )
-            .await?,
-        );
+        let seed_row = median(seed_rows);
+        let seed_shaped_row = median(seed_shaped_rows);
+        let brandur_row = median(brandur_rows);
         eprintln!("  {callers} callers: replays");
         let replay_row = Row::new(
             "pg_idem_replay",
@@ -339,12 +350,14 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
             callers,
             idem_row.per_second / floor_row.per_second,
             idem_row.per_second / seed_row.per_second,
+            idem_row.per_second / seed_shaped_row.per_second,
             idem_row.per_second / brandur_row.per_second,
         ));
         rows.extend([
             idem_row,
             floor_row,
             seed_row,
+            seed_shaped_row,
             brandur_row,
             replay_row,
             read_row,
@@ -361,9 +374,10 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
     println!();
     print!("{}", table(&rows));
     println!();
-    for (callers, floor, seed, brandur) in ratios {
+    for (callers, floor, seed, shaped, brandur) in ratios {
         println!(
-            "{callers:>2} callers: idem / floor {floor:.2}x, idem / seed 004 {seed:.2}x, idem / brandur {brandur:.2}x"
+            "{callers:>2} callers: idem / floor {floor:.2}x, idem / seed 004 {seed:.2}x \
+             (on a table shaped like idem's {shaped:.2}x), idem / brandur {brandur:.2}x"
         );
     }
     for (callers, alone, inside, by_hand) in entity_ratios {
@@ -454,25 +468,75 @@ type Seed004 = (
     tokio_postgres::Statement,
 );
 
-async fn prepared_seed004(url: &str, callers: u32) -> Result<Vec<Seed004>, BenchError> {
+/// Seed 004's statements (claim, SELECT, UPDATE; no fencing), prepared on a connection
+/// per caller: on seed 004's own table (`seed004_keys`: one index, a completion that
+/// updates no indexed column), or, with `idem_shaped`, on a table shaped like idem's
+/// records (`seed004_records`: its indexes for sweep and the reconciler too).
+async fn prepared_seed004(
+    url: &str,
+    callers: u32,
+    idem_shaped: bool,
+) -> Result<Vec<Seed004>, BenchError> {
+    let [claim, select, update] = if idem_shaped {
+        [
+            "INSERT INTO seed004_records (tenant, operation, key, fingerprint, generation, state, created_at, updated_at, lease_until) \
+             VALUES ('bench', 'seed', $1, '\\x07', 0, 0, idem_now(), idem_now(), idem_now() + 30000) ON CONFLICT DO NOTHING",
+            "SELECT CASE state WHEN 0 THEN 'in_progress' ELSE 'completed' END, outcome_body \
+               FROM seed004_records WHERE tenant = 'bench' AND operation = 'seed' AND key = $1",
+            "UPDATE seed004_records SET state = 1, verdict = 0, updated_at = idem_now(), lease_until = NULL, \
+               completed_at = idem_now(), expires_at = idem_now() + 86400000, outcome_code = 201, outcome_body = $2 \
+             WHERE tenant = 'bench' AND operation = 'seed' AND key = $1",
+        ]
+    } else {
+        [
+            "INSERT INTO seed004_keys (key, status, expires_at) VALUES ($1, 'in_progress', now() + interval '24 hours') \
+             ON CONFLICT (key) DO NOTHING",
+            "SELECT status, response FROM seed004_keys WHERE key = $1",
+            "UPDATE seed004_keys SET status = 'completed', response = $2 WHERE key = $1",
+        ]
+    };
     let mut prepared = Vec::new();
     for _ in 0..callers {
         let client = connect(url).await?;
-        let claim = client
-            .prepare(
-                "INSERT INTO seed004_keys (key, status, expires_at) VALUES ($1, 'in_progress', now() + interval '24 hours') \
-                 ON CONFLICT (key) DO NOTHING",
-            )
-            .await?;
-        let select = client
-            .prepare("SELECT status, response FROM seed004_keys WHERE key = $1")
-            .await?;
-        let update = client
-            .prepare("UPDATE seed004_keys SET status = 'completed', response = $2 WHERE key = $1")
-            .await?;
+        let claim = client.prepare(claim).await?;
+        let select = client.prepare(select).await?;
+        let update = client.prepare(update).await?;
         prepared.push((client, claim, select, update));
     }
     Ok(prepared)
+}
+
+/// Seed 004's pattern, timed: each call claims a fresh key, reads it back and
+/// completes it, on `clients` ([`prepared_seed004`]).
+async fn seed004(
+    clients: Vec<Arc<Seed004>>,
+    callers: u32,
+    ops: u32,
+    round: usize,
+    idem_shaped: bool,
+) -> Result<Row, BenchError> {
+    let (name, what) = if idem_shaped {
+        (
+            "pg_seed004_idem_table",
+            "seed 004 on a table shaped like idem's",
+        )
+    } else {
+        ("pg_seed004", "seed 004: claim, SELECT, UPDATE (no fencing)")
+    };
+    let timing = measure(callers, ops, clients, move |state, caller, n| async move {
+        let (client, claim, select, update) = &**state;
+        let key = format!("s-{callers}-{round}-{caller}-{n}");
+        client.execute(claim, &[&key]).await?;
+        let row = client.query_one(select, &[&key]).await?;
+        let status: String = row.get(0);
+        if status != "in_progress" {
+            return Err("the claim is not in progress".into());
+        }
+        client.execute(update, &[&key, &b"ok".as_slice()]).await?;
+        Ok(())
+    })
+    .await?;
+    Ok(Row::new(name, what, callers, &timing))
 }
 
 type Brandur = Client;

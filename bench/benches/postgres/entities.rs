@@ -15,6 +15,9 @@ use tokio::sync::Barrier;
 
 use super::{PAIRS, connect, floor_statements, measure, median};
 
+/// How many times as many calls a run of moves alone makes as a run of executes.
+const ALONE: u32 = 3;
+
 /// Moves of entities: each caller flips its own entity between two states, with a
 /// version check, through idem's `transition` and by a bare `UPDATE … WHERE version = $v`
 /// sent by the bench (the floor); then a move inside an atomic execute of idem beside
@@ -64,28 +67,41 @@ pub(crate) async fn rows(
     for _ in 0..callers {
         clients.push(Arc::new(Prepared::new(connect(url).await?).await?));
     }
-    // Each caller's k-th move (from 0) finds version k + 1 and goes to odd when k is even.
-    let per_caller = u64::from((ops / callers).max(1));
-    let step = move |round: usize, n: u32| {
-        let k = round as u64 * per_caller + u64::from(n);
-        (k + 1, if k % 2 == 0 { "odd" } else { "even" })
+    // A move alone takes a third of an execute's time: its runs make [`ALONE`] times as
+    // many, to last as long.
+    let alone_ops = ops * ALONE;
+    // Each caller's k-th move (from 0) finds version k + 1 and goes to odd when k is
+    // even; a run of `ops` calls makes `ops / callers` moves per caller.
+    let steps = move |ops: u32| {
+        let per_caller = u64::from((ops / callers).max(1));
+        move |round: usize, n: u32| {
+            let k = round as u64 * per_caller + u64::from(n);
+            (k + 1, if k % 2 == 0 { "odd" } else { "even" })
+        }
     };
+    let (alone, step) = (steps(alone_ops), steps(ops));
     HandUpdate::prepare(idem, callers).await?;
     let mut measured: [Vec<Row>; 5] = Default::default();
     for round in 0..PAIRS {
+        // Each caller's entity is one row moved thousands of times: its dead versions
+        // slow every lookup until a vacuum, which autovacuum runs when it likes. Both
+        // tables start each round vacuumed.
+        setup
+            .batch_execute("VACUUM idem_entities, floor_entities")
+            .await?;
         eprintln!("  {callers} callers: moves through idem ({round})");
         measured[0].push(Row::new(
             "pg_idem_transition",
             "idem: a move with a version check",
             callers,
-            &measure(callers, ops, vec![(); callers as usize], {
+            &measure(callers, alone_ops, vec![(); callers as usize], {
                 let (idem, flip) = (idem.clone(), Arc::clone(&flip));
                 move |_, caller, n| {
                     let (idem, flip) = (idem.clone(), Arc::clone(&flip));
                     async move {
                         let id =
                             EntityId::new("bench", "account", &format!("a-{callers}-{caller}"))?;
-                        let (version, to) = step(round, n);
+                        let (version, to) = alone(round, n);
                         match idem.transition(&flip, &id, to, Some(version)).await? {
                             EntityDecision::Applied { .. } => Ok(()),
                             other => Err(format!("{id}: {other:?}").into()),
@@ -102,10 +118,10 @@ pub(crate) async fn rows(
             callers,
             &measure(
                 callers,
-                ops,
+                alone_ops,
                 clients.clone(),
                 move |state, caller, n| async move {
-                    let (version, to) = step(round, n);
+                    let (version, to) = alone(round, n);
                     let version = i64::try_from(version)?;
                     let moved = state
                         .client
