@@ -177,12 +177,17 @@ impl EntityCache {
         }
     }
 
+    /// Drops what this replica saw of `id` (another writer moved it), and its place in
+    /// the order, so that keeping it again neither queues it twice nor lets the order
+    /// outgrow the capacity.
     pub(super) fn forget(&self, id: &EntityId) {
         let mut entries = self
             .entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        entries.values.remove(id);
+        if entries.values.remove(id).is_some() {
+            entries.order.retain(|kept| kept != id);
+        }
     }
 }
 
@@ -246,5 +251,23 @@ mod tests {
             );
         }
         assert!(!cache.entries.lock().unwrap().records.contains_key(&id));
+    }
+
+    #[test]
+    fn an_entity_forgotten_and_kept_again_takes_one_place() {
+        let cache = EntityCache::new(4);
+        let id = EntityId::new("t", "account", "a").unwrap();
+        let entity = Entity {
+            state: "open".into(),
+            version: 1,
+            updated_at: Timestamp(1_000),
+        };
+        for _ in 0..100 {
+            cache.keep(&id, &entity);
+            cache.forget(&id);
+        }
+        cache.keep(&id, &entity);
+        let entries = cache.entries.lock().unwrap();
+        assert_eq!((entries.values.len(), entries.order.len()), (1, 1));
     }
 }
