@@ -161,7 +161,7 @@ pub fn run(dir: &Path, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Re
         rows.push(bench.two_phase(callers)?);
     }
     progress(&format!("begin + complete, {most} tasks on tokio"));
-    rows.push(bench.two_phase_tasks(&store, most)?);
+    rows.push(bench.two_phase_tasks(most)?);
     if most > 1 {
         // The same number of keys as the one-caller row, spread over the callers: each
         // waits for the write lock in turn and nothing is shared.
@@ -173,9 +173,11 @@ pub fn run(dir: &Path, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Re
 
     // The same in ConcurrencyMode::ExclusiveWriter: one process has the file to itself,
     // and redb commits in one phase (one fsync) instead of two.
-    let store = Store::builder()
-        .concurrency(ConcurrencyMode::ExclusiveWriter)
-        .open(dir.join("single-process.redb"))?;
+    let store = Arc::new(
+        Store::builder()
+            .concurrency(ConcurrencyMode::ExclusiveWriter)
+            .open(dir.join("single-process.redb"))?,
+    );
     let bench = Writes {
         store: &store,
         outcome,
@@ -194,7 +196,8 @@ pub fn run(dir: &Path, plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Re
     let store = Store::builder()
         .concurrency(ConcurrencyMode::ExclusiveWriter)
         .journal(false)
-        .open(dir.join("single-process-no-journal.redb"))?;
+        .open(dir.join("single-process-no-journal.redb"))
+        .map(Arc::new)?;
     let bench = Writes {
         store: &store,
         outcome,
@@ -318,7 +321,7 @@ fn fsync_pages(dir: &Path, pages: u64, count: u32) -> Result<Vec<Row>, BenchErro
 
 /// The write measurements on one store.
 struct Writes<'s> {
-    store: &'s Store,
+    store: &'s Arc<Store>,
     outcome: Outcome,
     keys: u32,
     // The store is in ConcurrencyMode::ExclusiveWriter.
@@ -369,8 +372,8 @@ impl Writes<'_> {
     /// begin then complete as [`Writes::two_phase`], from `callers` tasks on a tokio
     /// runtime through the receiver seam, as the HTTP layer calls the store: a task
     /// waits for its batch without a thread, and the store's driver thread leads the
-    /// batches. `shared` is the store of `self`.
-    fn two_phase_tasks(&self, shared: &Arc<Store>, callers: u32) -> Result<Row, BenchError> {
+    /// batches.
+    fn two_phase_tasks(&self, callers: u32) -> Result<Row, BenchError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?;
@@ -381,7 +384,7 @@ impl Writes<'_> {
             let start_line = Arc::new(tokio::sync::Barrier::new(callers as usize + 1));
             let tasks: Vec<_> = (0..callers)
                 .map(|_| {
-                    let (store, keys) = (Arc::clone(shared), Arc::clone(&keys));
+                    let (store, keys) = (Arc::clone(self.store), Arc::clone(&keys));
                     let (start_line, outcome) = (Arc::clone(&start_line), self.outcome.clone());
                     tokio::spawn(async move {
                         start_line.wait().await;

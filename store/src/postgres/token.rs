@@ -74,39 +74,40 @@ impl PgStore {
                 // concurrent issue for the same intent waits for this transaction),
                 // locked otherwise, so one issue at a time decides for an intent. An
                 // entry a sweep deleted between the two statements is made again.
-                let mut held = None;
-                for _ in 0..ENTRY_ATTEMPTS {
-                    let claimed = txn
-                        .execute(
-                            "INSERT INTO idem_token_intents (tenant, operation, intent_id, token) \
-                             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                            &[&tenant, &operation, &intent_id, &fresh.as_str()],
-                        )
-                        .await
-                        .map_err(database("issue_token"))?;
-                    if claimed == 1 {
-                        held = Some(None);
-                        break;
+                'entry: {
+                    for _ in 0..ENTRY_ATTEMPTS {
+                        let claimed = txn
+                            .execute(
+                                "INSERT INTO idem_token_intents (tenant, operation, intent_id, token) \
+                                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                                &[&tenant, &operation, &intent_id, &fresh.as_str()],
+                            )
+                            .await
+                            .map_err(database("issue_token"))?;
+                        if claimed == 1 {
+                            break 'entry None;
+                        }
+                        let row = txn
+                            .query_opt(
+                                "SELECT token FROM idem_token_intents \
+                                  WHERE tenant = $1 AND operation = $2 AND intent_id = $3 FOR UPDATE",
+                                &[&tenant, &operation, &intent_id],
+                            )
+                            .await
+                            .map_err(database("issue_token"))?;
+                        if let Some(row) = row {
+                            let text: String = row.try_get(0).map_err(database("issue_token"))?;
+                            break 'entry Some(Token::parse(&text).map_err(|e| {
+                                Error::Corrupt {
+                                    detail: format!("idem_token_intents names {text:?}: {e}"),
+                                }
+                            })?);
+                        }
                     }
-                    let row = txn
-                        .query_opt(
-                            "SELECT token FROM idem_token_intents \
-                              WHERE tenant = $1 AND operation = $2 AND intent_id = $3 FOR UPDATE",
-                            &[&tenant, &operation, &intent_id],
-                        )
-                        .await
-                        .map_err(database("issue_token"))?;
-                    if let Some(row) = row {
-                        let text: String = row.try_get(0).map_err(database("issue_token"))?;
-                        held = Some(Some(Token::parse(&text).map_err(|e| Error::Corrupt {
-                            detail: format!("idem_token_intents names {text:?}: {e}"),
-                        })?));
-                        break;
-                    }
+                    return Err(Error::Contended {
+                        attempts: ENTRY_ATTEMPTS,
+                    });
                 }
-                held.ok_or(Error::Contended {
-                    attempts: ENTRY_ATTEMPTS,
-                })?
             }
         };
         let earlier_state = match &earlier {
