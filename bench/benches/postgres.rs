@@ -11,13 +11,16 @@
 //! cargo bench -p idem-bench --bench postgres [-- --ops N] [--callers N]
 //! ```
 //!
-//! `--ops` is the number of calls of each timed run (3,000 by default); `--callers` runs
-//! one number of callers instead of 1 and 64. It starts a throwaway server of its own (as
-//! the tests do), or uses the database at `IDEM_BENCH_PG_URL` (whose server must allow
-//! 400 connections). Every caller has a connection of its own; idem's pool has one per
-//! caller, opened (and its statements prepared) before anything is timed, as the
-//! floor's connections are. Each run's rate goes to stderr as it ends. Prints figures
-//! only: nothing here asserts a speed.
+//! `--ops` is the number of calls of each timed run of one caller (3,000 by default;
+//! runs of many callers make four times as many); `--callers` runs one number of
+//! callers instead of 1 and 64. It starts a throwaway server of its own (as the tests
+//! do), or uses the database at `IDEM_BENCH_PG_URL` (whose server must allow 400
+//! connections, for a role that may run `CHECKPOINT`). Every caller has a connection of
+//! its own; idem's pool has one per caller, opened (and its statements prepared) before
+//! anything is timed, as the floor's connections are. The rows take turns five times,
+//! each run after a checkpoint, in an order reversed every other round; a row's figures
+//! are its median run, a ratio the median of the rounds' ratios. Each run's rate goes to
+//! stderr as it ends. Prints figures only: nothing here asserts a speed.
 
 #[path = "../../store/tests/common/postgres.rs"]
 mod server;
@@ -42,10 +45,47 @@ const CALLERS: [u32; 2] = [1, 64];
 /// Runs of idem and of the floor, alternated.
 const PAIRS: usize = 5;
 
+/// Runs of many callers make this many times as many calls as runs of one: they go
+/// about three times as fast, and a run should last seconds, not a fraction of one.
+const MANY: u32 = 4;
+
 /// The row of median rate among `rows`.
 fn median(mut rows: Vec<Row>) -> Row {
     rows.sort_by(|a, b| a.per_second.total_cmp(&b.per_second));
     rows.swap_remove(rows.len() / 2)
+}
+
+/// The median, over rounds, of `a`'s rate over `b`'s in the same round: runs side by
+/// side in time are compared, so a drift of the machine across rounds cancels out.
+fn paired(a: &[Row], b: &[Row]) -> f64 {
+    let mut ratios: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .map(|(a, b)| a.per_second / b.per_second)
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
+}
+
+/// A round's turns: in the given order in even rounds, reversed in odd ones (A B C,
+/// C B A, A B C, …), so that no one always runs first or last as the machine drifts.
+fn in_turn<const N: usize>(round: usize, mut turns: [usize; N]) -> [usize; N] {
+    if round % 2 == 1 {
+        turns.reverse();
+    }
+    turns
+}
+
+/// A checkpoint before each timed run: every run then starts with the same WAL to
+/// write (a page's first change after a checkpoint logs the whole page), and no timed
+/// checkpoint falls inside a run.
+async fn checkpoint(setup: &Client) -> Result<(), BenchError> {
+    setup.batch_execute("CHECKPOINT").await.map_err(|e| {
+        let why = e
+            .as_db_error()
+            .map_or(e.to_string(), |db| db.message().to_owned());
+        format!("CHECKPOINT before a run (the role needs pg_checkpoint or superuser): {why}").into()
+    })
 }
 
 fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
@@ -156,7 +196,9 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
     let version: String = setup.query_one("SHOW server_version", &[]).await?.get(0);
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
-        "idem-bench postgres: PostgreSQL {version}, {cores} cores, {ops} requests per row, synchronous_commit = on"
+        "idem-bench postgres: PostgreSQL {version}, {cores} cores, {ops} calls per run of one caller \
+         ({many}x that for many callers), synchronous_commit = on",
+        many = MANY
     );
     drop(PgStore::connect(url).await?); // the schema
     setup
@@ -176,6 +218,8 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
     let mut ratios = Vec::new();
     let mut entity_ratios = Vec::new();
     for &callers in every {
+        // brandur's pattern goes several times slower: its runs keep `base` calls.
+        let (base, ops) = (ops, if callers > 1 { ops * MANY } else { ops });
         let idem = PgStore::builder()
             .pool_size(callers as usize)
             .connect(url)
@@ -198,89 +242,70 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
             .into_iter()
             .map(Arc::new)
             .collect();
-        let (mut idem_rows, mut floor_rows) = (Vec::new(), Vec::new());
-        let (mut seed_rows, mut brandur_rows) = (Vec::new(), Vec::new());
-        let mut seed_shaped_rows = Vec::new();
-        // idem, the floor, seed 004 and brandur take turns, A B C D A B C D …: this
-        // machine's disk and CPU drift within a run; the median of each is kept.
+        let mut turns: [Vec<Row>; 5] = Default::default();
+        // idem, the floor, seed 004 (twice) and brandur take turns, in the listed order
+        // in even rounds and the reverse in odd ones, each after a checkpoint: this
+        // machine's disk and CPU drift within a run, and neither place in the order
+        // nor the WAL a turn inherits may favour one side.
         for round in 0..PAIRS {
-            eprintln!("  {callers} callers: idem ({round})");
-            let idem_row = Row::new(
-                "pg_idem",
-                "idem: begin + complete",
-                callers,
-                &measure(callers, ops, vec![(); callers as usize], {
-                    let idem = idem.clone();
-                    move |_, caller, n| {
-                        let idem = idem.clone();
-                        async move {
-                            begin_complete(&idem, &format!("i-{callers}-{round}-{caller}-{n}"))
-                                .await
-                        }
+            for turn in in_turn(round, [0, 1, 2, 3, 4]) {
+                checkpoint(&setup).await?;
+                let row = match turn {
+                    0 => {
+                        eprintln!("  {callers} callers: idem ({round})");
+                        Row::new(
+                            "pg_idem",
+                            "idem: begin + complete",
+                            callers,
+                            &measure(callers, ops, vec![(); callers as usize], {
+                                let idem = idem.clone();
+                                move |_, caller, n| {
+                                    let idem = idem.clone();
+                                    async move {
+                                        let key = format!("i-{callers}-{round}-{caller}-{n}");
+                                        begin_complete(&idem, &key).await
+                                    }
+                                }
+                            })
+                            .await?,
+                        )
                     }
-                })
-                .await?,
-            );
-            eprintln!("  {callers} callers: the floor ({round})");
-            let floor_row = Row::new(
-                "pg_floor",
-                "floor: INSERT … DO NOTHING + fenced UPDATE, by hand",
-                callers,
-                &measure(callers, ops, (0..callers as usize).collect(), {
-                    let floor_clients = Arc::clone(&floor_clients);
-                    move |state, caller, n| {
-                        let floor_clients = Arc::clone(&floor_clients);
-                        async move {
-                            let (client, claim, settle) = &floor_clients[*state];
-                            let key = format!("f-{callers}-{round}-{caller}-{n}");
-                            let row = client
-                                .query_opt(claim, &[&key, &[7u8; 32].as_slice(), &30_000i64])
-                                .await?
-                                .ok_or("a fresh key was not claimed")?;
-                            let generation: i64 = row.get(0);
-                            client
-                                .query_opt(
-                                    settle,
-                                    &[
-                                        &key,
-                                        &generation,
-                                        &86_400_000i64,
-                                        &201i32,
-                                        &b"ok".as_slice(),
-                                    ],
-                                )
-                                .await?
-                                .ok_or("the claim was not settled")?;
-                            Ok(())
-                        }
+                    1 => {
+                        eprintln!("  {callers} callers: the floor ({round})");
+                        let clients = Arc::clone(&floor_clients);
+                        floor(clients, callers, ops, round).await?
                     }
-                })
-                .await?,
-            );
-            idem_rows.push(idem_row);
-            floor_rows.push(floor_row);
-            eprintln!("  {callers} callers: seed 004 ({round})");
-            let clients = seed_clients.clone();
-            seed_rows.push(seed004(clients, callers, ops, round, false).await?);
-            eprintln!("  {callers} callers: seed 004 on a table like idem's ({round})");
-            let clients = seed_shaped_clients.clone();
-            seed_shaped_rows.push(seed004(clients, callers, ops, round, true).await?);
-            eprintln!("  {callers} callers: brandur ({round})");
-            brandur_rows.push(Row::new(
-                "pg_brandur",
-                "brandur: two SERIALIZABLE phases",
-                callers,
-                &measure(
-                    callers,
-                    ops,
-                    brandur_clients.clone(),
-                    move |state, caller, n| async move {
-                        let key = format!("b-{callers}-{round}-{caller}-{n}");
-                        brandur(&state, &key).await
-                    },
-                )
-                .await?,
-            ));
+                    2 => {
+                        eprintln!("  {callers} callers: seed 004 ({round})");
+                        let clients = seed_clients.clone();
+                        seed004(clients, callers, ops, round, false).await?
+                    }
+                    3 => {
+                        eprintln!("  {callers} callers: seed 004 on a table like idem's ({round})");
+                        let clients = seed_shaped_clients.clone();
+                        seed004(clients, callers, ops, round, true).await?
+                    }
+                    _ => {
+                        eprintln!("  {callers} callers: brandur ({round})");
+                        Row::new(
+                            "pg_brandur",
+                            "brandur: two SERIALIZABLE phases",
+                            callers,
+                            &measure(
+                                callers,
+                                base,
+                                brandur_clients.clone(),
+                                move |state, caller, n| async move {
+                                    let key = format!("b-{callers}-{round}-{caller}-{n}");
+                                    brandur(&state, &key).await
+                                },
+                            )
+                            .await?,
+                        )
+                    }
+                };
+                turns[turn].push(row);
+            }
         }
         // Their connections closed: the server's max_connections is shared by all.
         drop((
@@ -289,11 +314,14 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
             seed_shaped_clients,
             brandur_clients,
         ));
-        let idem_row = median(idem_rows);
-        let floor_row = median(floor_rows);
-        let seed_row = median(seed_rows);
-        let seed_shaped_row = median(seed_shaped_rows);
-        let brandur_row = median(brandur_rows);
+        ratios.push((
+            callers,
+            paired(&turns[0], &turns[1]),
+            paired(&turns[0], &turns[2]),
+            paired(&turns[0], &turns[3]),
+            paired(&turns[0], &turns[4]),
+        ));
+        let [idem_row, floor_row, seed_row, seed_shaped_row, brandur_row] = turns.map(median);
         eprintln!("  {callers} callers: replays");
         let replay_row = Row::new(
             "pg_idem_replay",
@@ -346,13 +374,6 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
             )
             .await?,
         );
-        ratios.push((
-            callers,
-            idem_row.per_second / floor_row.per_second,
-            idem_row.per_second / seed_row.per_second,
-            idem_row.per_second / seed_shaped_row.per_second,
-            idem_row.per_second / brandur_row.per_second,
-        ));
         rows.extend([
             idem_row,
             floor_row,
@@ -365,11 +386,11 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
         let moves = entities::rows(url, &idem, callers, ops).await?;
         entity_ratios.push((
             callers,
-            moves[0].per_second / moves[1].per_second,
-            moves[2].per_second / moves[3].per_second,
-            moves[2].per_second / moves[4].per_second,
+            paired(&moves[0], &moves[1]),
+            paired(&moves[2], &moves[3]),
+            paired(&moves[2], &moves[4]),
         ));
-        rows.extend(moves);
+        rows.extend(moves.map(median));
     }
     println!();
     print!("{}", table(&rows));
@@ -425,6 +446,49 @@ async fn warm(idem: &PgStore, callers: u32, name: &str) -> Result<(), BenchError
 }
 
 type Floor = (Client, tokio_postgres::Statement, tokio_postgres::Statement);
+
+/// The floor, timed: each call claims a fresh key and settles it by the two prepared
+/// statements of [`floor_statements`], on a connection of `clients` per caller.
+async fn floor(
+    clients: Arc<Vec<Floor>>,
+    callers: u32,
+    ops: u32,
+    round: usize,
+) -> Result<Row, BenchError> {
+    let timing = measure(callers, ops, (0..callers as usize).collect(), {
+        move |state, caller, n| {
+            let clients = Arc::clone(&clients);
+            async move {
+                let (client, claim, settle) = &clients[*state];
+                let key = format!("f-{callers}-{round}-{caller}-{n}");
+                let row = client
+                    .query_opt(claim, &[&key, &[7u8; 32].as_slice(), &30_000i64])
+                    .await?
+                    .ok_or("a fresh key was not claimed")?;
+                let generation: i64 = row.get(0);
+                let settled = &[
+                    &key as &(dyn tokio_postgres::types::ToSql + Sync),
+                    &generation,
+                    &86_400_000i64,
+                    &201i32,
+                    &b"ok".as_slice(),
+                ];
+                client
+                    .query_opt(settle, settled)
+                    .await?
+                    .ok_or("the claim was not settled")?;
+                Ok(())
+            }
+        }
+    })
+    .await?;
+    Ok(Row::new(
+        "pg_floor",
+        "floor: INSERT … DO NOTHING + fenced UPDATE, by hand",
+        callers,
+        &timing,
+    ))
+}
 
 async fn prepared_floor(url: &str, callers: u32) -> Result<Vec<Floor>, BenchError> {
     let mut prepared = Vec::new();

@@ -13,7 +13,7 @@ use idem_store::postgres::tokio_postgres::{
 };
 use tokio::sync::Barrier;
 
-use super::{PAIRS, connect, floor_statements, measure, median};
+use super::{PAIRS, checkpoint, connect, floor_statements, in_turn, measure};
 
 /// How many times as many calls a run of moves alone makes as a run of executes.
 const ALONE: u32 = 3;
@@ -23,14 +23,15 @@ const ALONE: u32 = 3;
 /// sent by the bench (the floor); then a move inside an atomic execute of idem beside
 /// the same execute with the bench's `UPDATE` inside (the floor of the move there), and
 /// beside the whole transaction by hand. Each row alternates with the others
-/// [`PAIRS`] times; the median of each is kept. Returns the rows: move, its floor, move
-/// inside execute, the UPDATE by hand inside execute, the transaction by hand.
+/// [`PAIRS`] times, as the rows of begin + complete do. Returns each round's rows: move,
+/// its floor, move inside execute, the UPDATE by hand inside execute, the transaction by
+/// hand.
 pub(crate) async fn rows(
     url: &str,
     idem: &PgStore,
     callers: u32,
     ops: u32,
-) -> Result<Vec<Row>, BenchError> {
+) -> Result<[Vec<Row>; 5], BenchError> {
     let flip = Arc::new(Machine::new(MachineSpec {
         states: vec!["even".into(), "odd".into()],
         initial: "even".into(),
@@ -89,65 +90,82 @@ pub(crate) async fn rows(
         setup
             .batch_execute("VACUUM idem_entities, floor_entities")
             .await?;
-        eprintln!("  {callers} callers: moves through idem ({round})");
-        measured[0].push(Row::new(
-            "pg_idem_transition",
-            "idem: a move with a version check",
-            callers,
-            &measure(callers, alone_ops, vec![(); callers as usize], {
-                let (idem, flip) = (idem.clone(), Arc::clone(&flip));
-                move |_, caller, n| {
-                    let (idem, flip) = (idem.clone(), Arc::clone(&flip));
-                    async move {
-                        let id =
-                            EntityId::new("bench", "account", &format!("a-{callers}-{caller}"))?;
-                        let (version, to) = alone(round, n);
-                        match idem.transition(&flip, &id, to, Some(version)).await? {
-                            EntityDecision::Applied { .. } => Ok(()),
-                            other => Err(format!("{id}: {other:?}").into()),
-                        }
-                    }
+        for turn in in_turn(round, [0, 1, 2, 3, 4]) {
+            checkpoint(&setup).await?;
+            let row = match turn {
+                0 => {
+                    eprintln!("  {callers} callers: moves through idem ({round})");
+                    let flip = Arc::clone(&flip);
+                    Row::new(
+                        "pg_idem_transition",
+                        "idem: a move with a version check",
+                        callers,
+                        &measure(callers, alone_ops, vec![(); callers as usize], {
+                            let idem = idem.clone();
+                            move |_, caller, n| {
+                                let (idem, flip) = (idem.clone(), Arc::clone(&flip));
+                                async move {
+                                    let name = format!("a-{callers}-{caller}");
+                                    let id = EntityId::new("bench", "account", &name)?;
+                                    let (version, to) = alone(round, n);
+                                    match idem.transition(&flip, &id, to, Some(version)).await? {
+                                        EntityDecision::Applied { .. } => Ok(()),
+                                        other => Err(format!("{id}: {other:?}").into()),
+                                    }
+                                }
+                            }
+                        })
+                        .await?,
+                    )
                 }
-            })
-            .await?,
-        ));
-        eprintln!("  {callers} callers: moves by hand ({round})");
-        measured[1].push(Row::new(
-            "pg_floor_transition",
-            "floor: UPDATE … WHERE version = $v, by hand",
-            callers,
-            &measure(
-                callers,
-                alone_ops,
-                clients.clone(),
-                move |state, caller, n| async move {
-                    let (version, to) = alone(round, n);
-                    let version = i64::try_from(version)?;
-                    let moved = state
-                        .client
-                        .execute(
-                            &state.move_entity,
-                            &[&format!("a-{callers}-{caller}"), &to, &version],
+                1 => {
+                    eprintln!("  {callers} callers: moves by hand ({round})");
+                    Row::new(
+                        "pg_floor_transition",
+                        "floor: UPDATE … WHERE version = $v, by hand",
+                        callers,
+                        &measure(
+                            callers,
+                            alone_ops,
+                            clients.clone(),
+                            move |state, caller, n| async move {
+                                let (version, to) = alone(round, n);
+                                let version = i64::try_from(version)?;
+                                let name = format!("a-{callers}-{caller}");
+                                let moved = state
+                                    .client
+                                    .execute(&state.move_entity, &[&name, &to, &version])
+                                    .await?;
+                                if moved == 1 {
+                                    Ok(())
+                                } else {
+                                    Err("the move by hand found another version".into())
+                                }
+                            },
                         )
-                        .await?;
-                    if moved == 1 {
-                        Ok(())
-                    } else {
-                        Err("the move by hand found another version".into())
-                    }
-                },
-            )
-            .await?,
-        ));
-        eprintln!("  {callers} callers: moves inside execute through idem ({round})");
-        let mover = Mover::Idem(Arc::clone(&flip));
-        measured[2].push(inside_execute(idem, mover, callers, ops, round, step).await?);
-        eprintln!("  {callers} callers: UPDATEs by hand inside execute through idem ({round})");
-        measured[3].push(inside_execute(idem, Mover::ByHand, callers, ops, round, step).await?);
-        eprintln!("  {callers} callers: moves inside a transaction by hand ({round})");
-        measured[4].push(inside_by_hand(clients.clone(), callers, ops, round, step).await?);
+                        .await?,
+                    )
+                }
+                2 => {
+                    eprintln!("  {callers} callers: moves inside execute through idem ({round})");
+                    let mover = Mover::Idem(Arc::clone(&flip));
+                    inside_execute(idem, mover, callers, ops, round, step).await?
+                }
+                3 => {
+                    eprintln!(
+                        "  {callers} callers: UPDATEs by hand inside execute through idem ({round})"
+                    );
+                    inside_execute(idem, Mover::ByHand, callers, ops, round, step).await?
+                }
+                _ => {
+                    eprintln!("  {callers} callers: moves inside a transaction by hand ({round})");
+                    inside_by_hand(clients.clone(), callers, ops, round, step).await?
+                }
+            };
+            measured[turn].push(row);
+        }
     }
-    Ok(measured.into_iter().map(median).collect())
+    Ok(measured)
 }
 
 /// What moves the entity inside an execute: idem's `transition_in`, or the bench's own
