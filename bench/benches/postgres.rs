@@ -1,6 +1,8 @@
 //! idem on PostgreSQL against what a team would write by hand, in one run on one
-//! server: begin + complete through idem against the same two statements sent by the
-//! bench with no idem code (the floor), seed 004's pattern (claim, SELECT, UPDATE, no
+//! server: begin + complete through idem against two statements sent by the bench with
+//! no idem code (the floor: a bare `INSERT … ON CONFLICT DO NOTHING` and a fenced
+//! `UPDATE`), against idem's own two statements sent by the bench (which also answer a
+//! key in the way in the same round trip), seed 004's pattern (claim, SELECT, UPDATE, no
 //! fencing; on its own one-index table, and on a table shaped like idem's) and
 //! brandur's (each phase a SERIALIZABLE transaction), taking turns, at 1 and 64 callers;
 //! a replay through idem (its replica cache) and read from the database; and moves of
@@ -36,8 +38,8 @@ use idem_bench::measure::{BenchError, Row, Timing, table};
 use idem_core::protocol::Decision;
 use idem_core::{Fingerprint, Outcome, RecordId, Timestamp, Verdict};
 use idem_store::Receiver;
-use idem_store::postgres::PgStore;
 use idem_store::postgres::tokio_postgres::{self, Client, NoTls};
+use idem_store::postgres::{PgStore, fresh_key_statements};
 use tokio::sync::Barrier;
 
 const CALLERS: [u32; 2] = [1, 64];
@@ -227,6 +229,7 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
         warm(&idem, callers, "idem").await?;
         let floor_clients = prepared_floor(url, callers).await?;
         let floor_clients = Arc::new(floor_clients);
+        let own_clients = Arc::new(prepared_own(url, callers).await?);
         let seed_clients: Vec<Arc<Seed004>> = prepared_seed004(url, callers, false)
             .await?
             .into_iter()
@@ -242,13 +245,13 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
             .into_iter()
             .map(Arc::new)
             .collect();
-        let mut turns: [Vec<Row>; 5] = Default::default();
-        // idem, the floor, seed 004 (twice) and brandur take turns, in the listed order
+        let mut turns: [Vec<Row>; 6] = Default::default();
+        // idem, the floors, seed 004 (twice) and brandur take turns, in the listed order
         // in even rounds and the reverse in odd ones, each after a checkpoint: this
         // machine's disk and CPU drift within a run, and neither place in the order
         // nor the WAL a turn inherits may favour one side.
         for round in 0..PAIRS {
-            for turn in in_turn(round, [0, 1, 2, 3, 4]) {
+            for turn in in_turn(round, [0, 1, 2, 3, 4, 5]) {
                 checkpoint(&setup).await?;
                 let row = match turn {
                     0 => {
@@ -276,11 +279,16 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
                         floor(clients, callers, ops, round).await?
                     }
                     2 => {
+                        eprintln!("  {callers} callers: idem's statements by hand ({round})");
+                        let clients = Arc::clone(&own_clients);
+                        own(clients, callers, ops, round).await?
+                    }
+                    3 => {
                         eprintln!("  {callers} callers: seed 004 ({round})");
                         let clients = seed_clients.clone();
                         seed004(clients, callers, ops, round, false).await?
                     }
-                    3 => {
+                    4 => {
                         eprintln!("  {callers} callers: seed 004 on a table like idem's ({round})");
                         let clients = seed_shaped_clients.clone();
                         seed004(clients, callers, ops, round, true).await?
@@ -310,18 +318,23 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
         // Their connections closed: the server's max_connections is shared by all.
         drop((
             floor_clients,
+            own_clients,
             seed_clients,
             seed_shaped_clients,
             brandur_clients,
         ));
         ratios.push((
             callers,
-            paired(&turns[0], &turns[1]),
-            paired(&turns[0], &turns[2]),
-            paired(&turns[0], &turns[3]),
-            paired(&turns[0], &turns[4]),
+            [1, 2, 3, 4, 5].map(|other| paired(&turns[0], &turns[other])),
         ));
-        let [idem_row, floor_row, seed_row, seed_shaped_row, brandur_row] = turns.map(median);
+        let [
+            idem_row,
+            floor_row,
+            own_row,
+            seed_row,
+            seed_shaped_row,
+            brandur_row,
+        ] = turns.map(median);
         eprintln!("  {callers} callers: replays");
         let replay_row = Row::new(
             "pg_idem_replay",
@@ -377,6 +390,7 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
         rows.extend([
             idem_row,
             floor_row,
+            own_row,
             seed_row,
             seed_shaped_row,
             brandur_row,
@@ -395,10 +409,11 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
     println!();
     print!("{}", table(&rows));
     println!();
-    for (callers, floor, seed, shaped, brandur) in ratios {
+    for (callers, [floor, own, seed, shaped, brandur]) in ratios {
         println!(
-            "{callers:>2} callers: idem / floor {floor:.2}x, idem / seed 004 {seed:.2}x \
-             (on a table shaped like idem's {shaped:.2}x), idem / brandur {brandur:.2}x"
+            "{callers:>2} callers: idem / floor {floor:.2}x (/ idem's own statements by hand \
+             {own:.2}x), idem / seed 004 {seed:.2}x (on a table shaped like idem's \
+             {shaped:.2}x), idem / brandur {brandur:.2}x"
         );
     }
     for (callers, alone, inside, by_hand) in entity_ratios {
@@ -498,6 +513,86 @@ async fn prepared_floor(url: &str, callers: u32) -> Result<Vec<Floor>, BenchErro
         prepared.push((client, claim, settle));
     }
     Ok(prepared)
+}
+
+/// A connection per caller with idem's own two statements of a fresh key prepared, as
+/// the engine prepares them ([`fresh_key_statements`]).
+async fn prepared_own(url: &str, callers: u32) -> Result<Vec<Floor>, BenchError> {
+    let [claim, complete] = fresh_key_statements();
+    let mut prepared = Vec::new();
+    for _ in 0..callers {
+        let client = connect(url).await?;
+        let claim = client.prepare(&claim).await?;
+        let complete = client.prepare(&complete).await?;
+        prepared.push((client, claim, complete));
+    }
+    Ok(prepared)
+}
+
+/// idem's own statements, sent by the bench with no idem code: each call claims a fresh
+/// key of operation `own` in idem's table and completes it with the values idem's
+/// complete sends.
+async fn own(
+    clients: Arc<Vec<Floor>>,
+    callers: u32,
+    ops: u32,
+    round: usize,
+) -> Result<Row, BenchError> {
+    let timing = measure(callers, ops, (0..callers as usize).collect(), {
+        move |state, caller, n| {
+            let clients = Arc::clone(&clients);
+            async move {
+                let (client, claim, complete) = &clients[*state];
+                let key = format!("o-{callers}-{round}-{caller}-{n}");
+                let (tenant, operation) = ("bench", "own");
+                let fingerprint = [7u8; 32];
+                let rows = client
+                    .query(
+                        claim,
+                        &[
+                            &tenant,
+                            &operation,
+                            &key,
+                            &fingerprint.as_slice(),
+                            &30_000i64,
+                        ],
+                    )
+                    .await?;
+                let row = rows.first().ok_or("a fresh key found no row")?;
+                if !row.get::<_, bool>(0) {
+                    return Err("a fresh key was not claimed".into());
+                }
+                // After `claimed` and the time: fingerprint, then generation.
+                let generation: i64 = row.get(3);
+                let settled = &[
+                    &tenant as &(dyn tokio_postgres::types::ToSql + Sync),
+                    &operation,
+                    &key,
+                    &Some(generation),
+                    &0i16,
+                    &1i16,
+                    &Some(0i16),
+                    &None::<i64>,
+                    &Some(0i64),
+                    &Some(86_400_000i64),
+                    &Some(201i32),
+                    &Some(b"ok".as_slice()),
+                ];
+                client
+                    .query_opt(complete, settled)
+                    .await?
+                    .ok_or("the claim was not completed")?;
+                Ok(())
+            }
+        }
+    })
+    .await?;
+    Ok(Row::new(
+        "pg_own",
+        "floor: idem's own claim and complete, by hand",
+        callers,
+        &timing,
+    ))
 }
 
 /// The floor's claim (`$1` key, `$2` fingerprint, `$3` lease) and fenced settle (`$1`

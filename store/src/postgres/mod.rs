@@ -65,6 +65,8 @@ pub use tokio_postgres;
 
 pub use execute::Work;
 pub use inbox::{Handler, PgInbox};
+#[doc(hidden)]
+pub use statements::fresh_key_statements;
 
 /// A store of idempotency records in a PostgreSQL database, shared by every replica
 /// that connects to it. Cheap to clone: clones share one pool.
