@@ -13,7 +13,9 @@
 //! generator keeps one HTTP/1.1 connection per client, opened before the clock starts,
 //! and sends its requests one after the other on it. Before the timed runs of each
 //! number of clients, an untimed one (a few fresh keys per client) opens the proxy's
-//! connections to its upstream and its database.
+//! connections to its upstream and its database. After each run through the proxy on
+//! a file, the inputs its group commits answered in that run and how many they shared a
+//! commit, from its `/metrics`.
 
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader};
@@ -104,7 +106,12 @@ async fn run(idem: &PathBuf) {
             ("idem proxy, fresh keys", proxy.address, Keys::Fresh),
             ("idem proxy, replays", proxy.address, Keys::Replay),
         ] {
+            // The upstream counts every request it is sent: only the proxy is asked.
+            let proxied = at == proxy.address;
+            let before = if proxied { commits(at).await } else { None };
             let report = load(&[at], clients, requests(clients), keys, &mut fresh).await;
+            let after = if proxied { commits(at).await } else { None };
+            let batched = before.zip(after).map(|(before, after)| after.since(before));
             println!(
                 "{:<28} {:>7} {:>8} {:>10.0} {:>9.2} {:>9.2}{}",
                 name,
@@ -119,6 +126,16 @@ async fn run(idem: &PathBuf) {
                     ""
                 }
             );
+            if let Some(batched) = batched.filter(|b| b.batches > 0.0) {
+                println!(
+                    "{:<28} {:>7} {:>8.0} inputs in {:.0} group commits, {:.1} a commit",
+                    "  its store file",
+                    clients,
+                    batched.inputs,
+                    batched.batches,
+                    batched.inputs / batched.batches
+                );
+            }
             assert_eq!(report.unexpected, 0, "{name}: answers other than 201");
             expected += match keys {
                 Keys::Fresh => report.requests,
@@ -288,6 +305,52 @@ async fn load(
         unexpected,
         cut: latencies.len() < clients * per_client,
     }
+}
+
+/// A proxy's group commits so far, from its `/metrics`.
+#[derive(Clone, Copy)]
+struct Commits {
+    batches: f64,
+    inputs: f64,
+}
+
+impl Commits {
+    fn since(self, before: Commits) -> Commits {
+        Commits {
+            batches: self.batches - before.batches,
+            inputs: self.inputs - before.inputs,
+        }
+    }
+}
+
+/// The group commits of the proxy at `at` (from its `/metrics`), or `None` for a proxy
+/// that shows none (on a database).
+async fn commits(at: SocketAddr) -> Option<Commits> {
+    let stream = TcpStream::connect(at).await.expect("connect");
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(connection);
+    let request = Request::get("/metrics")
+        .header("host", at.to_string())
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let response = sender.send_request(request).await.expect("answer");
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let text = String::from_utf8_lossy(&body);
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    };
+    Some(Commits {
+        batches: value("idem_proxy_store_batches_total")?,
+        inputs: value("idem_proxy_store_batched_inputs_total")?,
+    })
 }
 
 struct Upstream {

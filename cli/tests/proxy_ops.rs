@@ -75,6 +75,18 @@ fn health_metrics_and_the_access_log() {
         "the keyed requests began; the plain one did not"
     );
     assert_eq!(metric(text, "idem_proxy_unknown_keys"), 0.0);
+    // The executed key's claim and outcome each waited for a commit of the file, as a
+    // group commit of one input; the replay and the conflict were answered from the
+    // replay cache. A second scrape shows the same counts: they follow the store's.
+    for text in [text, &get(proxy.address, "/metrics").body] {
+        let commits = [
+            "idem_proxy_store_commits_total",
+            "idem_proxy_store_batches_total",
+            "idem_proxy_store_batched_inputs_total",
+        ]
+        .map(|name| metric(text, name));
+        assert_eq!(commits, [2.0, 2.0, 2.0], "commits, batches, batched inputs");
+    }
 
     let (code, _) = proxy.terminate();
     assert_eq!(code, 0);

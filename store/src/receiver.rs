@@ -24,6 +24,7 @@ use crate::error::{Error, ImportError, MaintainError};
 use crate::operator::maintain::{Stats, SweepReport};
 use crate::operator::read::ListFilter;
 use crate::operator::transfer::Transferred;
+use crate::protocol::group::CommitCounts;
 use crate::protocol::reconcile::{Check, ReconcileError, ReconcileReport};
 
 /// What becomes of a claim whose holder gives it up without settling it.
@@ -63,6 +64,13 @@ pub trait Receiver: Send + Sync + 'static {
     /// file's, whose driver is joined) is idle at once.
     fn idle(&self) -> impl Future<Output = ()> + Send {
         async {}
+    }
+
+    /// How many commits this engine made and how its group commit batched inputs, since
+    /// it was opened: what a metric shows beside the request rate. `None` for an engine
+    /// whose commits are the database's (each statement commits on its own).
+    fn commit_counts(&self) -> Option<CommitCounts> {
+        None
     }
 
     /// A request with `fingerprint` arrives for `id`: claim it, or answer it (replay,

@@ -1,9 +1,11 @@
 //! The proxy's metrics in Prometheus text form (`GET /metrics`): answers by kind, request,
-//! upstream and store latency, store failures, and the keys waiting for reconciliation.
+//! upstream and store latency, store failures, the keys waiting for reconciliation, and
+//! on a store file its commits and how group commit batched them.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use idem_store::CommitCounts;
 use idem_store::http::Answered;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -36,6 +38,16 @@ pub(super) struct Metrics {
     store_failures: Family<CallLabel, Counter>,
     unknown_keys: Gauge,
     unknown_read: Mutex<Option<Instant>>,
+    /// A store file's commits, batches and batched inputs, as last read; none on a
+    /// database, whose statements commit on their own.
+    commits: Option<Mutex<Commits>>,
+}
+
+/// The counters of a store file's commits, raised to the store's counts at each scrape.
+struct Commits {
+    commits: Counter,
+    batches: Counter,
+    batched_inputs: Counter,
 }
 
 /// Latency buckets from 0.25 ms to about 8 s.
@@ -44,7 +56,8 @@ fn latency() -> Histogram {
 }
 
 impl Metrics {
-    pub(super) fn new() -> Metrics {
+    /// The metrics of a proxy; `file` when its store is a file, whose commits it shows.
+    pub(super) fn new(file: bool) -> Metrics {
         let mut registry = Registry::with_prefix("idem_proxy");
         let answers = Family::<AnswerLabel, Counter>::default();
         registry.register(
@@ -82,6 +95,29 @@ impl Metrics {
             "Keys whose outcome is unknown and that wait for a reconciler (read at most every 10 s)",
             unknown_keys.clone(),
         );
+        let commits = file.then(|| {
+            let commits = Commits {
+                commits: Counter::default(),
+                batches: Counter::default(),
+                batched_inputs: Counter::default(),
+            };
+            registry.register(
+                "store_commits",
+                "Write transactions the store file committed (each one waits for an fsync)",
+                commits.commits.clone(),
+            );
+            registry.register(
+                "store_batches",
+                "Group commits of the store file: transactions that answered queued inputs together",
+                commits.batches.clone(),
+            );
+            registry.register(
+                "store_batched_inputs",
+                "Inputs answered by group commits; over store_batches, the mean batch",
+                commits.batched_inputs.clone(),
+            );
+            Mutex::new(commits)
+        });
         Metrics {
             registry,
             answers,
@@ -91,6 +127,25 @@ impl Metrics {
             store_failures,
             unknown_keys,
             unknown_read: Mutex::new(None),
+            commits,
+        }
+    }
+
+    /// The store's counts of commits, read at a scrape: each counter is raised to the
+    /// store's count (they only grow while the store is open).
+    pub(super) fn commit_counts(&self, counts: CommitCounts) {
+        let Some(commits) = &self.commits else {
+            return;
+        };
+        let commits = commits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (counter, count) in [
+            (&commits.commits, counts.commits),
+            (&commits.batches, counts.batches),
+            (&commits.batched_inputs, counts.batched_inputs),
+        ] {
+            counter.inc_by(count.saturating_sub(counter.get()));
         }
     }
 

@@ -89,7 +89,7 @@ type AccessLog = Arc<Mutex<Box<dyn Write + Send>>>;
 
 pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
     let settings = settings(args)?;
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::new(session.postgres_url().is_none()));
     let upstream = upstream(args, Arc::clone(&metrics))?;
     let log = access_log(args)?;
     if args.max_connections == 0 {
@@ -407,6 +407,9 @@ where
     }
 
     async fn metrics(&self) -> Answer {
+        if let Some(counts) = self.store.commit_counts() {
+            self.metrics.commit_counts(counts);
+        }
         if self.metrics.unknown_keys_due()
             && let Ok(count) = self.store.unknown_keys().await
         {

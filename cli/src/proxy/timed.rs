@@ -10,7 +10,7 @@ use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Time
 use idem_store::maintain::{
     Check, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
 };
-use idem_store::{Error, GiveUp, ImportError, ListFilter, MaintainError, Receiver};
+use idem_store::{CommitCounts, Error, GiveUp, ImportError, ListFilter, MaintainError, Receiver};
 
 use super::metrics::Metrics;
 
@@ -45,6 +45,10 @@ impl<R: Receiver> Receiver for Timed<R> {
 
     async fn idle(&self) {
         self.inner.idle().await;
+    }
+
+    fn commit_counts(&self) -> Option<CommitCounts> {
+        self.inner.commit_counts()
     }
 
     async fn unknown_keys(&self) -> Result<u64, MaintainError> {

@@ -14,6 +14,7 @@ use crate::error::{Error, ImportError, MaintainError};
 use crate::operator::maintain::{Stats, SweepReport};
 use crate::operator::read::ListFilter;
 use crate::operator::transfer::Transferred;
+use crate::protocol::group::CommitCounts;
 use crate::protocol::group::{Orphan, Step};
 use crate::protocol::reconcile::{Check, ReconcileError, ReconcileReport};
 use crate::protocol::two_phase;
@@ -22,6 +23,10 @@ use crate::receiver::{GiveUp, Receiver};
 impl Receiver for Store {
     fn config(&self) -> &Config {
         Store::config(self)
+    }
+
+    fn commit_counts(&self) -> Option<CommitCounts> {
+        Some(Store::commit_counts(self))
     }
 
     async fn ready(&self) -> bool {
