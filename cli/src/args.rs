@@ -450,7 +450,8 @@ A fleet: with --db postgres://... (or IDEM_DB) any number of proxies share one d
 and a retry may reach any of them. GET /healthz answers 200 while the store can take
 requests (503 otherwise), for a load balancer; GET /metrics gives Prometheus text
 (idem_proxy_answers_total by answer, request, upstream and store latency, store
-failures, unknown keys; on a file, its commits and group commit batches). --access-log writes one JSON line per request.
+failures, unknown keys; on a file, its commits and group commit batches). --access-log
+writes one JSON line per request.
 
 Slow or hostile clients: a request head must arrive within --header-timeout, a keyed
 body within --body-timeout (408), and at most --max-connections are open at once.
