@@ -44,7 +44,7 @@ use tokio::sync::Barrier;
 
 const CALLERS: [u32; 2] = [1, 64];
 
-/// Runs of idem and of the floor, alternated.
+/// Rounds of turns: each row runs once a round, beside the others.
 const PAIRS: usize = 5;
 
 /// Runs of many callers make this many times as many calls as runs of one: they go
