@@ -38,6 +38,7 @@ use idem_bench::measure::{BenchError, Row, Timing, table};
 use idem_core::protocol::Decision;
 use idem_core::{Fingerprint, Outcome, RecordId, Timestamp, Verdict};
 use idem_store::Receiver;
+use idem_store::postgres::tokio_postgres::types::ToSql;
 use idem_store::postgres::tokio_postgres::{self, Client, NoTls};
 use idem_store::postgres::{PgStore, fresh_key_statements};
 use tokio::sync::Barrier;
@@ -276,12 +277,12 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
                     1 => {
                         eprintln!("  {callers} callers: the floor ({round})");
                         let clients = Arc::clone(&floor_clients);
-                        floor(clients, callers, ops, round).await?
+                        by_hand(ByHand::Bare, clients, callers, ops, round).await?
                     }
                     2 => {
                         eprintln!("  {callers} callers: idem's statements by hand ({round})");
                         let clients = Arc::clone(&own_clients);
-                        own(clients, callers, ops, round).await?
+                        by_hand(ByHand::Own, clients, callers, ops, round).await?
                     }
                     3 => {
                         eprintln!("  {callers} callers: seed 004 ({round})");
@@ -462,49 +463,6 @@ async fn warm(idem: &PgStore, callers: u32, name: &str) -> Result<(), BenchError
 
 type Floor = (Client, tokio_postgres::Statement, tokio_postgres::Statement);
 
-/// The floor, timed: each call claims a fresh key and settles it by the two prepared
-/// statements of [`floor_statements`], on a connection of `clients` per caller.
-async fn floor(
-    clients: Arc<Vec<Floor>>,
-    callers: u32,
-    ops: u32,
-    round: usize,
-) -> Result<Row, BenchError> {
-    let timing = measure(callers, ops, (0..callers as usize).collect(), {
-        move |state, caller, n| {
-            let clients = Arc::clone(&clients);
-            async move {
-                let (client, claim, settle) = &clients[*state];
-                let key = format!("f-{callers}-{round}-{caller}-{n}");
-                let row = client
-                    .query_opt(claim, &[&key, &[7u8; 32].as_slice(), &30_000i64])
-                    .await?
-                    .ok_or("a fresh key was not claimed")?;
-                let generation: i64 = row.get(0);
-                let settled = &[
-                    &key as &(dyn tokio_postgres::types::ToSql + Sync),
-                    &generation,
-                    &86_400_000i64,
-                    &201i32,
-                    &b"ok".as_slice(),
-                ];
-                client
-                    .query_opt(settle, settled)
-                    .await?
-                    .ok_or("the claim was not settled")?;
-                Ok(())
-            }
-        }
-    })
-    .await?;
-    Ok(Row::new(
-        "pg_floor",
-        "floor: INSERT … DO NOTHING + fenced UPDATE, by hand",
-        callers,
-        &timing,
-    ))
-}
-
 async fn prepared_floor(url: &str, callers: u32) -> Result<Vec<Floor>, BenchError> {
     let mut prepared = Vec::new();
     for _ in 0..callers {
@@ -529,43 +487,65 @@ async fn prepared_own(url: &str, callers: u32) -> Result<Vec<Floor>, BenchError>
     Ok(prepared)
 }
 
-/// idem's own statements, sent by the bench with no idem code: each call claims a fresh
-/// key of operation `own` in idem's table and completes it with the values idem's
-/// complete sends.
-async fn own(
-    clients: Arc<Vec<Floor>>,
-    callers: u32,
-    ops: u32,
-    round: usize,
-) -> Result<Row, BenchError> {
-    let timing = measure(callers, ops, (0..callers as usize).collect(), {
-        move |state, caller, n| {
-            let clients = Arc::clone(&clients);
-            async move {
-                let (client, claim, complete) = &clients[*state];
-                let key = format!("o-{callers}-{round}-{caller}-{n}");
-                let (tenant, operation) = ("bench", "own");
-                let fingerprint = [7u8; 32];
-                let rows = client
-                    .query(
-                        claim,
-                        &[
-                            &tenant,
-                            &operation,
-                            &key,
-                            &fingerprint.as_slice(),
-                            &30_000i64,
-                        ],
-                    )
-                    .await?;
+/// The two statements of a fresh key sent by the bench with no idem code, on a
+/// [`Floor`] connection: the bare ones ([`floor_statements`]), or idem's own
+/// ([`prepared_own`]), which name the tenant and operation and answer a key in the way.
+#[derive(Clone, Copy)]
+enum ByHand {
+    Bare,
+    Own,
+}
+
+impl ByHand {
+    /// The row's id and measurement, and the prefix of its keys.
+    fn row(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            ByHand::Bare => (
+                "pg_floor",
+                "floor: INSERT … DO NOTHING + fenced UPDATE, by hand",
+                "f",
+            ),
+            ByHand::Own => (
+                "pg_own",
+                "floor: idem's own claim and complete, by hand",
+                "o",
+            ),
+        }
+    }
+
+    /// Claims the fresh key `key` and settles it, with the values idem's complete sends.
+    async fn call(self, (client, claim, settle): &Floor, key: &str) -> Result<(), BenchError> {
+        let fingerprint = [7u8; 32];
+        let fingerprint = fingerprint.as_slice();
+        let (tenant, operation) = ("bench", "own");
+        let settled = match self {
+            ByHand::Bare => {
+                let row = client
+                    .query_opt(claim, &[&key, &fingerprint, &30_000i64])
+                    .await?
+                    .ok_or("a fresh key was not claimed")?;
+                let generation: i64 = row.get(0);
+                let settled: &[&(dyn ToSql + Sync)] = &[
+                    &key,
+                    &generation,
+                    &86_400_000i64,
+                    &201i32,
+                    &b"ok".as_slice(),
+                ];
+                client.query_opt(settle, settled).await?
+            }
+            ByHand::Own => {
+                let claimed: &[&(dyn ToSql + Sync)] =
+                    &[&tenant, &operation, &key, &fingerprint, &30_000i64];
+                let rows = client.query(claim, claimed).await?;
                 let row = rows.first().ok_or("a fresh key found no row")?;
                 if !row.get::<_, bool>(0) {
                     return Err("a fresh key was not claimed".into());
                 }
                 // After `claimed` and the time: fingerprint, then generation.
                 let generation: i64 = row.get(3);
-                let settled = &[
-                    &tenant as &(dyn tokio_postgres::types::ToSql + Sync),
+                let settled: &[&(dyn ToSql + Sync)] = &[
+                    &tenant,
                     &operation,
                     &key,
                     &Some(generation),
@@ -578,21 +558,38 @@ async fn own(
                     &Some(201i32),
                     &Some(b"ok".as_slice()),
                 ];
-                client
-                    .query_opt(complete, settled)
-                    .await?
-                    .ok_or("the claim was not completed")?;
-                Ok(())
+                client.query_opt(settle, settled).await?
             }
-        }
-    })
-    .await?;
-    Ok(Row::new(
-        "pg_own",
-        "floor: idem's own claim and complete, by hand",
+        };
+        settled.ok_or("the claim was not settled")?;
+        Ok(())
+    }
+}
+
+/// Statements by hand, timed: each call claims a fresh key and settles it, on a
+/// connection of `clients` per caller.
+async fn by_hand(
+    statements: ByHand,
+    clients: Arc<Vec<Floor>>,
+    callers: u32,
+    ops: u32,
+    round: usize,
+) -> Result<Row, BenchError> {
+    let (id, what, prefix) = statements.row();
+    let timing = measure(
         callers,
-        &timing,
-    ))
+        ops,
+        (0..callers as usize).collect(),
+        move |state, caller, n| {
+            let clients = Arc::clone(&clients);
+            async move {
+                let key = format!("{prefix}-{callers}-{round}-{caller}-{n}");
+                statements.call(&clients[*state], &key).await
+            }
+        },
+    )
+    .await?;
+    Ok(Row::new(id, what, callers, &timing))
 }
 
 /// The floor's claim (`$1` key, `$2` fingerprint, `$3` lease) and fenced settle (`$1`
