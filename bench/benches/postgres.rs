@@ -261,16 +261,15 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
                             "pg_idem",
                             "idem: begin + complete",
                             callers,
-                            &measure(callers, ops, vec![(); callers as usize], {
-                                let idem = idem.clone();
-                                move |_, caller, n| {
-                                    let idem = idem.clone();
-                                    async move {
-                                        let key = format!("i-{callers}-{round}-{caller}-{n}");
-                                        begin_complete(&idem, &key).await
-                                    }
-                                }
-                            })
+                            &measure(
+                                callers,
+                                ops,
+                                per_caller(&idem, callers),
+                                move |idem, caller, n| async move {
+                                    let key = format!("i-{callers}-{round}-{caller}-{n}");
+                                    begin_complete(&idem, &key).await
+                                },
+                            )
                             .await?,
                         )
                     }
@@ -328,76 +327,32 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
             callers,
             [1, 2, 3, 4, 5].map(|other| paired(&turns[0], &turns[other])),
         ));
-        let [
-            idem_row,
-            floor_row,
-            own_row,
-            seed_row,
-            seed_shaped_row,
-            brandur_row,
-        ] = turns.map(median);
+        // idem, the floors, seed 004 (twice) and brandur, each its median run.
+        rows.extend(turns.map(median));
         eprintln!("  {callers} callers: replays");
-        let replay_row = Row::new(
+        let replay_row = replays(
+            &idem,
+            callers,
+            ops,
             "pg_idem_replay",
             "idem: replay (a replica's cache)",
-            callers,
-            &measure(callers, ops, vec![(); callers as usize], {
-                let idem = idem.clone();
-                move |_, caller, _| {
-                    let idem = idem.clone();
-                    async move {
-                        let id =
-                            RecordId::new("bench", "charge", &format!("i-{callers}-0-{caller}-0"))?;
-                        match idem.begin(&id, Fingerprint([7; 32]), Timestamp(0)).await? {
-                            Decision::Replay { .. } => Ok(()),
-                            other => Err(format!("{other:?}").into()),
-                        }
-                    }
-                }
-            })
-            .await?,
-        );
+        )
+        .await?;
         let uncached = PgStore::builder()
             .pool_size(callers as usize)
             .replay_cache(0)
             .connect(url)
             .await?;
         warm(&uncached, callers, "uncached").await?;
-        let read_row = Row::new(
+        let read_row = replays(
+            &uncached,
+            callers,
+            ops,
             "pg_idem_replay_read",
             "idem: replay read from the database",
-            callers,
-            &measure(
-                callers,
-                ops,
-                vec![(); callers as usize],
-                move |_, caller, _| {
-                    let uncached = uncached.clone();
-                    async move {
-                        let id =
-                            RecordId::new("bench", "charge", &format!("i-{callers}-0-{caller}-0"))?;
-                        match uncached
-                            .begin(&id, Fingerprint([7; 32]), Timestamp(0))
-                            .await?
-                        {
-                            Decision::Replay { .. } => Ok(()),
-                            other => Err(format!("{other:?}").into()),
-                        }
-                    }
-                },
-            )
-            .await?,
-        );
-        rows.extend([
-            idem_row,
-            floor_row,
-            own_row,
-            seed_row,
-            seed_shaped_row,
-            brandur_row,
-            replay_row,
-            read_row,
-        ]);
+        )
+        .await?;
+        rows.extend([replay_row, read_row]);
         let moves = entities::rows(url, &idem, callers, ops).await?;
         entity_ratios.push((
             callers,
@@ -450,15 +405,47 @@ async fn begin_complete(idem: &PgStore, key: &str) -> Result<(), BenchError> {
 /// connections are before they are timed: `callers` callers at once, twice each.
 async fn warm(idem: &PgStore, callers: u32, name: &str) -> Result<(), BenchError> {
     let name = name.to_owned();
-    measure(callers, callers * 2, vec![(); callers as usize], {
-        let idem = idem.clone();
-        move |_, caller, n| {
-            let (idem, name) = (idem.clone(), name.clone());
+    measure(
+        callers,
+        callers * 2,
+        per_caller(idem, callers),
+        move |idem, caller, n| {
+            let name = name.clone();
             async move { begin_complete(&idem, &format!("w-{name}-{callers}-{caller}-{n}")).await }
-        }
-    })
+        },
+    )
     .await?;
     Ok(())
+}
+
+/// Each caller's state for [`measure`]: a handle of its own on `idem` (one pool).
+fn per_caller(idem: &PgStore, callers: u32) -> Vec<PgStore> {
+    vec![idem.clone(); callers as usize]
+}
+
+/// Replays of the keys the first round of begin + complete settled, one per caller,
+/// through `idem`: from its replay cache, or read from the database when it has none.
+async fn replays(
+    idem: &PgStore,
+    callers: u32,
+    ops: u32,
+    name: &'static str,
+    what: &'static str,
+) -> Result<Row, BenchError> {
+    let timing = measure(
+        callers,
+        ops,
+        per_caller(idem, callers),
+        move |idem, caller, _| async move {
+            let id = RecordId::new("bench", "charge", &format!("i-{callers}-0-{caller}-0"))?;
+            match idem.begin(&id, Fingerprint([7; 32]), Timestamp(0)).await? {
+                Decision::Replay { .. } => Ok(()),
+                other => Err(format!("{other:?}").into()),
+            }
+        },
+    )
+    .await?;
+    Ok(Row::new(name, what, callers, &timing))
 }
 
 type Floor = (Client, tokio_postgres::Statement, tokio_postgres::Statement);

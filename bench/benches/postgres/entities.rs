@@ -13,7 +13,7 @@ use idem_store::postgres::tokio_postgres::{
 };
 use tokio::sync::Barrier;
 
-use super::{PAIRS, checkpoint, connect, floor_statements, in_turn, measure};
+use super::{PAIRS, checkpoint, connect, floor_statements, in_turn, measure, per_caller};
 
 /// How many times as many calls a run of moves alone makes as a run of executes.
 const ALONE: u32 = 3;
@@ -100,10 +100,12 @@ pub(crate) async fn rows(
                         "pg_idem_transition",
                         "idem: a move with a version check",
                         callers,
-                        &measure(callers, alone_ops, vec![(); callers as usize], {
-                            let idem = idem.clone();
-                            move |_, caller, n| {
-                                let (idem, flip) = (idem.clone(), Arc::clone(&flip));
+                        &measure(
+                            callers,
+                            alone_ops,
+                            per_caller(idem, callers),
+                            move |idem, caller, n| {
+                                let flip = Arc::clone(&flip);
                                 async move {
                                     let name = format!("a-{callers}-{caller}");
                                     let id = EntityId::new("bench", "account", &name)?;
@@ -113,8 +115,8 @@ pub(crate) async fn rows(
                                         other => Err(format!("{id}: {other:?}").into()),
                                     }
                                 }
-                            }
-                        })
+                            },
+                        )
                         .await?,
                     )
                 }
@@ -192,10 +194,12 @@ impl HandUpdate {
     /// on a connection of its own and every connection of the pool is reached.
     async fn prepare(idem: &PgStore, callers: u32) -> Result<(), BenchError> {
         let everyone = Arc::new(Barrier::new(callers as usize));
-        measure(callers, callers, vec![(); callers as usize], {
-            let idem = idem.clone();
-            move |_, caller, _| {
-                let (idem, everyone) = (idem.clone(), Arc::clone(&everyone));
+        measure(
+            callers,
+            callers,
+            per_caller(idem, callers),
+            move |idem, caller, _| {
+                let everyone = Arc::clone(&everyone);
                 async move {
                     let key =
                         RecordId::new("bench", "move", &format!("prepare-{callers}-{caller}"))?;
@@ -214,8 +218,8 @@ impl HandUpdate {
                         other => Err(format!("{key}: {other:?}").into()),
                     }
                 }
-            }
-        })
+            },
+        )
         .await?;
         Ok(())
     }
@@ -273,10 +277,12 @@ async fn inside_execute(
         name,
         what,
         callers,
-        &measure(callers, ops, vec![(); callers as usize], {
-            let idem = idem.clone();
-            move |_, caller, n| {
-                let (idem, mover) = (idem.clone(), mover.clone());
+        &measure(
+            callers,
+            ops,
+            per_caller(idem, callers),
+            move |idem, caller, n| {
+                let mover = mover.clone();
                 async move {
                     let key = format!("{prefix}-{callers}-{round}-{caller}-{n}");
                     let key = RecordId::new("bench", "move", &key)?;
@@ -311,8 +317,8 @@ async fn inside_execute(
                         other => Err(format!("{key}: {other:?}").into()),
                     }
                 }
-            }
-        })
+            },
+        )
         .await?,
     ))
 }
