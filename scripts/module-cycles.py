@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """Finds import cycles between the modules of a crate's source tree.
 
-    scripts/module-cycles.py store/src
+    scripts/module-cycles.py store/src [--floor seam --engines file,postgres]
 
 Every `crate::…` and `super::…` path outside comments (in `use` items and in code)
 is an edge from the module of the file to the deepest module the path names. Exits 1
 and prints each cycle when the graph has one; prints the module count otherwise.
+
+With `--floor F --engines A,B,…`, also exits 1 when a module under one engine's folder
+imports another engine's, or a module under the floor imports any engine: the engines
+stand side by side on the floor.
 """
 
 import re
@@ -34,7 +38,10 @@ def paths_in(line: str):
 
 
 def main() -> int:
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else "store/src")
+    args = sys.argv[1:]
+    root = Path(args[0] if args and not args[0].startswith("--") else "store/src")
+    floor = args[args.index("--floor") + 1] if "--floor" in args else None
+    engines = args[args.index("--engines") + 1].split(",") if "--engines" in args else []
     files = sorted(root.rglob("*.rs"))
     modules = {module_of(root, f) for f in files}
     edges = {m: set() for m in modules}
@@ -93,6 +100,17 @@ def main() -> int:
         if v not in index:
             visit(v)
     name = lambda m: "::".join(m) or "crate"
+    crossings = []
+    for m in sorted(edges):
+        for t in sorted(edges[m]):
+            if not m or not t:
+                continue
+            if m[0] in engines and t[0] in engines and m[0] != t[0]:
+                crossings.append(f"engine {m[0]} imports engine {t[0]}: {name(m)} -> {name(t)}")
+            if floor and m[0] == floor and t[0] in engines:
+                crossings.append(f"the floor {floor} imports engine {t[0]}: {name(m)} -> {name(t)}")
+    for crossing in crossings:
+        print(crossing)
     if cycles:
         for component in cycles:
             print("cycle:", ", ".join(sorted(name(m) for m in component)))
@@ -100,7 +118,10 @@ def main() -> int:
                 inside = sorted(name(t) for t in edges[m] if t in component)
                 print(f"  {name(m)} -> {', '.join(inside)}")
         return 1
-    print(f"{root}: {len(modules)} modules, no import cycle")
+    if crossings:
+        return 1
+    apart = f"; {', '.join(engines)} apart on {floor}" if engines else ""
+    print(f"{root}: {len(modules)} modules, no import cycle{apart}")
     return 0
 
 

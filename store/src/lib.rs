@@ -326,28 +326,77 @@ compile_error!(
     "idem-store: the feature test-unfloored-clock is test-only and is refused in a release build"
 );
 
-mod api;
-mod engine;
 mod error;
+mod file;
 #[cfg(feature = "http")]
 pub mod http;
-mod operator;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-mod protocol;
-mod receiver;
-#[cfg(any(feature = "http", feature = "postgres"))]
-mod running;
+mod seam;
 
-pub use api::store::Store;
-pub use api::{entity, inbox, maintain, outbox, token};
-pub use engine::clock::now;
-pub use engine::open::StoreBuilder;
 pub use error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
-pub use operator::read::ListFilter;
-pub use protocol::execute::Executed;
-pub use protocol::group::CommitCounts;
-pub use receiver::{GiveUp, Receiver};
+pub use file::Store;
+pub use file::clock::now;
+pub use file::open::StoreBuilder;
+pub use seam::filter::ListFilter;
+pub use seam::receiver::{GiveUp, Receiver};
+pub use seam::report::{CommitCounts, Executed};
+
+pub mod entity {
+    //! The layers after the key (docs/design.md §8): entities moved by a state machine
+    //! with a version check ([`crate::Store::transition_in`]), and business uniqueness
+    //! that outlives retention ([`crate::Store::claim_unique_in`]).
+
+    pub use crate::seam::entity::{EntityId, Uniqueness};
+    pub use idem_core::{Entity, EntityDecision, Machine, MachineError, MachineSpec};
+}
+
+pub mod token {
+    //! One-time tokens (docs/design.md §9): the right to do something once,
+    //! handed out by the server. [`crate::Store::issue_token`] issues one (idempotently per
+    //! intent id), [`crate::Store::consume`] and [`crate::Store::consume_execute`] use it
+    //! once, [`crate::Store::sweep_tokens`] deletes expired ones.
+
+    pub use crate::seam::report::Consumed;
+    pub use idem_core::token::{Issue, TOKEN_LEN};
+    pub use idem_core::{IssuedToken, Token, TokenError, TokenRefusal};
+}
+
+pub mod inbox {
+    //! The consumer inbox of an at-least-once queue (docs/design.md §9):
+    //! [`crate::Store::inbox`] gives a consumer's [`Inbox`], whose [`Inbox::handle`] runs a
+    //! message's handler once, however often it is delivered.
+
+    pub use crate::file::inbox::steps::Inbox;
+    pub use crate::seam::report::Handled;
+}
+
+pub mod outbox {
+    //! The sender's outbox (docs/design.md §3): intents kept in the store's own
+    //! file, created in the same transaction as the business write, sent and retried with
+    //! their key until a definitive answer. [`crate::Store::outbox`] gives the [`Outbox`].
+
+    pub use crate::file::outbox::{EnqueueError, IntentFilter, Outbox, OutboxError};
+    pub use crate::seam::transfer::intent::IntentView;
+    pub use idem_core::{
+        Attempt, Effect, Intent, IntentState, LedgerConfig, LedgerConfigError, LedgerError, Reply,
+        ResolvedAs,
+    };
+}
+
+pub mod maintain {
+    //! The operator's work (docs/design.md §4, §11): sweep, stats, check and
+    //! compact, the reconciler, export and import, and the JSON view of a record, with
+    //! the reports each returns.
+
+    pub use crate::error::ViewError;
+    pub use crate::file::maintain::steps::CheckReport;
+    pub use crate::seam::report::{
+        Abandoned, Check, IntentCounts, ReconcileError, ReconcileReport, Stats, SweepReport,
+        Transferred,
+    };
+    pub use crate::seam::transfer::view::{RecordView, record_json};
+}
 
 // The core types that the store's own signatures take and return, so that an
 // application may depend on idem-store alone; each feature module re-exports those of

@@ -72,7 +72,7 @@ use tower_layer::Layer;
 
 pub use service::{Idempotency, RequestBody, ResponseBody};
 
-pub use crate::running::Running;
+pub use crate::seam::running::Running;
 
 use crate::{Receiver, Store};
 

@@ -11,15 +11,14 @@ use http::request::Parts;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use idem_core::Field;
 use idem_core::http::{
     Answer, IDEMPOTENCY_KEY, Problem, RequestParts, StoredResponse, answer, key_from_fields,
 };
 use tower_service::Service;
 
 use super::{Answered, Settings, Settle, Tenant};
-use idem_core::Field;
-
-use crate::running::Running;
+use crate::seam::running::Running;
 use crate::{Decision, Generation, GiveUp, Receiver, RecordId, Store, Verdict};
 
 /// What the wrapped service receives: a keyed request's body, buffered

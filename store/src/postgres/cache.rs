@@ -12,11 +12,12 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use idem_core::Entity;
 use idem_core::protocol::{self, Decision};
-use idem_core::{Config, Fingerprint, Generation, Record, RecordId, Status, Timestamp, Write};
+use idem_core::{
+    Config, Entity, Fingerprint, Generation, Record, RecordId, Status, Timestamp, Write,
+};
 
-use crate::protocol::entity::EntityId;
+use crate::seam::entity::EntityId;
 
 /// How far ahead of the estimated database time a cached record's expiry must be for
 /// the cache to answer: room for the database's own clock to step and for the estimate

@@ -16,7 +16,7 @@ use super::row::signed;
 use super::statements::{ENTITY_INSERT, ENTITY_MOVE, ENTITY_READ, ENTITY_UPDATE, Statements};
 use super::steps::database;
 use crate::error::Error;
-use crate::protocol::entity::{EntityId, Uniqueness, check_holder, check_unique};
+use crate::seam::entity::{EntityId, Uniqueness, check_holder, check_unique};
 
 /// How many times a move reads and tries to write before it gives up
 /// ([`Error::Contended`]): each loss means another writer moved the entity first.

@@ -18,7 +18,7 @@ use super::row::{record_at, signed, time_at};
 use super::statements::Statements;
 use super::steps::{database, expect_written};
 use crate::error::{Error, ExecuteError};
-use crate::protocol::execute::Executed;
+use crate::seam::report::Executed;
 
 /// How many times an execute starts over when the record changed between its read and
 /// its write (before the work ran: the work runs at most once).

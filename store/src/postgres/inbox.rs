@@ -13,7 +13,7 @@ use tokio_postgres::Transaction;
 
 use super::PgStore;
 use crate::error::{Error, ExecuteError};
-use crate::protocol::inbox::Handled;
+use crate::seam::report::Handled;
 
 /// The handler of a message: its writes in the transaction it is given, and the outcome
 /// to keep for duplicates with a value.

@@ -9,9 +9,10 @@ use super::PgStore;
 use super::row::{Columns, PENDING, SETTLED, TOMBSTONE, UNKNOWN, columns, id_at, record_at};
 use super::steps::database;
 use crate::error::{Error, MaintainError};
-use crate::operator::maintain::{IntentCounts, Stats, SweepReport};
-use crate::operator::read::ListFilter;
-use crate::protocol::reconcile::{Abandoned, Check, ReconcileError, ReconcileReport};
+use crate::seam::filter::ListFilter;
+use crate::seam::report::{
+    Abandoned, Check, IntentCounts, ReconcileError, ReconcileReport, Stats, SweepReport,
+};
 
 /// Records one sweep transaction handles at most: short transactions, so that claims
 /// and other sweepers never wait long on the rows it locks.

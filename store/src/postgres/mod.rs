@@ -55,9 +55,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::{Config, ConfigError};
-use tokio::runtime::Handle;
-
 use pool::{Connector, Pool};
+use tokio::runtime::Handle;
 
 /// The tokio-postgres this engine is built on: the transaction [`PgStore::execute`]
 /// hands to its work is this crate's.
@@ -83,7 +82,7 @@ struct Inner {
     runtime: Handle,
     lock_timeout: Duration,
     /// The begins left by their callers and the give-ups, running in tasks of their own.
-    background: crate::running::Running,
+    background: crate::seam::running::Running,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -334,7 +333,7 @@ impl PgStoreBuilder {
                 entities: cache::EntityCache::new(self.replay_cache),
                 runtime,
                 lock_timeout: self.lock_timeout,
-                background: crate::running::Running::default(),
+                background: crate::seam::running::Running::default(),
             }),
         })
     }

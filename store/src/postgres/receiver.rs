@@ -17,11 +17,11 @@ use super::PgStore;
 use super::row::{PENDING, record_at};
 use super::steps::{BEGIN_ATTEMPTS, Fence, database, key_params, stand_in};
 use crate::error::{Error, ImportError, MaintainError};
-use crate::operator::maintain::{Stats, SweepReport};
-use crate::operator::read::ListFilter;
-use crate::operator::transfer::Transferred;
-use crate::protocol::reconcile::{Check, ReconcileError, ReconcileReport};
-use crate::receiver::{GiveUp, Receiver};
+use crate::seam::filter::ListFilter;
+use crate::seam::receiver::{GiveUp, Receiver};
+use crate::seam::report::{
+    Check, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
+};
 
 /// A begin's statements, as a future that may move to a task of its own.
 type BeginWork = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>;

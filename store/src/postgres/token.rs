@@ -16,10 +16,9 @@ use super::execute::Work;
 use super::row::{columns, record_at, signed};
 use super::steps::database;
 use crate::error::{Error, ExecuteError};
-use crate::operator::maintain::SweepReport;
-use crate::protocol::execute::Executed;
-use crate::protocol::token::{Consumed, token_of};
-use crate::receiver::Receiver;
+use crate::seam::receiver::Receiver;
+use crate::seam::report::{Consumed, Executed, SweepReport};
+use crate::seam::token::token_of;
 
 /// Tokens one sweep transaction deletes at most.
 const SWEEP_BATCH: i64 = 500;

@@ -14,10 +14,13 @@ use super::row::{Columns, columns, id_at, record_at, signed};
 use super::steps::database;
 use super::token::{entry_at, entry_on};
 use crate::error::{Error, ImportError, MaintainError};
-use crate::operator::transfer::{IntentLine, Line, Lines, Transferred, write_header, write_line};
-use crate::operator::view::RecordView;
-use crate::protocol::entity::{BusinessLine, EntityId, EntityView, UniqueView};
-use crate::protocol::token::TokenLine;
+use crate::seam::entity::EntityId;
+use crate::seam::report::Transferred;
+use crate::seam::transfer::view::RecordView;
+use crate::seam::transfer::{
+    BusinessLine, EntityView, IntentLine, Line, Lines, TokenLine, UniqueView, write_header,
+    write_line,
+};
 
 /// Records an export reads per statement.
 const EXPORT_PAGE: i64 = 1_000;

@@ -1,0 +1,37 @@
+//! Which records a list shows, and in what order: the same on every engine.
+
+use idem_core::{RecordId, State};
+
+use crate::error::Error;
+
+/// Which records [`crate::Store::list`] visits. Every field narrows; the default visits
+/// all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    /// Only records in this state.
+    pub state: Option<State>,
+    /// Only records of this tenant.
+    pub tenant: Option<String>,
+    /// Only records of this operation.
+    pub operation: Option<String>,
+    /// Visit at most this many records.
+    pub limit: Option<usize>,
+}
+
+impl ListFilter {
+    pub(crate) fn matches(&self, id: &RecordId) -> bool {
+        self.tenant.as_deref().is_none_or(|t| t == id.tenant())
+            && self
+                .operation
+                .as_deref()
+                .is_none_or(|o| o == id.operation())
+    }
+
+    /// Refuses a tenant or operation that no record could have, naming the rule.
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        let tenant = self.tenant.as_deref().unwrap_or("t");
+        let operation = self.operation.as_deref().unwrap_or("o");
+        RecordId::new(tenant, operation, "k")?;
+        Ok(())
+    }
+}

@@ -1,0 +1,15 @@
+//! The seam: the floor every engine stands on. What the HTTP layer, `idem proxy`, the
+//! reconciler and the operator need of a store ([`receiver::Receiver`]), and the
+//! vocabulary every engine speaks: the reports its calls return, the list filter, the
+//! addresses and rules of the layers after the key, and the export format.
+//!
+//! The seam imports no engine; every engine imports it.
+
+pub(crate) mod entity;
+pub(crate) mod filter;
+pub(crate) mod receiver;
+pub(crate) mod report;
+#[cfg(any(feature = "http", feature = "postgres"))]
+pub(crate) mod running;
+pub(crate) mod token;
+pub(crate) mod transfer;
