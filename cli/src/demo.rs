@@ -15,11 +15,14 @@ use std::thread;
 
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Config, Fingerprint, Outcome, RecordId, Timestamp, Verdict};
+use idem_store::any::BlockingStore;
 use idem_store::redb::{ReadableTable, TableDefinition, WriteTransaction};
 use idem_store::{Executed, ListFilter, Store};
 
 use crate::exit::{Ending, Exit, Failure};
-use crate::session::{Access, Session, maintain_failure, open_store, store_failure};
+use crate::session::{
+    Access, Session, maintain_failure, open_failure, store_builder, store_failure,
+};
 use crate::time::format_span;
 
 /// The terminal's business table: how many times each sale's effect was applied.
@@ -33,7 +36,7 @@ const HOUR: u64 = 3_600 * SECOND;
 
 /// The demo's own bookkeeping: what the terminal asked for and what really happened.
 struct Story {
-    store: Option<Store>,
+    store: Option<BlockingStore>,
     now: Timestamp,
     /// Distinct intents the terminal created (one key each).
     intents: u64,
@@ -49,7 +52,7 @@ pub(crate) fn run(session: &Session) -> Ending {
         .map_err(|e| Failure::runtime(format!("demo: temporary directory: {e}")))?;
     let path = dir.path().join("terminal.redb");
     let mut story = Story {
-        store: Some(open_store(&path, Config::default(), Access::Create)?),
+        store: Some(open(&path)?),
         now: session.now(),
         intents: 0,
         requests: 0,
@@ -75,6 +78,13 @@ fn say(line: &str) {
 
 fn sale_payload(item: &str, cents: u64) -> Vec<u8> {
     format!("{{\"item\":\"{item}\",\"cents\":{cents}}}").into_bytes()
+}
+
+/// Opens (or makes) the demo's store file at `path`.
+fn open(path: &std::path::Path) -> Result<BlockingStore, Failure> {
+    store_builder(Config::default(), Access::Create)?
+        .open_blocking(path)
+        .map_err(open_failure)
 }
 
 fn id(operation: &str, key: &str) -> Result<RecordId, Failure> {
@@ -123,10 +133,13 @@ fn describe(executed: &Executed<u64>) -> String {
 
 impl Story {
     fn store(&self) -> &Store {
-        // `store` is None only between the drop and the reopen inside `restart`.
+        // `store` is None only between the drop and the reopen inside `restart`, and a
+        // path always opens a store file.
         self.store
             .as_ref()
             .expect("the demo store is open outside restart")
+            .file("demo")
+            .expect("the demo's store is a file")
     }
 
     fn sale(&mut self, key: &str, payload: &[u8]) -> Result<Executed<u64>, Failure> {
@@ -174,7 +187,7 @@ impl Story {
         );
         let before = self.store().generation().map_err(store_failure)?;
         self.store = None;
-        self.store = Some(open_store(path, Config::default(), Access::Create)?);
+        self.store = Some(open(path)?);
         let after = self.store().generation().map_err(store_failure)?;
         say(&format!(
             "   reopened: generation counter {after} (was {before}), nothing lost"

@@ -15,9 +15,9 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::engine::Engine;
 use idem_core::protocol::Decision;
 use idem_core::{Config, Fingerprint, Generation, Outcome, RecordId, Verdict};
+use idem_store::any::BlockingStore;
 
 use crate::args::{FingerprintArgs, IdArgs, RequestArgs};
 use crate::exit::{Ending, Exit, Failure, with_causes};
@@ -88,7 +88,7 @@ pub(crate) fn exec(session: &Session, request: &ExecRequest<'_>) -> Ending {
 /// like the program.
 pub(crate) fn run_claimed(
     session: &Session,
-    store: &Engine,
+    store: &BlockingStore,
     id: &RecordId,
     generation: Generation,
     config: &Config,
@@ -245,7 +245,7 @@ pub(crate) fn claim(
 /// heartbeats stop; the completion will then be refused too. Any other failure (the
 /// write lock held long by another process) is reported and the renewals go on.
 fn run_with_heartbeat(
-    store: &Engine,
+    store: &BlockingStore,
     id: &RecordId,
     generation: Generation,
     config: &Config,
@@ -290,7 +290,7 @@ fn run_with_heartbeat(
 /// Stores what the program did and answers like the program.
 fn settle(
     session: &Session,
-    store: &Engine,
+    store: &BlockingStore,
     id: &RecordId,
     generation: Generation,
     config: &Config,

@@ -2,7 +2,7 @@
 //! expired one.
 
 use idem_core::{Intent, IntentState, LedgerConfig, LedgerError, ResolvedAs};
-use idem_store::Store;
+use idem_store::any::BlockingStore;
 use idem_store::outbox::IntentFilter;
 use idem_store::outbox::IntentView;
 use idem_store::outbox::OutboxError;
@@ -14,7 +14,7 @@ use crate::time::{format_instant, format_span};
 
 /// `idem intents list [--state S] [--limit N]`
 pub(crate) fn list(session: &Session, state: Option<IntentState>, limit: Option<usize>) -> Ending {
-    let store = session.open(idem_core::Config::default(), Access::Read)?;
+    let store = session.open_file(idem_core::Config::default(), Access::Read)?;
     let intents = outbox_of(&store)?
         .intents(&IntentFilter { state, limit })
         .map_err(store_failure)?;
@@ -49,7 +49,7 @@ pub(crate) fn list(session: &Session, state: Option<IntentState>, limit: Option<
 
 /// `idem intents get KEY`
 pub(crate) fn get(session: &Session, key: &str) -> Ending {
-    let store = session.open(idem_core::Config::default(), Access::Read)?;
+    let store = session.open_file(idem_core::Config::default(), Access::Read)?;
     let Some(intent) = outbox_of(&store)?.intent(key).map_err(store_failure)? else {
         return Err(Failure::new(
             Exit::NotFound,
@@ -67,7 +67,7 @@ pub(crate) fn resolve(
     resolved_as: ResolvedAs,
     reason: &str,
 ) -> Ending {
-    let store = session.open(idem_core::Config::default(), Access::Write)?;
+    let store = session.open_file(idem_core::Config::default(), Access::Write)?;
     let resolved = outbox_of(&store)?
         .resolve(key, resolved_as, reason, session.now())
         .map_err(|e| match e {
@@ -123,8 +123,10 @@ fn print_intent(session: &Session, intent: &Intent) -> Result<(), Failure> {
 }
 
 /// The outbox, for reading: its retry settings play no part in a read.
-fn outbox_of(store: &Store) -> Result<idem_store::outbox::Outbox<'_>, Failure> {
+fn outbox_of(store: &BlockingStore) -> Result<idem_store::outbox::Outbox<'_>, Failure> {
     store
+        .file("outbox")
+        .map_err(store_failure)?
         .outbox(LedgerConfig::with_seed(0))
         .map_err(|e| Failure::runtime(e.to_string()))
 }

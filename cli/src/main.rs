@@ -9,7 +9,6 @@
 mod args;
 mod bench;
 mod demo;
-mod engine;
 mod entity;
 mod exec;
 mod exit;

@@ -58,10 +58,11 @@ pub(crate) fn list(session: &Session, filter: ListFilter) -> Ending {
 
 /// `idem schema`: the SQL of idem's schema on PostgreSQL.
 pub(crate) fn schema(session: &Session) -> Ending {
-    let sql = idem_store::postgres::PgStore::schema_sql();
+    let (version, sql) = idem_store::any::database_schema("postgres")
+        .ok_or_else(|| Failure::runtime("this build of idem has no PostgreSQL engine"))?;
     session.printer().either(
         &serde_json::json!({
-            "schema_version": idem_store::postgres::PgStore::schema_version(),
+            "schema_version": version,
             "sql": sql,
         }),
         || sql.trim_end().to_owned(),
@@ -260,8 +261,11 @@ pub(crate) fn sweep(
 
 /// `idem check`: exit 1 when a problem is found.
 pub(crate) fn check(session: &Session) -> Ending {
-    let store = session.open(Config::default(), Access::Write)?;
-    let report = store.check().map_err(store_failure)?;
+    let store = session.open_file(Config::default(), Access::Write)?;
+    let report = store
+        .file("check")
+        .and_then(|store| store.check())
+        .map_err(store_failure)?;
     let printer = session.printer();
     if printer.json {
         printer.json_line(&report)?;
@@ -294,9 +298,13 @@ pub(crate) fn check(session: &Session) -> Ending {
 
 /// `idem compact`
 pub(crate) fn compact(session: &Session) -> Ending {
-    let mut store = session.open(Config::default(), Access::Write)?;
+    let mut store = session.open_file(Config::default(), Access::Write)?;
     let before = file_size(&session.db)?;
-    let moved = store.compact().map_err(maintain_failure)?;
+    let moved = store
+        .file_mut("compact")
+        .map_err(store_failure)?
+        .compact()
+        .map_err(maintain_failure)?;
     drop(store);
     let after = file_size(&session.db)?;
     let value = serde_json::json!({ "compacted": moved, "file_bytes_before": before, "file_bytes_after": after });

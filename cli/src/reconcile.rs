@@ -53,6 +53,9 @@ struct Summary {
     report: ReconcileReport,
 }
 
+/// How many abandoned claims one run of `idem reconcile` turns Unknown.
+const RECOVER_LIMIT: usize = 100_000;
+
 /// `idem reconcile --with PROGRAM [--limit N] [--retention DUR] [-- ARGS...]`
 pub(crate) fn run(
     session: &Session,
@@ -64,7 +67,9 @@ pub(crate) fn run(
     let config = crate::keyed::config(None, retention_ms);
     let store = session.open_receiver(config.clone(), Access::Write)?;
     let now = session.now();
-    let abandoned = store.recover_abandoned(now).map_err(store_failure)?;
+    let abandoned = store
+        .recover_abandoned(now, RECOVER_LIMIT)
+        .map_err(store_failure)?;
     let limit = limit.unwrap_or(usize::MAX);
     let unknown = store.stats(now).map_err(maintain_failure)?.unknown;
     let bar = progress::bar(

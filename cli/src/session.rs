@@ -1,14 +1,12 @@
 //! One run of `idem`: where the store is, what time it is, how to print, and how store
 //! errors become exit statuses.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use idem_core::{Config, RecordId, Refusal, Timestamp};
-use idem_store::postgres::{ConnectError, PgStore};
-use idem_store::{Error, ImportError, MaintainError, OpenError, Store, StoreBuilder};
-
-use crate::engine::Engine;
+use idem_store::any::{self, AnyOpenError, AnyStore, AnyStoreBuilder, BlockingStore};
+use idem_store::{Error, ImportError, MaintainError, OpenError};
 
 use crate::exit::{Exit, Failure, with_causes};
 use crate::output::Printer;
@@ -68,116 +66,103 @@ impl Session {
         }
     }
 
-    /// `--db` as a PostgreSQL URL (`postgres://…` or `postgresql://…`), when it is one.
-    pub(crate) fn postgres_url(&self) -> Option<&str> {
-        let db = self.db.to_str()?;
-        (db.starts_with("postgres://") || db.starts_with("postgresql://")).then_some(db)
+    /// The name of the engine `--db` names: `file`, or a database's (`postgres`).
+    pub(crate) fn engine(&self) -> Result<&'static str, Failure> {
+        any::engine_of(&self.db).map_err(|e| Failure::usage(format!("--db: {e}")))
     }
 
-    /// Opens the store the receiver commands work on: the file, or the PostgreSQL
-    /// database `--db` names. Call only after every argument has been checked: opening
-    /// may create the file, or the schema in the database.
-    pub(crate) fn open_receiver(&self, config: Config, access: Access) -> Result<Engine, Failure> {
-        match self.postgres_url() {
-            Some(url) => self.connect(url, config, access),
-            None => self.open(config, access).map(Engine::File),
-        }
+    /// Opens the store the receiver commands work on: the file, or the database `--db`
+    /// names. Call only after every argument has been checked: opening may create the
+    /// file, or the schema in the database.
+    pub(crate) fn open_receiver(
+        &self,
+        config: Config,
+        access: Access,
+    ) -> Result<BlockingStore, Failure> {
+        self.builder(config, access)?
+            .open_blocking(&self.db)
+            .map_err(|e| match e {
+                AnyOpenError::Missing { path } => Failure::runtime(format!(
+                    "{}: no store file here (begin, exec and import create one; --db or $IDEM_DB choose another)",
+                    path.display()
+                )),
+                other => open_failure(other),
+            })
     }
 
-    /// As [`Session::open_receiver`], for a command about one key: a missing file means
-    /// the key has no record (exit 7).
+    /// As [`Session::open_receiver`], for a command about one key: a missing file, or
+    /// one without a store yet, means the key has no record (exit 7).
     pub(crate) fn open_receiver_for_key(
         &self,
         config: Config,
         id: &RecordId,
         access: Access,
-    ) -> Result<Engine, Failure> {
-        match self.postgres_url() {
-            Some(url) => self.connect(url, config, access),
-            None => self.open_for_key(config, id, access).map(Engine::File),
-        }
-    }
-
-    /// Connects to the database at `url`; only [`Access::Create`] creates idem's schema
-    /// in a database without it.
-    fn connect(&self, url: &str, config: Config, access: Access) -> Result<Engine, Failure> {
-        if self.clock.is_fixed() {
-            return Err(Failure::usage(
-                "--now: a PostgreSQL database counts time on its own clock, the fleet's; --now applies to a store file",
-            ));
-        }
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Failure::runtime(format!("starting the database client: {e}")))?;
-        let store = runtime
-            .block_on(
-                postgres_builder()?
-                    .config(config)
-                    .pool_size(2)
-                    .create_schema(access == Access::Create)
-                    .connect(url),
-            )
-            .map_err(|e| connect_failure(&e))?;
-        Ok(Engine::Postgres { store, runtime })
-    }
-
-    /// Opens the store file with `config`. Call only after every argument has been
-    /// checked: opening may create the file.
-    pub(crate) fn open(&self, config: Config, access: Access) -> Result<Store, Failure> {
-        if self.postgres_url().is_some() {
-            return Err(Failure::usage(
-                "--db: names a PostgreSQL database, and this command works on a store file (the outbox's intents, check and compact are a file's)",
-            ));
-        }
-        self.check_now(access)?;
-        if access != Access::Create && !self.db.exists() {
-            return Err(Failure::runtime(format!(
-                "{}: no store file here (begin, exec and import create one; --db or $IDEM_DB choose another)",
-                self.db.display()
-            )));
-        }
-        open_store(&self.db, config, access)
-    }
-
-    /// Opens the store for a command about one key. A missing file, or one without a
-    /// store yet, means the key has no record: exit 7.
-    pub(crate) fn open_for_key(
-        &self,
-        config: Config,
-        id: &RecordId,
-        access: Access,
-    ) -> Result<Store, Failure> {
-        self.check_now(access)?;
-        if !self.db.exists() {
-            return Err(not_found(id).with_note(&format!("no store file at {}", self.db.display())));
-        }
-        match builder(config, access).open(&self.db) {
+    ) -> Result<BlockingStore, Failure> {
+        let builder = self.builder(config, access)?.create(false);
+        match builder.open_blocking(&self.db) {
+            Err(AnyOpenError::Missing { path }) => {
+                Err(not_found(id).with_note(&format!("no store file at {}", path.display())))
+            }
             // An empty file, or one without idem's tables, read without creating them.
-            Err(OpenError::NoStore { .. }) => {
+            Err(AnyOpenError::File(OpenError::NoStore { .. })) => {
                 Err(not_found(id).with_note(&format!("no store in {}", self.db.display())))
             }
             opened => opened.map_err(open_failure),
         }
     }
+
+    /// Opens the store file for a command that only a file offers (the outbox's
+    /// intents, check, compact), refusing a database before connecting to it.
+    pub(crate) fn open_file(
+        &self,
+        config: Config,
+        access: Access,
+    ) -> Result<BlockingStore, Failure> {
+        if self.engine()? != "file" {
+            return Err(Failure::usage(
+                "--db: names a database, and this command works on a store file (the outbox's intents, check and compact are a file's)",
+            ));
+        }
+        self.open_receiver(config, access)
+    }
+
+    /// How a command opens `--db` ([`store_builder`]), after its `--now` is checked: a
+    /// database keeps time on its own clock, so `--now` is refused there; a file refuses
+    /// a `--now` far ahead for a command that writes.
+    pub(crate) fn builder(
+        &self,
+        config: Config,
+        access: Access,
+    ) -> Result<AnyStoreBuilder, Failure> {
+        if any::keeps_own_clock(&self.db) {
+            if self.clock.is_fixed() {
+                return Err(Failure::usage(
+                    "--now: a database counts time on its own clock, the fleet's; --now applies to a store file",
+                ));
+            }
+        } else {
+            self.check_now(access)?;
+        }
+        store_builder(config, access)
+    }
 }
 
-/// Opens `path` with `config` and the CLI's lock timeout, read-only for [`Access::Read`].
-pub(crate) fn open_store(path: &Path, config: Config, access: Access) -> Result<Store, Failure> {
-    builder(config, access).open(path).map_err(open_failure)
-}
-
-fn builder(config: Config, access: Access) -> StoreBuilder {
-    Store::builder()
+/// Settings to open a store with `config`: the CLI's lock timeout for a file, read-only
+/// for [`Access::Read`]; two connections for a database, its schema created only for
+/// [`Access::Create`], and the certificates of `$PGSSLROOTCERT`.
+pub(crate) fn store_builder(config: Config, access: Access) -> Result<AnyStoreBuilder, Failure> {
+    let builder = AnyStore::builder()
         .config(config)
         .lock_timeout(LOCK_TIMEOUT)
         .read_only(access == Access::Read)
+        .create(access == Access::Create)
+        .pool_size(2);
+    tls_roots(builder)
 }
 
-/// A builder for the database `--db` names: it trusts the certificates of the PEM file
-/// `$PGSSLROOTCERT` (libpq's name for it) beside the system's roots, for TLS.
-pub(crate) fn postgres_builder() -> Result<idem_store::postgres::PgStoreBuilder, Failure> {
-    let builder = PgStore::builder();
+/// `builder` trusting the certificates of the PEM file `$PGSSLROOTCERT` (libpq's name
+/// for it) beside the system's roots, for TLS to a database.
+pub(crate) fn tls_roots(builder: AnyStoreBuilder) -> Result<AnyStoreBuilder, Failure> {
     match std::env::var_os("PGSSLROOTCERT") {
         Some(path) if !path.is_empty() => {
             let pem = std::fs::read(&path).map_err(|e| {
@@ -192,29 +177,24 @@ pub(crate) fn postgres_builder() -> Result<idem_store::postgres::PgStoreBuilder,
     }
 }
 
-/// A failed connection as a failure: a bad URL or config is input (2), everything else
-/// is the database or the network (1).
-pub(crate) fn connect_failure(e: &ConnectError) -> Failure {
-    let message = format!("--db: {}", with_causes(e));
+/// An open error as a failure: the caller's input (a bad config, URL or scheme) is 2,
+/// everything else is the file, the database, the network or the system (1).
+pub(crate) fn open_failure(e: AnyOpenError) -> Failure {
+    let message = with_causes(&e);
     match e {
-        ConnectError::Url(_)
-        | ConnectError::Config(_)
-        | ConnectError::PoolSize
-        | ConnectError::TlsRoots(_) => Failure::usage(message),
-        _ => Failure::runtime(message),
+        AnyOpenError::File(OpenError::NeedsRecovery { .. }) => Failure::runtime(format!(
+            "{message}: idem check (or any command that writes) recovers and verifies it"
+        )),
+        AnyOpenError::File(_) => failure_of(&e, message),
+        _ => failure_of(&e, format!("--db: {message}")),
     }
 }
 
-/// An open error as a failure: a bad config is input (2), everything else is the file
-/// or the system (1).
-pub(crate) fn open_failure(e: OpenError) -> Failure {
-    let message = with_causes(&e);
-    match e {
-        OpenError::Config(_) | OpenError::Options(_) => Failure::usage(message),
-        OpenError::NeedsRecovery { .. } => Failure::runtime(format!(
-            "{message}: idem check (or any command that writes) recovers and verifies it"
-        )),
-        _ => Failure::runtime(message),
+fn failure_of(e: &AnyOpenError, message: String) -> Failure {
+    if e.is_input() {
+        Failure::usage(message)
+    } else {
+        Failure::runtime(message)
     }
 }
 

@@ -103,7 +103,7 @@ pub(crate) fn get(session: &Session, id: &TokenIdArgs) -> Ending {
             ),
         )
     };
-    if session.postgres_url().is_none() && !session.db.exists() {
+    if session.engine()? == "file" && !session.db.exists() {
         return Err(not_issued());
     }
     let store = session.open_receiver(Config::default(), Access::Read)?;

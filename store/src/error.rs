@@ -237,6 +237,18 @@ pub enum Error {
         /// How many times the begin read and tried to write.
         attempts: u32,
     },
+    /// The engine that holds this store does not offer the operation (the outbox, check
+    /// and compact are a file's; a server database keeps its own upkeep). Nothing was
+    /// read or written.
+    #[error("{what}: the {engine} engine does not offer it; {hint}")]
+    Unsupported {
+        /// The operation refused: `outbox`, `check`, `compact`, ...
+        what: &'static str,
+        /// The engine that refused it: `file`, `postgres`, ...
+        engine: &'static str,
+        /// Where the operation is offered.
+        hint: &'static str,
+    },
     /// A value does not fit the column that keeps it (the PostgreSQL engine keeps
     /// times and generations as signed 64-bit numbers).
     #[error("{field}: {value} is beyond what the database keeps (at most 9223372036854775807)")]

@@ -326,6 +326,7 @@ compile_error!(
     "idem-store: the feature test-unfloored-clock is test-only and is refused in a release build"
 );
 
+pub mod any;
 mod error;
 mod file;
 #[cfg(feature = "http")]
@@ -347,7 +348,7 @@ pub mod entity {
     //! with a version check ([`crate::Store::transition_in`]), and business uniqueness
     //! that outlives retention ([`crate::Store::claim_unique_in`]).
 
-    pub use crate::seam::entity::{EntityId, Uniqueness};
+    pub use crate::seam::entity::{Entities, EntityId, Uniqueness};
     pub use idem_core::{Entity, EntityDecision, Machine, MachineError, MachineSpec};
 }
 
@@ -358,6 +359,7 @@ pub mod token {
     //! once, [`crate::Store::sweep_tokens`] deletes expired ones.
 
     pub use crate::seam::report::Consumed;
+    pub use crate::seam::token::Tokens;
     pub use idem_core::token::{Issue, TOKEN_LEN};
     pub use idem_core::{IssuedToken, Token, TokenError, TokenRefusal};
 }

@@ -37,7 +37,7 @@ use tower::{Layer, Service};
 
 use crate::args::ProxyArgs;
 use crate::exit::{Ending, Failure};
-use crate::session::{Access, Session, connect_failure, postgres_builder};
+use crate::session::{Access, Session, open_failure};
 use deadline::Deadline;
 use metrics::Metrics;
 use timed::Timed;
@@ -89,7 +89,8 @@ type AccessLog = Arc<Mutex<Box<dyn Write + Send>>>;
 
 pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
     let settings = settings(args)?;
-    let metrics = Arc::new(Metrics::new(session.postgres_url().is_none()));
+    let file = session.engine()? == "file";
+    let metrics = Arc::new(Metrics::new(file));
     let upstream = upstream(args, Arc::clone(&metrics))?;
     let log = access_log(args)?;
     if args.max_connections == 0 {
@@ -106,24 +107,24 @@ pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
         metrics,
         log,
     };
-    match session.postgres_url() {
-        Some(url) => {
-            if args.pool == 0 {
-                return Err(Failure::usage("--pool: 0 connections, needs at least 1"));
-            }
-            runtime.block_on(async {
-                let store = postgres_builder()?
-                    .pool_size(args.pool)
-                    .connect(url)
-                    .await
-                    .map_err(|e| connect_failure(&e))?;
-                serving.serve(Arc::new(store)).await
-            })?;
+    if file {
+        // A file is opened on this thread, which waits for its lock.
+        let store = session
+            .builder(Config::default(), Access::Create)?
+            .open_blocking(&session.db)
+            .map_err(open_failure)?;
+        runtime.block_on(serving.serve(Arc::new(store.into_store())))?;
+    } else {
+        if args.pool == 0 {
+            return Err(Failure::usage("--pool: 0 connections, needs at least 1"));
         }
-        None => {
-            let store = Arc::new(session.open(Config::default(), Access::Create)?);
-            runtime.block_on(serving.serve(store))?;
-        }
+        let builder = session
+            .builder(Config::default(), Access::Create)?
+            .pool_size(args.pool);
+        runtime.block_on(async {
+            let store = builder.open(&session.db).await.map_err(open_failure)?;
+            serving.serve(Arc::new(store)).await
+        })?;
     }
     Ok(0)
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
 use idem_store::maintain::{
-    Check, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
+    Abandoned, Check, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
 };
 use idem_store::{CommitCounts, Error, GiveUp, ImportError, ListFilter, MaintainError, Receiver};
 
@@ -144,6 +144,14 @@ impl<R: Receiver> Receiver for Timed<R> {
     ) -> Result<SweepReport, Error> {
         self.timed("sweep", self.inner.sweep(now, limit, dry_run))
             .await
+    }
+
+    async fn recover_abandoned(&self, now: Timestamp, limit: usize) -> Result<Abandoned, Error> {
+        self.timed(
+            "recover_abandoned",
+            self.inner.recover_abandoned(now, limit),
+        )
+        .await
     }
 
     async fn reconcile<E: Send>(

@@ -16,7 +16,8 @@ use crate::file::two_phase::steps as two_phase;
 use crate::seam::filter::ListFilter;
 use crate::seam::receiver::{GiveUp, Receiver};
 use crate::seam::report::{
-    Check, CommitCounts, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
+    Abandoned, Check, CommitCounts, ReconcileError, ReconcileReport, Stats, SweepReport,
+    Transferred,
 };
 
 impl Receiver for Store {
@@ -139,6 +140,10 @@ impl Receiver for Store {
         dry_run: bool,
     ) -> Result<SweepReport, Error> {
         Store::sweep(self, now, limit, dry_run)
+    }
+
+    async fn recover_abandoned(&self, now: Timestamp, limit: usize) -> Result<Abandoned, Error> {
+        self.recover_at_most(now, limit)
     }
 
     async fn reconcile<E: Send>(

@@ -16,6 +16,7 @@ use super::row::signed;
 use super::statements::{ENTITY_INSERT, ENTITY_MOVE, ENTITY_READ, ENTITY_UPDATE, Statements};
 use super::steps::database;
 use crate::error::Error;
+use crate::seam::entity::Entities;
 use crate::seam::entity::{EntityId, Uniqueness, check_holder, check_unique};
 
 /// How many times a move reads and tries to write before it gives up
@@ -479,4 +480,53 @@ pub(super) async fn holder_on(
         .map_err(database("unique_holder"))?;
     row.map(|row| row.try_get(0).map_err(database("unique_holder")))
         .transpose()
+}
+
+impl Entities for PgStore {
+    async fn transition(
+        &self,
+        machine: &Machine,
+        id: &EntityId,
+        to: &str,
+        expected_version: Option<u64>,
+        _now: Timestamp,
+    ) -> Result<EntityDecision, Error> {
+        PgStore::transition(self, machine, id, to, expected_version).await
+    }
+
+    async fn get_entity(&self, id: &EntityId) -> Result<Option<Entity>, Error> {
+        PgStore::get_entity(self, id).await
+    }
+
+    async fn list_entities(
+        &self,
+        kind: &str,
+        state: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(EntityId, Entity)>, Error> {
+        PgStore::list_entities(self, kind, state, limit).await
+    }
+
+    async fn claim_unique(
+        &self,
+        tenant: &str,
+        scope: &str,
+        value: &str,
+        by: &str,
+    ) -> Result<Uniqueness, Error> {
+        PgStore::claim_unique(self, tenant, scope, value, by).await
+    }
+
+    async fn release_unique(&self, tenant: &str, scope: &str, value: &str) -> Result<bool, Error> {
+        PgStore::release_unique(self, tenant, scope, value).await
+    }
+
+    async fn unique_holder(
+        &self,
+        tenant: &str,
+        scope: &str,
+        value: &str,
+    ) -> Result<Option<String>, Error> {
+        PgStore::unique_holder(self, tenant, scope, value).await
+    }
 }

@@ -188,6 +188,21 @@ impl Default for PgStoreBuilder {
     }
 }
 
+impl ConnectError {
+    /// True when the error is the caller's input (the URL, a setting, the certificates
+    /// given), not the database or the network.
+    #[must_use]
+    pub fn is_input(&self) -> bool {
+        matches!(
+            self,
+            ConnectError::Url(_)
+                | ConnectError::Config(_)
+                | ConnectError::PoolSize
+                | ConnectError::TlsRoots(_)
+        )
+    }
+}
+
 impl PgStoreBuilder {
     /// The protocol settings (lease, retention, tombstones, lease expiry).
     #[must_use]

@@ -20,7 +20,7 @@ use crate::error::{Error, ImportError, MaintainError};
 use crate::seam::filter::ListFilter;
 use crate::seam::receiver::{GiveUp, Receiver};
 use crate::seam::report::{
-    Check, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
+    Abandoned, Check, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
 };
 
 /// A begin's statements, as a future that may move to a task of its own.
@@ -278,6 +278,10 @@ impl Receiver for PgStore {
         dry_run: bool,
     ) -> Result<SweepReport, Error> {
         self.sweep_now(limit, dry_run).await
+    }
+
+    async fn recover_abandoned(&self, _now: Timestamp, limit: usize) -> Result<Abandoned, Error> {
+        PgStore::recover_abandoned(self, limit).await
     }
 
     async fn reconcile<E: Send>(

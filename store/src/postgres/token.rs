@@ -18,6 +18,7 @@ use super::steps::database;
 use crate::error::{Error, ExecuteError};
 use crate::seam::receiver::Receiver;
 use crate::seam::report::{Consumed, Executed, SweepReport};
+use crate::seam::token::Tokens;
 use crate::seam::token::token_of;
 
 /// Tokens one sweep transaction deletes at most.
@@ -363,4 +364,35 @@ pub(super) fn entry_at(row: &Row, first: usize) -> Result<IssuedToken, Error> {
         expires_at: time(1)?,
         intent_id: row.try_get(first + 2).map_err(database("get_token"))?,
     })
+}
+
+impl Tokens for PgStore {
+    async fn issue_token(
+        &self,
+        tenant: &str,
+        operation: &str,
+        ttl_ms: u64,
+        intent_id: Option<&str>,
+        random: [u8; 16],
+        _now: Timestamp,
+    ) -> Result<Issue, Error> {
+        PgStore::issue_token(self, tenant, operation, ttl_ms, intent_id, random).await
+    }
+
+    async fn consume(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        _now: Timestamp,
+    ) -> Result<Consumed<Decision>, Error> {
+        PgStore::consume(self, id, fingerprint).await
+    }
+
+    async fn get_token(&self, id: &RecordId) -> Result<Option<IssuedToken>, Error> {
+        PgStore::get_token(self, id).await
+    }
+
+    async fn sweep_tokens(&self, _now: Timestamp, limit: usize) -> Result<SweepReport, Error> {
+        PgStore::sweep_tokens(self, limit).await
+    }
 }

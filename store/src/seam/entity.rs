@@ -2,9 +2,10 @@
 //! shares: an entity's address, what a claim of a business value found, and the rules
 //! of a claimed value and its holder.
 
+use core::future::Future;
 use std::fmt;
 
-use idem_core::{IdError, RecordId};
+use idem_core::{Entity, EntityDecision, IdError, Machine, RecordId, Timestamp};
 
 use crate::error::Error;
 
@@ -104,4 +105,66 @@ pub(crate) fn check_holder(by: &str) -> Result<(), Error> {
         });
     }
     Ok(())
+}
+
+/// The layers after the key as an engine offers them on their own, outside a caller's
+/// transaction (docs/design.md §8): entities moved by a state machine with a version
+/// check, and business values claimed once. Each call commits on its own. Inside a
+/// caller's transaction (with the key's record and the business write) each engine has
+/// its own `transition_in` and `claim_unique_in`, since the transaction is the engine's.
+///
+/// As in [`crate::Receiver`], `now` is the caller's time; a server engine uses its
+/// database's clock instead.
+pub trait Entities: Send + Sync + 'static {
+    /// Moves the entity `id` to `to` when `machine` allows it and, with
+    /// `expected_version`, when its version is that one. Only
+    /// [`EntityDecision::Applied`] writes.
+    fn transition(
+        &self,
+        machine: &Machine,
+        id: &EntityId,
+        to: &str,
+        expected_version: Option<u64>,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<EntityDecision, Error>> + Send;
+
+    /// The entity `id`, if it has made a move.
+    fn get_entity(
+        &self,
+        id: &EntityId,
+    ) -> impl Future<Output = Result<Option<Entity>, Error>> + Send;
+
+    /// Entities of `kind` (in `state`, when given), in id order, at most `limit`.
+    fn list_entities(
+        &self,
+        kind: &str,
+        state: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<(EntityId, Entity)>, Error>> + Send;
+
+    /// Claims `value` in `scope` for `by`: [`Uniqueness::Claimed`] when it is `by`'s now
+    /// (or was already), [`Uniqueness::Taken`] when another holder has it.
+    fn claim_unique(
+        &self,
+        tenant: &str,
+        scope: &str,
+        value: &str,
+        by: &str,
+    ) -> impl Future<Output = Result<Uniqueness, Error>> + Send;
+
+    /// Gives `value` in `scope` back; true when it was claimed.
+    fn release_unique(
+        &self,
+        tenant: &str,
+        scope: &str,
+        value: &str,
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
+
+    /// Who holds `value` in `scope`, if anyone.
+    fn unique_holder(
+        &self,
+        tenant: &str,
+        scope: &str,
+        value: &str,
+    ) -> impl Future<Output = Result<Option<String>, Error>> + Send;
 }

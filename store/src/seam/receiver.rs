@@ -23,7 +23,8 @@ use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Time
 use crate::error::{Error, ImportError, MaintainError};
 use crate::seam::filter::ListFilter;
 use crate::seam::report::{
-    Check, CommitCounts, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
+    Abandoned, Check, CommitCounts, ReconcileError, ReconcileReport, Stats, SweepReport,
+    Transferred,
 };
 
 /// What becomes of a claim whose holder gives it up without settling it.
@@ -157,6 +158,16 @@ pub trait Receiver: Send + Sync + 'static {
         limit: usize,
         dry_run: bool,
     ) -> impl Future<Output = Result<SweepReport, Error>> + Send;
+
+    /// Finds the claims whose lease ran out at `now` (their executor went silent), at
+    /// most `limit`: under [`idem_core::LeaseExpiry::Unknown`] each turns Unknown, as a
+    /// begin on its key would; under [`idem_core::LeaseExpiry::Takeover`] they are only
+    /// reported. A claim renewed or settled meanwhile is left alone.
+    fn recover_abandoned(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> impl Future<Output = Result<Abandoned, Error>> + Send;
 
     /// Shows Unknown records to `checker`, oldest first, and settles those it answers.
     fn reconcile<E: Send>(

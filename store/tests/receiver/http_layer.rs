@@ -633,6 +633,14 @@ impl idem_store::Receiver for Flaky {
         self.store.sweep(now, limit, dry_run)
     }
 
+    async fn recover_abandoned(
+        &self,
+        now: idem_store::Timestamp,
+        limit: usize,
+    ) -> Result<idem_store::maintain::Abandoned, idem_store::Error> {
+        idem_store::Receiver::recover_abandoned(&self.store, now, limit).await
+    }
+
     async fn reconcile<E: Send>(
         &self,
         now: idem_store::Timestamp,

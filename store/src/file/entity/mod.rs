@@ -10,6 +10,7 @@ use redb::{ReadTransaction, WriteTransaction};
 use crate::error::Error;
 use crate::file::handle::guard_read;
 use crate::file::store::Store;
+use crate::seam::entity::Entities;
 use crate::seam::entity::{EntityId, Uniqueness};
 
 impl Store {
@@ -166,6 +167,26 @@ impl Store {
         steps::claim_unique_in(txn, tenant, scope, value, by)
     }
 
+    /// Claims `value` in `scope` for `by`, in a transaction of its own; see
+    /// [`Store::claim_unique_in`], which claims it together with the caller's writes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Name`]; storage errors.
+    pub fn claim_unique(
+        &self,
+        tenant: &str,
+        scope: &str,
+        value: &str,
+        by: &str,
+    ) -> Result<Uniqueness, Error> {
+        self.shared.writer.transact("claim_unique", |txn, _| {
+            let found = steps::claim_unique_in(txn, tenant, scope, value, by)?;
+            let claimed = found == Uniqueness::Claimed;
+            Ok((found, claimed))
+        })
+    }
+
     /// Gives `value` in `scope` back, in a transaction of its own; true when it was
     /// claimed.
     ///
@@ -194,5 +215,54 @@ impl Store {
             let db = self.shared.writer.read();
             steps::unique_holder(&db.begin_read()?, tenant, scope, value)
         })
+    }
+}
+
+impl Entities for Store {
+    async fn transition(
+        &self,
+        machine: &Machine,
+        id: &EntityId,
+        to: &str,
+        expected_version: Option<u64>,
+        now: Timestamp,
+    ) -> Result<EntityDecision, Error> {
+        Store::transition(self, machine, id, to, expected_version, now)
+    }
+
+    async fn get_entity(&self, id: &EntityId) -> Result<Option<Entity>, Error> {
+        Store::get_entity(self, id)
+    }
+
+    async fn list_entities(
+        &self,
+        kind: &str,
+        state: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(EntityId, Entity)>, Error> {
+        Store::list_entities(self, kind, state, limit)
+    }
+
+    async fn claim_unique(
+        &self,
+        tenant: &str,
+        scope: &str,
+        value: &str,
+        by: &str,
+    ) -> Result<Uniqueness, Error> {
+        Store::claim_unique(self, tenant, scope, value, by)
+    }
+
+    async fn release_unique(&self, tenant: &str, scope: &str, value: &str) -> Result<bool, Error> {
+        Store::release_unique(self, tenant, scope, value)
+    }
+
+    async fn unique_holder(
+        &self,
+        tenant: &str,
+        scope: &str,
+        value: &str,
+    ) -> Result<Option<String>, Error> {
+        Store::unique_holder(self, tenant, scope, value)
     }
 }

@@ -28,6 +28,11 @@ impl Store {
     ///
     /// Storage or decode errors; claims turned Unknown before the error stay so.
     pub fn recover_abandoned(&self, now: Timestamp) -> Result<Abandoned, Error> {
+        self.recover_at_most(now, usize::MAX)
+    }
+
+    /// [`Store::recover_abandoned`] for at most `limit` silent claims, in key order.
+    pub(crate) fn recover_at_most(&self, now: Timestamp, limit: usize) -> Result<Abandoned, Error> {
         self.shared.writer.ensure_writable("recover_abandoned")?;
         let at = now.max(self.clock_floor()?);
         let mut silent = Vec::new();
@@ -42,7 +47,11 @@ impl Store {
             {
                 silent.push((id, record.generation));
             }
-            ControlFlow::Continue(())
+            if silent.len() < limit {
+                ControlFlow::Continue(())
+            } else {
+                ControlFlow::Break(())
+            }
         })?;
         let mut found = Abandoned::default();
         for (id, generation) in silent {

@@ -15,6 +15,7 @@ use crate::file::execute::steps as execute;
 use crate::file::maintain::steps as maintain;
 use crate::file::store::Store;
 use crate::seam::report::{Consumed, Executed, SweepReport};
+use crate::seam::token::Tokens;
 use crate::seam::token::token_of;
 
 impl Store {
@@ -146,5 +147,36 @@ impl Store {
     pub fn sweep_tokens(&self, now: Timestamp, limit: usize) -> Result<SweepReport, Error> {
         self.shared.writer.ensure_writable("sweep_tokens")?;
         maintain::sweep_tokens(&self.shared.writer, now, limit)
+    }
+}
+
+impl Tokens for Store {
+    async fn issue_token(
+        &self,
+        tenant: &str,
+        operation: &str,
+        ttl_ms: u64,
+        intent_id: Option<&str>,
+        random: [u8; 16],
+        now: Timestamp,
+    ) -> Result<Issue, Error> {
+        Store::issue_token(self, tenant, operation, ttl_ms, intent_id, random, now)
+    }
+
+    async fn consume(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Result<Consumed<Decision>, Error> {
+        Store::consume(self, id, fingerprint, now)
+    }
+
+    async fn get_token(&self, id: &RecordId) -> Result<Option<IssuedToken>, Error> {
+        Store::get_token(self, id)
+    }
+
+    async fn sweep_tokens(&self, now: Timestamp, limit: usize) -> Result<SweepReport, Error> {
+        Store::sweep_tokens(self, now, limit)
     }
 }

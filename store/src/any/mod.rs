@@ -1,0 +1,365 @@
+//! One way in, chosen by what the user gives: a path opens the redb file, a
+//! `postgres://` (or `postgresql://`) URL the PostgreSQL engine. [`AnyStore`] is the one
+//! type that the CLI, `idem proxy` and a service with the tower layer hold, whatever the
+//! engine: it offers the seam ([`crate::Receiver`], [`crate::entity::Entities`],
+//! [`crate::token::Tokens`]) and hands an engine's own operations over by type
+//! ([`AnyStore::file`]), or refuses them with [`Error::Unsupported`].
+//!
+//! ```
+//! use idem_store::any::AnyStore;
+//! use idem_store::{Decision, Fingerprint, Receiver, RecordId, Timestamp};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("terminal.redb");
+//! // Or "postgres://idem@db.internal/shop": the same calls follow.
+//! let store = AnyStore::builder().open(path.to_str().unwrap()).await?;
+//! let id = RecordId::new("shop-7", "charge", "order-1")?;
+//! let decision = store.begin(&id, Fingerprint::of_bytes(b"1"), Timestamp(1_000)).await?;
+//! assert!(matches!(decision, Decision::Claimed { .. }));
+//! # Ok(())
+//! # }
+//! ```
+
+mod blocking;
+mod receiver;
+
+pub use blocking::BlockingStore;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use idem_core::Config;
+
+use crate::error::{Error, OpenError};
+use crate::file::Store;
+use crate::file::open::StoreBuilder;
+#[cfg(feature = "postgres")]
+use crate::postgres::{ConnectError, PgStore};
+
+/// An open store on any engine: what [`AnyStore::open`] or [`AnyStoreBuilder::open`]
+/// chose by the target.
+#[derive(Debug)]
+pub struct AnyStore {
+    engine: Engine,
+}
+
+/// The engine behind an [`AnyStore`]. Private: callers use the seam, or
+/// [`AnyStore::file`] for what only a file offers.
+#[derive(Debug)]
+enum Engine {
+    File(Store),
+    #[cfg(feature = "postgres")]
+    Postgres(PgStore),
+}
+
+/// How to open an [`AnyStore`]; each setting applies to the engines it names and is
+/// ignored by the others.
+#[derive(Debug, Clone)]
+pub struct AnyStoreBuilder {
+    config: Config,
+    create: bool,
+    read_only: bool,
+    lock_timeout: Option<Duration>,
+    pool_size: Option<usize>,
+    #[cfg(feature = "postgres-tls")]
+    tls_roots: Option<Vec<u8>>,
+}
+
+/// A store could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AnyOpenError {
+    /// The file could not be opened.
+    #[error(transparent)]
+    File(#[from] OpenError),
+    /// No file at the path, and [`AnyStoreBuilder::create`] is off (or the store is
+    /// opened read-only): nothing was made.
+    #[error("{}: no store file here", path.display())]
+    Missing {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The database could not be reached or its schema read.
+    #[cfg(feature = "postgres")]
+    #[error(transparent)]
+    Postgres(#[from] ConnectError),
+    /// The runtime that a blocking store's database calls run on did not start.
+    #[error("starting the database client's runtime")]
+    Runtime(#[source] std::io::Error),
+    /// The target names an engine this build does not have, or none at all.
+    #[error("{scheme}://: {problem}")]
+    Scheme {
+        /// The URL's scheme.
+        scheme: String,
+        /// Why it opens nothing, and what does.
+        problem: &'static str,
+    },
+}
+
+impl AnyOpenError {
+    /// True when the error is the caller's input (a bad URL, path or setting, a scheme
+    /// without an engine), not the file, the database, the network or the system.
+    #[must_use]
+    pub fn is_input(&self) -> bool {
+        match self {
+            AnyOpenError::File(e) => matches!(e, OpenError::Config(_) | OpenError::Options(_)),
+            #[cfg(feature = "postgres")]
+            AnyOpenError::Postgres(e) => e.is_input(),
+            AnyOpenError::Scheme { .. } => true,
+            AnyOpenError::Missing { .. } | AnyOpenError::Runtime(_) => false,
+        }
+    }
+}
+
+/// What a target names.
+enum Target<'t> {
+    File(&'t Path),
+    #[cfg(feature = "postgres")]
+    Postgres(&'t str),
+}
+
+impl Target<'_> {
+    /// A URL's scheme chooses the engine; anything else is a file's path.
+    fn of(target: &OsStr) -> Result<Target<'_>, AnyOpenError> {
+        let Some(text) = target.to_str() else {
+            return Ok(Target::File(Path::new(target)));
+        };
+        let Some((scheme, _)) = text.split_once("://") else {
+            return Ok(Target::File(Path::new(target)));
+        };
+        if scheme.is_empty()
+            || !scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '+')
+        {
+            return Ok(Target::File(Path::new(target)));
+        }
+        match scheme {
+            #[cfg(feature = "postgres")]
+            "postgres" | "postgresql" => Ok(Target::Postgres(text)),
+            #[cfg(not(feature = "postgres"))]
+            "postgres" | "postgresql" => Err(AnyOpenError::Scheme {
+                scheme: scheme.into(),
+                problem: "this build of idem-store has no PostgreSQL engine (feature `postgres`)",
+            }),
+            _ => Err(AnyOpenError::Scheme {
+                scheme: scheme.into(),
+                problem: "no engine for this scheme; a path opens a store file, postgres:// a PostgreSQL database",
+            }),
+        }
+    }
+}
+
+/// The name of the engine `target` names (`file` or `postgres`), without opening it.
+///
+/// # Errors
+///
+/// [`AnyOpenError::Scheme`] for a scheme without an engine.
+pub fn engine_of(target: impl AsRef<OsStr>) -> Result<&'static str, AnyOpenError> {
+    Ok(match Target::of(target.as_ref())? {
+        Target::File(_) => "file",
+        #[cfg(feature = "postgres")]
+        Target::Postgres(_) => "postgres",
+    })
+}
+
+/// The version and the SQL of idem's schema on the database engine named `engine`
+/// (`postgres`), for a DBA who creates it by hand; `None` for an engine without one
+/// (the file) or not in this build.
+#[must_use]
+pub fn database_schema(engine: &str) -> Option<(i64, &'static str)> {
+    match engine {
+        #[cfg(feature = "postgres")]
+        "postgres" => Some((PgStore::schema_version(), PgStore::schema_sql())),
+        _ => None,
+    }
+}
+
+/// True when `target` names an engine that keeps time on its own clock (a database
+/// server, whose clock is the fleet's): a caller's `now` is then not used, and a tool
+/// that lets its user set `now` refuses to. A file uses the caller's `now`.
+#[must_use]
+pub fn keeps_own_clock(target: impl AsRef<OsStr>) -> bool {
+    match Target::of(target.as_ref()) {
+        Ok(Target::File(_)) | Err(_) => false,
+        #[cfg(feature = "postgres")]
+        Ok(Target::Postgres(_)) => true,
+    }
+}
+
+impl Default for AnyStoreBuilder {
+    fn default() -> AnyStoreBuilder {
+        AnyStoreBuilder {
+            config: Config::default(),
+            create: true,
+            read_only: false,
+            lock_timeout: None,
+            pool_size: None,
+            #[cfg(feature = "postgres-tls")]
+            tls_roots: None,
+        }
+    }
+}
+
+impl AnyStoreBuilder {
+    /// The protocol settings (every engine).
+    #[must_use]
+    pub fn config(mut self, config: Config) -> AnyStoreBuilder {
+        self.config = config;
+        self
+    }
+
+    /// Whether opening may make the store: a missing file, or idem's schema in a
+    /// database without it. On by default; off, a missing file is
+    /// [`AnyOpenError::Missing`] and a database without the schema is refused.
+    #[must_use]
+    pub fn create(mut self, create: bool) -> AnyStoreBuilder {
+        self.create = create;
+        self
+    }
+
+    /// A file opened for reading only ([`StoreBuilder::read_only`]); a missing file is
+    /// [`AnyOpenError::Missing`]. A database is opened as it is.
+    #[must_use]
+    pub fn read_only(mut self, read_only: bool) -> AnyStoreBuilder {
+        self.read_only = read_only;
+        self
+    }
+
+    /// How long a file's writer waits for the write lock ([`StoreBuilder::lock_timeout`]).
+    #[must_use]
+    pub fn lock_timeout(mut self, timeout: Duration) -> AnyStoreBuilder {
+        self.lock_timeout = Some(timeout);
+        self
+    }
+
+    /// How many connections a database engine keeps.
+    #[must_use]
+    pub fn pool_size(mut self, size: usize) -> AnyStoreBuilder {
+        self.pool_size = Some(size);
+        self
+    }
+
+    /// PEM certificates a database engine trusts for TLS, beside the system's roots
+    /// (feature `postgres-tls`).
+    #[cfg(feature = "postgres-tls")]
+    #[must_use]
+    pub fn tls_root_certificates(mut self, pem: &[u8]) -> AnyStoreBuilder {
+        self.tls_roots = Some(pem.to_vec());
+        self
+    }
+
+    /// Opens the store `target` names: a path opens (or makes) a redb file, a
+    /// `postgres://` URL connects to PostgreSQL. A file is opened on the calling
+    /// thread, which the open blocks.
+    ///
+    /// # Errors
+    ///
+    /// [`AnyOpenError`]: the engine's own open or connect error, a missing file, or a
+    /// scheme without an engine.
+    pub async fn open(self, target: impl AsRef<OsStr>) -> Result<AnyStore, AnyOpenError> {
+        let engine = match Target::of(target.as_ref())? {
+            Target::File(path) => Engine::File(self.open_file(path)?),
+            #[cfg(feature = "postgres")]
+            Target::Postgres(url) => Engine::Postgres(self.connect(url).await?),
+        };
+        Ok(AnyStore { engine })
+    }
+
+    fn open_file(&self, path: &Path) -> Result<Store, AnyOpenError> {
+        if (!self.create || self.read_only) && !path.exists() {
+            return Err(AnyOpenError::Missing { path: path.into() });
+        }
+        let mut builder = StoreBuilder::default()
+            .config(self.config.clone())
+            .read_only(self.read_only);
+        if let Some(timeout) = self.lock_timeout {
+            builder = builder.lock_timeout(timeout);
+        }
+        Ok(builder.open(path)?)
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn connect(&self, url: &str) -> Result<PgStore, ConnectError> {
+        let mut builder = PgStore::builder()
+            .config(self.config.clone())
+            .create_schema(self.create);
+        if let Some(size) = self.pool_size {
+            builder = builder.pool_size(size);
+        }
+        #[cfg(feature = "postgres-tls")]
+        if let Some(pem) = &self.tls_roots {
+            builder = builder.tls_root_certificates(pem);
+        }
+        builder.connect(url).await
+    }
+}
+
+impl AnyStore {
+    /// Settings to open a store with.
+    #[must_use]
+    pub fn builder() -> AnyStoreBuilder {
+        AnyStoreBuilder::default()
+    }
+
+    /// Opens the store `target` names with the default settings; see
+    /// [`AnyStoreBuilder::open`].
+    ///
+    /// # Errors
+    ///
+    /// As [`AnyStoreBuilder::open`].
+    pub async fn open(target: impl AsRef<OsStr>) -> Result<AnyStore, AnyOpenError> {
+        AnyStore::builder().open(target).await
+    }
+
+    /// The engine's name: `file` or `postgres`.
+    #[must_use]
+    pub fn engine(&self) -> &'static str {
+        match &self.engine {
+            Engine::File(_) => "file",
+            #[cfg(feature = "postgres")]
+            Engine::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The redb store, for what only a file offers (atomic execute with redb writes, the
+    /// outbox, check, compact).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] naming `what` on any other engine.
+    pub fn file(&self, what: &'static str) -> Result<&Store, Error> {
+        // Built with the file engine alone, the pattern always matches.
+        #[allow(irrefutable_let_patterns)]
+        if let Engine::File(store) = &self.engine {
+            return Ok(store);
+        }
+        Err(unsupported(what, self.engine()))
+    }
+
+    /// [`AnyStore::file`], to change the store (compact).
+    ///
+    /// # Errors
+    ///
+    /// As [`AnyStore::file`].
+    pub fn file_mut(&mut self, what: &'static str) -> Result<&mut Store, Error> {
+        let engine = self.engine();
+        // Built with the file engine alone, the pattern always matches.
+        #[allow(irrefutable_let_patterns)]
+        if let Engine::File(store) = &mut self.engine {
+            return Ok(store);
+        }
+        Err(unsupported(what, engine))
+    }
+}
+
+fn unsupported(what: &'static str, engine: &'static str) -> Error {
+    Error::Unsupported {
+        what,
+        engine,
+        hint: "it is a store file's (--db PATH)",
+    }
+}
