@@ -118,10 +118,11 @@ impl Session {
         config: Config,
         access: Access,
     ) -> Result<BlockingStore, Failure> {
-        if self.engine()? != "file" {
-            return Err(Failure::usage(
-                "--db: names a database, and this command works on a store file (the outbox's intents, check and compact are a file's)",
-            ));
+        self.engine()?;
+        if let Some(database) = any::database_of(&self.db) {
+            return Err(Failure::usage(format!(
+                "--db: names a {database} database, and this command works on a store file (the outbox's intents, check and compact are a file's)"
+            )));
         }
         self.open_receiver(config, access)
     }
@@ -134,11 +135,11 @@ impl Session {
         config: Config,
         access: Access,
     ) -> Result<AnyStoreBuilder, Failure> {
-        if any::keeps_own_clock(&self.db) {
+        if let Some(database) = any::database_of(&self.db) {
             if self.clock.is_fixed() {
-                return Err(Failure::usage(
-                    "--now: a database counts time on its own clock, the fleet's; --now applies to a store file",
-                ));
+                return Err(Failure::usage(format!(
+                    "--now: a {database} database counts time on its own clock, the fleet's; --now applies to a store file"
+                )));
             }
         } else {
             self.check_now(access)?;

@@ -50,7 +50,7 @@ impl AnyStoreBuilder {
     pub fn open_blocking(self, target: impl AsRef<OsStr>) -> Result<BlockingStore, AnyOpenError> {
         let target = target.as_ref();
         #[cfg(feature = "postgres")]
-        if super::keeps_own_clock(target) {
+        if super::database_of(target).is_some() {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

@@ -178,15 +178,15 @@ pub fn database_schema(engine: &str) -> Option<(i64, &'static str)> {
     }
 }
 
-/// True when `target` names an engine that keeps time on its own clock (a database
-/// server, whose clock is the fleet's): a caller's `now` is then not used, and a tool
-/// that lets its user set `now` refuses to. A file uses the caller's `now`.
+/// The database server `target` names (`PostgreSQL`), or `None` for a file. A server
+/// keeps time on its own clock, the fleet's: a caller's `now` is not used there, and a
+/// tool that lets its user set `now` refuses to. A file uses the caller's `now`.
 #[must_use]
-pub fn keeps_own_clock(target: impl AsRef<OsStr>) -> bool {
+pub fn database_of(target: impl AsRef<OsStr>) -> Option<&'static str> {
     match Target::of(target.as_ref()) {
-        Ok(Target::File(_)) | Err(_) => false,
+        Ok(Target::File(_)) | Err(_) => None,
         #[cfg(feature = "postgres")]
-        Ok(Target::Postgres(_)) => true,
+        Ok(Target::Postgres(_)) => Some("PostgreSQL"),
     }
 }
 

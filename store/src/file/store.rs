@@ -8,7 +8,7 @@
 //! begin that writes nothing is answered from the replay cache or a read snapshot
 //! without a write transaction at all, except in the multi-process modes while batches
 //! follow one another: a key the cache does not hold then joins a batch (see
-//! `protocol/snapshot.rs`).
+//! `snapshot.rs`).
 
 use std::fmt;
 use std::path::Path;
@@ -31,9 +31,105 @@ use crate::seam::report::CommitCounts;
 /// (`&Store` or `Arc<Store>`) and, with the default [`redb::ConcurrencyMode::MultiWriter`],
 /// by other processes that open the same file.
 ///
-/// See the [crate documentation](crate) for the two ways to use it. A store opened with
+/// There are two ways to run a request once: [`Store::execute`], when the effect is a
+/// write to the same file (the [crate documentation](crate) shows it), and the
+/// two-phase path below, for an effect outside it. A store opened with
 /// [`StoreBuilder::read_only`] reads like any other and refuses every write with
-/// [`Error::ReadOnly`].
+/// [`Error::ReadOnly`]. How it commits, who may share the file, time and failures are
+/// in docs/store.md.
+///
+/// # Two-phase, for an external call
+///
+/// When the effect is outside the file (a payment provider, a printer), [`Store::begin`]
+/// commits a Pending claim, the caller does the call, then settles with
+/// [`Store::complete`], gives the key back with [`Store::release`], or, when it cannot
+/// tell whether the effect happened, [`Store::mark_unknown`]s it for a reconciler, who
+/// later calls [`Store::resolve`].
+///
+/// ```
+/// use idem_core::protocol::{Decision, Resolution};
+/// use idem_core::{Fingerprint, Outcome, RecordId, State, Timestamp, Verdict};
+/// use idem_store::Store;
+///
+/// # struct Timeout;
+/// # fn charge_card(_amount: u32) -> Result<String, Timeout> { Err(Timeout) }
+/// let dir = tempfile::tempdir()?;
+/// let store = Store::open(dir.path().join("terminal.redb"))?;
+/// let id = RecordId::new("shop-7", "charge", "0190b7c2-sale-2")?;
+/// let fingerprint = Fingerprint::of_bytes(b"amount=1250");
+/// let now = Timestamp(1_700_000_000_000);
+///
+/// match store.begin(&id, fingerprint, now)? {
+///     Decision::Claimed { generation, .. } => match charge_card(1250) {
+///         Ok(receipt) => {
+///             store.complete(&id, generation, Verdict::Succeeded, Outcome::new(200, receipt), now)?;
+///         }
+///         // The provider timed out: the card may or may not have been charged.
+///         Err(Timeout) => {
+///             store.mark_unknown(&id, generation, now)?;
+///         }
+///     },
+///     Decision::Replay { outcome, .. } => println!("already done: {outcome:?}"),
+///     Decision::InProgress { lease_until, .. } => println!("busy, retry after {lease_until}"),
+///     Decision::Conflict { .. } => println!("this key was used for another request"),
+///     Decision::NeedsReconciliation { .. } => println!("waiting for a reconciler"),
+///     Decision::Forgotten { .. } => println!("done long ago; the outcome is no longer kept"),
+/// }
+///
+/// // Every retry now answers NeedsReconciliation, until someone checks with the provider.
+/// assert!(matches!(store.begin(&id, fingerprint, now)?, Decision::NeedsReconciliation { .. }));
+/// let settled = store.resolve(&id, Resolution::Succeeded(Outcome::new(200, "receipt 77")), now)?;
+/// assert_eq!(settled.map(|r| r.state()), Some(State::Succeeded));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Sweep and stats
+///
+/// Settled records are replayed until their retention ends; [`Store::sweep`] then
+/// replaces each by its tombstone (what identifies the request, not its outcome), oldest
+/// first, in bounded batches, and deletes the tombstone once
+/// [`Config::tombstone_retention_ms`](idem_core::Config::tombstone_retention_ms) (30 days
+/// by default) has passed too. Until then a late retry is answered
+/// [`Decision::Forgotten`] and does not execute
+/// again; with tombstones off (0) it executes again. Pending and Unknown records are
+/// never swept: [`Store::stats`] shows them for alerting.
+///
+/// ```
+/// use idem_core::{Config, Fingerprint, Outcome, RecordId, Timestamp, Verdict};
+/// use idem_store::Store;
+///
+/// let dir = tempfile::tempdir()?;
+/// let config = Config { success_retention_ms: 60_000, ..Config::default() };
+/// let store = Store::builder().config(config).open(dir.path().join("terminal.redb"))?;
+/// for n in 0..3 {
+///     let id = RecordId::new("shop-7", "credit", &format!("sale-{n}"))?;
+///     let fp = Fingerprint::of_bytes(&[n]);
+///     store.execute(&id, fp, Timestamp(1_000), |_| {
+///         Ok::<_, std::convert::Infallible>((Verdict::Succeeded, Outcome::new(200, "ok"), ()))
+///     })?;
+/// }
+/// let stuck = RecordId::new("shop-7", "charge", "sale-9")?;
+/// store.begin(&stuck, Fingerprint::of_bytes(b"9"), Timestamp(1_000))?;
+///
+/// let later = Timestamp(120_000);
+/// let stats = store.stats(later)?;
+/// assert_eq!((stats.succeeded, stats.pending, stats.expired), (3, 1, 3));
+/// assert_eq!(stats.pending_lease_expired, 1); // the executor of sale-9 went silent
+/// assert_eq!(stats.oldest_pending_age_ms, Some(119_000));
+///
+/// let report = store.sweep(later, 2, false)?;
+/// assert_eq!((report.tombstoned, report.remaining_expired), (2, true));
+/// let report = store.sweep(later, 100, false)?;
+/// assert_eq!((report.tombstoned, report.remaining_expired), (1, false));
+/// let stats = store.stats(later)?;
+/// assert_eq!((stats.forgotten, stats.pending, stats.succeeded), (3, 1, 0));
+///
+/// // 30 days on, the tombstones go too; the Pending record stays.
+/// let much_later = Timestamp(31 * 24 * 3_600_000);
+/// assert_eq!(store.sweep(much_later, 100, false)?.removed, 3);
+/// assert_eq!(store.stats(much_later)?.records(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Store {
     // Shared with the group-commit driver thread, which leads the batches of tasks.
     pub(super) shared: Arc<Shared>,

@@ -13,10 +13,11 @@ use tokio_postgres::Transaction;
 use tokio_postgres::error::SqlState;
 
 use super::PgStore;
+use super::error::database;
 use super::pool::Connection;
 use super::row::{record_at, signed, time_at};
 use super::statements::Statements;
-use super::steps::{database, expect_written};
+use super::two_phase::expect_written;
 use crate::error::{Error, ExecuteError};
 use crate::seam::report::Executed;
 
@@ -278,7 +279,7 @@ impl PgStore {
             })),
             Err(e) => {
                 let e = database("execute")(e);
-                if !super::steps::ambiguous(&e) {
+                if !super::error::ambiguous(&e) {
                     return Tried::Done(Err(e.into()));
                 }
                 // The connection broke during the commit: the record tells.

@@ -5,8 +5,8 @@
 use idem_core::{Intent, IntentResolution, IntentState, Outcome, ResolvedAs, Timestamp};
 use tokio_postgres::{GenericClient, Row};
 
+use super::error::database;
 use super::row::{fingerprint_of, signed};
-use super::steps::database;
 use crate::error::Error;
 
 /// The columns of `idem_intents` in the order [`intent_at`] reads them.

@@ -6,8 +6,8 @@ use idem_core::protocol::{self, Resolution, Swept};
 use idem_core::{Generation, LeaseExpiry, Record, RecordId, Refusal, State, Timestamp};
 
 use super::PgStore;
+use super::error::database;
 use super::row::{Columns, PENDING, SETTLED, TOMBSTONE, UNKNOWN, columns, id_at, record_at};
-use super::steps::database;
 use crate::error::{Error, MaintainError};
 use crate::seam::filter::ListFilter;
 use crate::seam::report::{

@@ -38,6 +38,7 @@
 
 mod cache;
 mod entity;
+mod error;
 mod execute;
 mod inbox;
 mod intent;
@@ -47,9 +48,9 @@ mod receiver;
 mod row;
 mod schema;
 mod statements;
-mod steps;
 mod token;
 mod transfer;
+mod two_phase;
 
 use std::sync::Arc;
 use std::time::Duration;

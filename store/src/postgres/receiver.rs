@@ -1,7 +1,7 @@
 //! `impl Receiver for PgStore`: the protocol inputs as statements. idem-core decides;
 //! each statement carries the core's write, conditioned on what the engine read (a
 //! begin) or fenced by generation and state (the other inputs); the steps are in
-//! `steps.rs`.
+//! `two_phase.rs`.
 
 use std::future::Future;
 use std::io::{BufRead, Write};
@@ -14,8 +14,9 @@ use idem_core::{
 };
 
 use super::PgStore;
+use super::error::database;
 use super::row::{PENDING, record_at};
-use super::steps::{BEGIN_ATTEMPTS, Fence, database, key_params, stand_in};
+use super::two_phase::{BEGIN_ATTEMPTS, Fence, key_params, stand_in};
 use crate::error::{Error, ImportError, MaintainError};
 use crate::seam::filter::ListFilter;
 use crate::seam::receiver::{GiveUp, Receiver};

@@ -12,9 +12,9 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row, Transaction};
 
 use super::PgStore;
+use super::error::database;
 use super::execute::Work;
 use super::row::{columns, record_at, signed};
-use super::steps::database;
 use crate::error::{Error, ExecuteError};
 use crate::seam::receiver::Receiver;
 use crate::seam::report::{Consumed, Executed, SweepReport};

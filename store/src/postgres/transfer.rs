@@ -1,5 +1,5 @@
 //! Export and import on PostgreSQL: the same JSON lines as a file's export, read through
-//! the one line reader both engines share (`operator/transfer.rs`). Records, intents,
+//! the one line reader both engines share (`seam/transfer/`). Records, intents,
 //! entities, claimed values and tokens move; an import writes all or nothing.
 
 use std::io::{BufRead, Write};
@@ -9,9 +9,9 @@ use tokio_postgres::IsolationLevel;
 
 use super::PgStore;
 use super::entity::{entity_on, entity_row, holder_on};
+use super::error::database;
 use super::intent::{INTENT_COLUMNS, import_intent, intent_at};
 use super::row::{Columns, columns, id_at, record_at, signed};
-use super::steps::database;
 use super::token::{entry_at, entry_on};
 use crate::error::{Error, ImportError, MaintainError};
 use crate::seam::entity::EntityId;

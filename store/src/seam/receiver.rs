@@ -1,6 +1,7 @@
 //! The receiver seam: what the HTTP layer, `idem proxy`, the reconciler and the
 //! operator need of a store, as one trait an engine implements. The redb
-//! [`crate::Store`] implements it in `api/receiver.rs`.
+//! [`crate::Store`] implements it in `file/receiver.rs`, `crate::postgres::PgStore` in
+//! `postgres/receiver.rs`, [`crate::any::AnyStore`] in `any/receiver.rs`.
 //!
 //! The protocol is idem-core's ([`idem_core::protocol`]): an engine reads a record,
 //! hands it to the core and applies the write the core returns, in one transaction

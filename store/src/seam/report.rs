@@ -46,7 +46,7 @@ impl<T> Executed<T> {
     }
 }
 
-/// What [`Inbox::handle`] did with a delivery.
+/// What an inbox's `handle` did with a delivery ([`crate::inbox::Inbox::handle`] on a file).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a handled or duplicate message is acknowledged to the queue"]
 pub enum Handled<T> {

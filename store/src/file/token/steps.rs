@@ -1,5 +1,5 @@
 //! One-time tokens: issuing them and admitting their first use (their sweep is with the
-//! other sweeps, in `operator/maintain.rs`).
+//! other sweeps, in `maintain/steps.rs`).
 //!
 //! A token's entry lives in `idem.tokens` under the id bytes of `(tenant, operation,
 //! token)`; its use is an ordinary record in `idem.records` under the same bytes. A

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use idem_core::protocol::{self, Decision, Resolution};
 use idem_core::{Fingerprint, Generation, Record, RecordId, Refusal, State, Status, Timestamp};
-use tokio_postgres::error::SqlState;
 use tokio_postgres::{GenericClient, Row};
 
 use super::PgStore;
+use super::error::{ambiguous, database};
 use super::pool::Lent;
 use super::row::{Columns, UNKNOWN, kept_at, record_at, signed, time_at};
 use super::statements::Statements;
@@ -35,36 +35,6 @@ const FENCED_ATTEMPTS: u32 = 4;
 pub(super) struct Fence {
     pub(super) generation: Option<Generation>,
     pub(super) state: i16,
-}
-
-/// An error of the driver as the store's, for `operation`.
-pub(super) fn database(operation: &'static str) -> impl Fn(tokio_postgres::Error) -> Error {
-    move |source| Error::Database { operation, source }
-}
-
-/// True when a failed statement may have been applied, or may apply on a retry once the
-/// database is back: the connection broke (no answer, or a connection exception, class
-/// 08), the server is shutting down or crashed (57P01, 57P02: a commit waiting for a
-/// synchronous standby is then committed locally all the same), is starting or in
-/// recovery (57P03), or is a standby not promoted yet (25006). Any other refusal of the
-/// server wrote nothing.
-pub(super) fn ambiguous(e: &Error) -> bool {
-    let Error::Database { source, .. } = e else {
-        return false;
-    };
-    match source.code() {
-        None => true,
-        Some(code) => {
-            code.code().starts_with("08")
-                || [
-                    SqlState::ADMIN_SHUTDOWN,
-                    SqlState::CRASH_SHUTDOWN,
-                    SqlState::CANNOT_CONNECT_NOW,
-                    SqlState::READ_ONLY_SQL_TRANSACTION,
-                ]
-                .contains(code)
-        }
-    }
 }
 
 pub(super) fn key_params(id: &RecordId) -> [&str; 3] {
