@@ -14,8 +14,9 @@
 //! route (`POST /orders/{shop}`): every shop's orders share one operation. The tenant is
 //! the `X-Tenant` header here; in a real service it comes from your authentication.
 //!
-//! The same service as a fleet: every replica on one PostgreSQL database, so a retry
-//! may reach any of them (feature `postgres`):
+//! The store is opened by what it is given (`AnyStore`): a path opens a file, a URL a
+//! database. The same service as a fleet: every replica on one PostgreSQL database, so a
+//! retry may reach any of them (feature `postgres`):
 //!
 //! ```text
 //! cargo run -p idem-store --features http,postgres --example axum -- \
@@ -30,8 +31,9 @@ use axum::body::Body;
 use axum::extract::{MatchedPath, Path};
 use axum::http::{Request, StatusCode, request::Parts};
 use axum::routing::post;
+use idem_store::Receiver;
+use idem_store::any::AnyStore;
 use idem_store::http::{IdempotencyLayer, RequestBody, Settings};
-use idem_store::{Receiver, Store};
 use tower::{ServiceBuilder, ServiceExt};
 
 /// The router: `POST /orders/{shop}` behind the idempotency layer, on any receiver.
@@ -99,18 +101,19 @@ async fn demo<R: Receiver>(store: Arc<R>) -> Result<Vec<u16>, Box<dyn std::error
     Ok(statuses)
 }
 
-/// The in-process demo on a fresh store; what the example test runs.
+/// The in-process demo on a fresh store file; what the example test runs.
 pub fn run() -> Result<Vec<u16>, Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    let store = Arc::new(Store::open(dir.path().join("orders.redb"))?);
-    tokio::runtime::Runtime::new()?.block_on(demo(store))
+    tokio::runtime::Runtime::new()?.block_on(async {
+        let store = AnyStore::open(dir.path().join("orders.redb")).await?;
+        demo(Arc::new(store)).await
+    })
 }
 
 /// The in-process demo on the PostgreSQL database at `url`.
 #[cfg(feature = "postgres")]
 pub async fn run_on_postgres(url: &str) -> Result<Vec<u16>, Box<dyn std::error::Error>> {
-    let store = idem_store::postgres::PgStore::connect(url).await?;
-    demo(Arc::new(store)).await
+    demo(Arc::new(AnyStore::open(url).await?)).await
 }
 
 async fn serve<R: Receiver>(
@@ -130,17 +133,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     let address = args.next().unwrap_or_else(|| "127.0.0.1:3000".into());
-    let database = args.next();
+    let target = args.next().unwrap_or_else(|| "orders.redb".into());
     tokio::runtime::Runtime::new()?.block_on(async {
-        match database {
-            #[cfg(feature = "postgres")]
-            Some(url) => {
-                let store = idem_store::postgres::PgStore::connect(&url).await?;
-                serve(&address, Arc::new(store)).await
-            }
-            #[cfg(not(feature = "postgres"))]
-            Some(_) => Err("a database URL needs the feature postgres".into()),
-            None => serve(&address, Arc::new(Store::open("orders.redb")?)).await,
-        }
+        let store = AnyStore::open(&target).await?;
+        serve(&address, Arc::new(store)).await
     })
 }

@@ -3,14 +3,9 @@
 //! around the async calls, as the `postgres` crate wraps `tokio-postgres`.
 
 use core::future::Future;
-use core::pin::pin;
-use core::task::{Context, Poll, Waker};
 use std::ffi::OsStr;
 use std::io::{BufRead, Write};
 use std::ops::ControlFlow;
-use std::sync::Arc;
-use std::task::Wake;
-use std::thread::{self, Thread};
 
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::token::Issue;
@@ -24,6 +19,7 @@ use crate::error::{Error, ImportError, MaintainError};
 use crate::file::Store;
 use crate::seam::entity::{Entities, EntityId, Uniqueness};
 use crate::seam::filter::ListFilter;
+use crate::seam::poll::block_on;
 use crate::seam::receiver::Receiver;
 use crate::seam::report::{
     Abandoned, Check, Consumed, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
@@ -457,33 +453,5 @@ impl BlockingStore {
     /// As the engine's.
     pub fn sweep_tokens(&self, now: Timestamp, limit: usize) -> Result<SweepReport, Error> {
         self.run(Tokens::sweep_tokens(&self.store, now, limit))
-    }
-}
-
-/// Wakes the thread that waits in [`block_on`].
-struct Unpark(Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Polls `future` on this thread, parked between wake-ups, until it is ready. The file's
-/// futures need no runtime: their batch runs on the store's own driver thread, which
-/// wakes them.
-fn block_on<F: Future>(future: F) -> F::Output {
-    let waker = Waker::from(Arc::new(Unpark(thread::current())));
-    let mut context = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
-            return output;
-        }
-        thread::park();
     }
 }

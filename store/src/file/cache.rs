@@ -97,6 +97,13 @@ struct Inner {
     epoch: u64,
 }
 
+/// The epoch [`ReplayCache::epoch`] handed out before a record was read or written, which
+/// [`ReplayCache::insert`] takes back with the record: an insert from before an import's
+/// bump is refused. Neither copied nor made by callers, so each is given back once.
+#[derive(Debug)]
+#[must_use = "give the epoch back to ReplayCache::insert with the record"]
+pub(crate) struct Epoch(u64);
+
 impl Inner {
     /// Removes the entry under `id_key`, if any; its ring slot goes stale.
     fn take(&mut self, id_key: &[u8]) {
@@ -162,18 +169,18 @@ impl ReplayCache {
         }
     }
 
-    /// The epoch to pass to [`ReplayCache::insert`]: read it before reading or writing
-    /// the record.
-    pub(crate) fn epoch(&self) -> u64 {
+    /// The cache's epoch, handed out to be given back to [`ReplayCache::insert`] with the
+    /// record: take it before reading or writing the record.
+    pub(crate) fn epoch(&self) -> Epoch {
         if !self.enabled() {
-            return 0;
+            return Epoch(0);
         }
-        self.inner().epoch
+        Epoch(self.inner().epoch)
     }
 
     /// Keeps `record`, read from or committed to the file under `id_key` after `epoch`
     /// was read, when it is settled, not expired by the horizon, and no import ran since.
-    pub(crate) fn insert(&self, id_key: &[u8], record: &Record, epoch: u64) {
+    pub(crate) fn insert(&self, id_key: &[u8], record: &Record, Epoch(epoch): Epoch) {
         if !self.enabled() {
             return;
         }

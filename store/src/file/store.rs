@@ -20,7 +20,7 @@ use redb::StorageBackend;
 
 use crate::error::{Error, OpenError};
 use crate::file::backend::Location;
-use crate::file::cache::ReplayCache;
+use crate::file::cache::{Epoch, ReplayCache};
 use crate::file::group::{Batches, Committer};
 use crate::file::open::{Opened, StoreBuilder};
 use crate::file::snapshot;
@@ -350,7 +350,7 @@ impl Store {
         &self,
         id_key: &[u8],
         (decision, read): (Decision, Option<Record>),
-        epoch: u64,
+        epoch: Epoch,
     ) -> Decision {
         if let Some(record) = read {
             self.shared.cache.insert(id_key, &record, epoch);
@@ -360,7 +360,7 @@ impl Store {
 
     /// Keeps a record just committed by a settling input in the replay cache, so that a
     /// retry is answered from memory. `epoch` was read before the input ran.
-    pub(crate) fn keep_settled(&self, id: &RecordId, record: Option<&Record>, epoch: u64) {
+    pub(crate) fn keep_settled(&self, id: &RecordId, record: Option<&Record>, epoch: Epoch) {
         if let Some(record) = record {
             self.shared.cache.insert(&id.to_key_bytes(), record, epoch);
         }

@@ -3,16 +3,15 @@
 //! decides what sweep does to each record and how a check settles it.
 
 use idem_core::protocol::{self, Resolution, Swept};
-use idem_core::{Generation, LeaseExpiry, Record, RecordId, Refusal, State, Timestamp};
+use idem_core::{Config, Generation, Record, RecordId, Refusal, State, Timestamp};
 
 use super::PgStore;
 use super::error::database;
 use super::row::{Columns, PENDING, SETTLED, TOMBSTONE, UNKNOWN, columns, id_at, record_at};
 use crate::error::{Error, MaintainError};
 use crate::seam::filter::ListFilter;
-use crate::seam::report::{
-    Abandoned, Check, IntentCounts, ReconcileError, ReconcileReport, Stats, SweepReport,
-};
+use crate::seam::reconcile::{self, Reconciling};
+use crate::seam::report::{Abandoned, IntentCounts, Stats, SweepReport};
 
 /// Records one sweep transaction handles at most: short transactions, so that claims
 /// and other sweepers never wait long on the rows it locks.
@@ -254,12 +253,68 @@ impl PgStore {
     /// [`idem_core::LeaseExpiry::Unknown`] each turns Unknown (as a begin would turn it),
     /// written only over the version read, so a heartbeat that came in between wins;
     /// under [`idem_core::LeaseExpiry::Takeover`] they are listed and left for the next
-    /// begin. At most `limit` claims are looked at.
+    /// begin. At most `limit` claims are looked at, the longest silent first.
     ///
     /// # Errors
     ///
     /// A failure of the database; claims turned Unknown before it stay so.
     pub async fn recover_abandoned(&self, limit: usize) -> Result<Abandoned, Error> {
+        reconcile::recover_abandoned(self, Timestamp(0), limit).await
+    }
+}
+
+impl Reconciling for PgStore {
+    fn settings(&self) -> &Config {
+        &self.inner.config
+    }
+
+    async fn unknown_records(&self, limit: usize) -> Result<Vec<(RecordId, Record)>, Error> {
+        let connection = self.connection("reconcile").await?;
+        let rows = connection
+            .client
+            .query(
+                &format!(
+                    "SELECT tenant, operation, key, {} FROM idem_records WHERE state = 2 \
+                      ORDER BY created_at, tenant, operation, key LIMIT $1",
+                    columns("")
+                ),
+                &[&limit_of(Some(limit))],
+            )
+            .await
+            .map_err(database("reconcile"))?;
+        rows.iter()
+            .map(|row| {
+                let id = id_at(row, 0)?;
+                let record = record_at(row, 3, &id)?;
+                Ok((id, record))
+            })
+            .collect()
+    }
+
+    async fn settle_unknown(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        resolution: Resolution,
+        _now: Timestamp,
+    ) -> Result<bool, Error> {
+        match self
+            .resolve_fenced("reconcile", id, Some(generation), resolution)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(Error::Refused(
+                Refusal::NotFound | Refusal::Stale { .. } | Refusal::WrongState { .. },
+            )) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn silent_claims(
+        &self,
+        _now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<(RecordId, Record, Timestamp)>, Error> {
         let connection = self.connection("recover_abandoned").await?;
         let rows = connection
             .client
@@ -274,99 +329,35 @@ impl PgStore {
             )
             .await
             .map_err(database("recover_abandoned"))?;
-        let mut found = Abandoned::default();
-        for row in &rows {
-            let id = id_at(row, 1)?;
-            let now = super::row::time_at(row, 0, &id)?;
-            let record = record_at(row, 4, &id)?;
-            if self.inner.config.on_lease_expiry == LeaseExpiry::Takeover {
-                found.left_for_takeover.push(id);
-                continue;
-            }
-            let unknown = protocol::mark_unknown(Some(&record), record.generation, now)?;
-            if self
-                .replace(
-                    &connection.client,
-                    &connection.statements,
-                    "recover_abandoned",
-                    &id,
-                    &record,
-                    &unknown,
-                )
-                .await?
-                .is_some()
-            {
-                found.turned_unknown.push(id);
-            }
-        }
-        Ok(found)
+        rows.iter()
+            .map(|row| {
+                let id = id_at(row, 1)?;
+                let now = super::row::time_at(row, 0, &id)?;
+                let record = record_at(row, 4, &id)?;
+                Ok((id, record, now))
+            })
+            .collect()
     }
 
-    pub(super) async fn reconcile_now<E: Send>(
+    async fn abandon_claim(
         &self,
-        limit: usize,
-        mut checker: impl FnMut(&RecordId, &Record) -> Result<Check, E> + Send,
-    ) -> Result<ReconcileReport, ReconcileError<E>> {
-        let unknown = {
-            let connection = self.connection("reconcile").await?;
-            let rows = connection
-                .client
-                .query(
-                    &format!(
-                        "SELECT tenant, operation, key, {} FROM idem_records WHERE state = 2 \
-                          ORDER BY updated_at, tenant, operation, key LIMIT $1",
-                        columns("")
-                    ),
-                    &[&limit_of(Some(limit.saturating_add(1)))],
-                )
-                .await
-                .map_err(database("reconcile"))?;
-            rows.iter()
-                .map(|row| {
-                    let id = id_at(row, 0)?;
-                    let record = record_at(row, 3, &id)?;
-                    Ok((id, record))
-                })
-                .collect::<Result<Vec<_>, Error>>()?
-        };
-        let mut report = ReconcileReport {
-            remaining: unknown.len() > limit,
-            ..ReconcileReport::default()
-        };
-        for (id, record) in unknown.into_iter().take(limit) {
-            report.examined += 1;
-            let check = match checker(&id, &record) {
-                Ok(check) => check,
-                Err(source) => {
-                    return Err(ReconcileError::Checker { id, report, source });
-                }
-            };
-            let resolution = match check {
-                Check::Succeeded(outcome) => Resolution::Succeeded(outcome),
-                Check::Failed(outcome) => Resolution::Failed(outcome),
-                Check::NotExecuted => Resolution::NotExecuted,
-                Check::CannotTell => {
-                    report.undecided += 1;
-                    continue;
-                }
-            };
-            let counted = match &resolution {
-                Resolution::Succeeded(_) => &mut report.succeeded,
-                Resolution::Failed(_) => &mut report.failed,
-                Resolution::NotExecuted => &mut report.not_executed,
-            };
-            match self
-                .resolve_fenced("reconcile", &id, Some(record.generation), resolution)
-                .await
-            {
-                Ok(_) => *counted += 1,
-                Err(Error::Refused(
-                    Refusal::NotFound | Refusal::Stale { .. } | Refusal::WrongState { .. },
-                )) => report.changed_meanwhile += 1,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(report)
+        id: &RecordId,
+        record: &Record,
+        at: Timestamp,
+    ) -> Result<bool, Error> {
+        let unknown = protocol::mark_unknown(Some(record), record.generation, at)?;
+        let connection = self.connection("recover_abandoned").await?;
+        Ok(self
+            .replace(
+                &connection.client,
+                &connection.statements,
+                "recover_abandoned",
+                id,
+                record,
+                &unknown,
+            )
+            .await?
+            .is_some())
     }
 }
 

@@ -20,6 +20,7 @@ use super::two_phase::{BEGIN_ATTEMPTS, Fence, key_params, stand_in};
 use crate::error::{Error, ImportError, MaintainError};
 use crate::seam::filter::ListFilter;
 use crate::seam::receiver::{GiveUp, Receiver};
+use crate::seam::reconcile;
 use crate::seam::report::{
     Abandoned, Check, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
 };
@@ -291,7 +292,7 @@ impl Receiver for PgStore {
         limit: usize,
         checker: impl FnMut(&RecordId, &Record) -> Result<Check, E> + Send,
     ) -> Result<ReconcileReport, ReconcileError<E>> {
-        self.reconcile_now(limit, checker).await
+        reconcile::reconcile(self, Timestamp(0), limit, checker).await
     }
 
     async fn export(&self, out: &mut (dyn Write + Send)) -> Result<Transferred, MaintainError> {

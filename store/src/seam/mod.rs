@@ -7,7 +7,9 @@
 
 pub(crate) mod entity;
 pub(crate) mod filter;
+pub(crate) mod poll;
 pub(crate) mod receiver;
+pub(crate) mod reconcile;
 pub(crate) mod report;
 #[cfg(any(feature = "http", feature = "postgres"))]
 pub(crate) mod running;

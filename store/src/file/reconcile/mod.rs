@@ -1,16 +1,19 @@
-//! The reconciler: claims whose executor went silent, and Unknown records settled by a checker.
+//! The reconciler on a file: the seam's rules (`seam/reconcile.rs`) over the file's
+//! reads and conditional writes, each write a step of its own commit (`steps.rs`).
 
 pub(crate) mod steps;
 
 use std::ops::ControlFlow;
 
 use idem_core::protocol::Resolution;
-use idem_core::{LeaseExpiry, Record, RecordId, State, Timestamp};
+use idem_core::{Config, Generation, Record, RecordId, State, Timestamp};
 
 use crate::error::Error;
 use crate::file::read::steps as read;
 use crate::file::store::Store;
 use crate::seam::filter::ListFilter;
+use crate::seam::poll::block_on;
+use crate::seam::reconcile::{self, Reconciling};
 use crate::seam::report::{Abandoned, Check, ReconcileError, ReconcileReport};
 
 impl Store {
@@ -31,46 +34,10 @@ impl Store {
         self.recover_at_most(now, usize::MAX)
     }
 
-    /// [`Store::recover_abandoned`] for at most `limit` silent claims, in key order.
+    /// [`Store::recover_abandoned`] for at most `limit` silent claims.
     pub(crate) fn recover_at_most(&self, now: Timestamp, limit: usize) -> Result<Abandoned, Error> {
         self.shared.writer.ensure_writable("recover_abandoned")?;
-        let at = now.max(self.clock_floor()?);
-        let mut silent = Vec::new();
-        let pending = ListFilter {
-            state: Some(State::Pending),
-            ..ListFilter::default()
-        };
-        read::list(&self.shared.writer, &pending, |id, record| {
-            if record
-                .lease_until()
-                .is_some_and(|lease_until| at >= lease_until)
-            {
-                silent.push((id, record.generation));
-            }
-            if silent.len() < limit {
-                ControlFlow::Continue(())
-            } else {
-                ControlFlow::Break(())
-            }
-        })?;
-        let mut found = Abandoned::default();
-        for (id, generation) in silent {
-            if self.shared.config.on_lease_expiry == LeaseExpiry::Takeover {
-                found.left_for_takeover.push(id);
-                continue;
-            }
-            let step = steps::abandon(generation);
-            if self.shared.committer.input(
-                &self.shared.writer,
-                &self.shared.config,
-                &id,
-                now,
-                step,
-            )? {
-                found.turned_unknown.push(id);
-            }
-        }
-        Ok(found)
+        block_on(reconcile::recover_abandoned(self, now, limit))
     }
 
     /// Shows the Unknown records to `checker`, oldest first, at most `limit`, and
@@ -92,12 +59,23 @@ impl Store {
         &self,
         now: Timestamp,
         limit: usize,
-        mut checker: impl FnMut(&RecordId, &Record) -> Result<Check, E>,
+        checker: impl FnMut(&RecordId, &Record) -> Result<Check, E>,
     ) -> Result<ReconcileReport, ReconcileError<E>> {
         self.shared.writer.ensure_writable("reconcile")?;
+        block_on(reconcile::reconcile(self, now, limit, checker))
+    }
+}
+
+impl Reconciling for Store {
+    fn settings(&self) -> &Config {
+        &self.shared.config
+    }
+
+    async fn unknown_records(&self, limit: usize) -> Result<Vec<(RecordId, Record)>, Error> {
+        // The state index keeps Unknown records by `created_at`, then by id.
         let unknown = ListFilter {
             state: Some(State::Unknown),
-            limit: Some(limit.saturating_add(1)),
+            limit: Some(limit),
             ..ListFilter::default()
         };
         let mut records = Vec::new();
@@ -105,51 +83,64 @@ impl Store {
             records.push((id, record));
             ControlFlow::Continue(())
         })?;
-        let mut report = ReconcileReport {
-            remaining: records.len() > limit,
-            ..ReconcileReport::default()
-        };
-        records.truncate(limit);
-        for (id, record) in records {
-            report.examined += 1;
-            let check = match checker(&id, &record) {
-                Ok(check) => check,
-                Err(source) => {
-                    report.examined -= 1;
-                    return Err(ReconcileError::Checker { id, report, source });
-                }
-            };
-            let (resolution, count) = match check {
-                Check::CannotTell => {
-                    report.undecided += 1;
-                    continue;
-                }
-                Check::Succeeded(outcome) => {
-                    (Resolution::Succeeded(outcome), &mut report.succeeded)
-                }
-                Check::Failed(outcome) => (Resolution::Failed(outcome), &mut report.failed),
-                Check::NotExecuted => (Resolution::NotExecuted, &mut report.not_executed),
-            };
-            let epoch = self.shared.cache.epoch();
-            let step = steps::settle(record.generation, resolution);
-            match self.shared.committer.input(
-                &self.shared.writer,
-                &self.shared.config,
-                &id,
-                now,
-                step,
-            )? {
-                Some(settled) => {
-                    *count += 1;
-                    if let Some(settled) = settled {
-                        self.shared
-                            .cache
-                            .insert(&id.to_key_bytes(), &settled, epoch);
-                    }
-                }
-                None => report.changed_meanwhile += 1,
-            }
+        Ok(records)
+    }
+
+    async fn settle_unknown(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        resolution: Resolution,
+        now: Timestamp,
+    ) -> Result<bool, Error> {
+        let epoch = self.shared.cache.epoch();
+        let step = steps::settle(generation, resolution);
+        let settled =
+            self.shared
+                .committer
+                .input(&self.shared.writer, &self.shared.config, id, now, step)?;
+        if let Some(Some(record)) = &settled {
+            self.shared.cache.insert(&id.to_key_bytes(), record, epoch);
         }
-        Ok(report)
+        Ok(settled.is_some())
+    }
+
+    async fn silent_claims(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<(RecordId, Record, Timestamp)>, Error> {
+        let at = now.max(self.clock_floor()?);
+        let mut silent = Vec::new();
+        let pending = ListFilter {
+            state: Some(State::Pending),
+            ..ListFilter::default()
+        };
+        read::list(&self.shared.writer, &pending, |id, record| {
+            if record
+                .lease_until()
+                .is_some_and(|lease_until| at >= lease_until)
+            {
+                silent.push((id, record, at));
+            }
+            if silent.len() < limit {
+                ControlFlow::Continue(())
+            } else {
+                ControlFlow::Break(())
+            }
+        })?;
+        Ok(silent)
+    }
+
+    async fn abandon_claim(
+        &self,
+        id: &RecordId,
+        record: &Record,
+        at: Timestamp,
+    ) -> Result<bool, Error> {
+        let step = steps::abandon(record.generation);
+        self.shared
+            .committer
+            .input(&self.shared.writer, &self.shared.config, id, at, step)
     }
 }
