@@ -19,7 +19,6 @@ mod entities;
 mod execute;
 mod inbox;
 mod protocol;
-mod races;
 mod round_trips;
 mod schema;
 #[cfg(feature = "postgres-tls")]
