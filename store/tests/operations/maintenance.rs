@@ -1,4 +1,5 @@
-//! Sweep, stats, list, export and import, check and compact on a real file.
+//! Sweep, stats, list, check and compact on a real file. (Export and import through the
+//! seam, on every engine, are the conformance suite's.)
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
