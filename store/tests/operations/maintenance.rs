@@ -1,4 +1,5 @@
-//! Sweep, stats, list, export and import, check and compact on a real file.
+//! Sweep, stats, list, check and compact on a real file. (Export and import through the
+//! seam, on every engine, are the conformance suite's.)
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -335,102 +336,6 @@ fn varied_store(store: &Store) {
     let released = id("shop", "pay", "released");
     let generation = claim(&released);
     store.release(&released, generation, at(6)).unwrap();
-}
-
-#[test]
-fn export_then_import_is_lossless_including_the_generation_counter() {
-    let dir = tempfile::tempdir().unwrap();
-    let source = Store::open(dir.path().join("a.redb")).unwrap();
-    varied_store(&source);
-    let mut exported = Vec::new();
-    assert_eq!(source.export(&mut exported).unwrap().records, 6);
-    let text = String::from_utf8(exported.clone()).unwrap();
-    assert!(
-        text.starts_with(&format!(
-            "{{\"idem_export\":3,\"generation\":7,\"clock_floor\":{},\"records\":6,\"intents\":0,\"entities\":0,\"unique\":0,\"tokens\":0}}\n",
-            source.clock_floor().unwrap().as_millis()
-        )),
-        "{text}"
-    );
-
-    let target = Store::open(dir.path().join("b.redb")).unwrap();
-    assert_eq!(target.import(exported.as_slice()).unwrap().records, 6);
-    assert_eq!(target.generation().unwrap(), Generation(7));
-    let before = all_records(&source, &ListFilter::default());
-    let after = all_records(&target, &ListFilter::default());
-    assert_eq!(before.len(), 6);
-    for ((id_a, a), (id_b, b)) in before.iter().zip(&after) {
-        assert_eq!(id_a, id_b);
-        assert_eq!(a.encode(), b.encode(), "{id_a}");
-    }
-    let mut again = Vec::new();
-    target.export(&mut again).unwrap();
-    assert_eq!(again, exported);
-    // The next claim is above everything imported.
-    let Decision::Claimed { generation, .. } = target
-        .begin(&id("shop", "pay", "new"), fp("n"), at(9))
-        .unwrap()
-    else {
-        panic!()
-    };
-    assert_eq!(generation, Generation(8));
-    // Importing the same export again changes nothing.
-    assert_eq!(target.import(exported.as_slice()).unwrap().records, 6);
-    assert!(target.check().unwrap().is_ok());
-}
-
-#[test]
-fn a_bad_import_line_is_named_and_nothing_is_imported() {
-    let dir = tempfile::tempdir().unwrap();
-    let source = Store::open(dir.path().join("a.redb")).unwrap();
-    varied_store(&source);
-    let mut exported = Vec::new();
-    source.export(&mut exported).unwrap();
-    let text = String::from_utf8(exported).unwrap();
-    let target = Store::open(dir.path().join("b.redb")).unwrap();
-
-    let mut broken: Vec<String> = text.lines().map(String::from).collect();
-    broken[3] = broken[3].replace("\"fingerprint\":\"", "\"fingerprint\":\"zz");
-    let err = target.import(broken.join("\n").as_bytes()).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "import line 4: fingerprint: 66 characters, expected 64 hex digits (0-9, a-f)"
-    );
-    let cases = [
-        (
-            "not json",
-            "import line 2: not JSON: expected ident at line 1 column 2",
-        ),
-        ("[1]", "import line 2: expected a JSON object"),
-        (
-            "{\"idem_export\":1,\"generation\":1,\"records\":0}",
-            "import line 2: a header line may only come first",
-        ),
-    ];
-    for (line, message) in cases {
-        let input = format!("{}\n{line}\n", text.lines().nth(1).unwrap());
-        assert_eq!(
-            target.import(input.as_bytes()).unwrap_err().to_string(),
-            message
-        );
-    }
-    let truncated: String = text.lines().take(3).map(|l| format!("{l}\n")).collect();
-    assert_eq!(
-        target.import(truncated.as_bytes()).unwrap_err().to_string(),
-        "import line 3: the header announces 6 records, 0 intents, 0 entities, 0 claimed values and 0 tokens, the input holds 2, 0, 0, 0 and 0 (truncated?)"
-    );
-    assert_eq!(target.stats(at(0)).unwrap().records(), 0);
-    assert_eq!(target.generation().unwrap(), Generation(0));
-
-    // A different record under an id the store holds is refused.
-    target.import(text.as_bytes()).unwrap();
-    let changed = text.replacen("\"code\":-1", "\"code\":-2", 1);
-    let err = target.import(changed.as_bytes()).unwrap_err();
-    assert!(
-        err.to_string()
-            .ends_with("shop/pay/k2: the store already holds a different record under this id"),
-        "{err}"
-    );
 }
 
 #[test]

@@ -1,5 +1,7 @@
-//! The PostgreSQL engine on real servers: each test starts its own throwaway server
-//! (`common/postgres.rs`), so without PostgreSQL installed these tests fail, never skip.
+//! What only the PostgreSQL engine does, on real servers: crashes, schema, TLS, round trips,
+//! the layers after the key, moving a file's records in and out. Each test starts its own
+//! throwaway server (`common/postgres.rs`), so without PostgreSQL installed these tests
+//! fail, never skip. (The protocol through the seam is the conformance suite's.)
 
 #[path = "../common/postgres.rs"]
 mod server;
@@ -19,7 +21,6 @@ mod entities;
 mod execute;
 mod inbox;
 mod protocol;
-mod races;
 mod round_trips;
 mod schema;
 #[cfg(feature = "postgres-tls")]

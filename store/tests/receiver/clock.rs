@@ -29,46 +29,6 @@ fn ok() -> Result<(Verdict, Outcome, ()), Infallible> {
 }
 
 #[test]
-fn a_clock_that_went_back_settles_at_the_floor_and_its_retention_is_whole() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("idem.redb"));
-    assert_eq!(store.clock_floor().unwrap(), Timestamp(0));
-    let key = id("shop", "charge", "k");
-    let Decision::Claimed { generation, .. } = store.begin(&key, fp("a"), Timestamp(T0)).unwrap()
-    else {
-        panic!("a fresh key is claimed");
-    };
-    assert_eq!(store.clock_floor().unwrap(), Timestamp(T0));
-    // The terminal's clock jumps back a day before the outcome is stored.
-    let back = Timestamp(T0 - 24 * HOUR);
-    let record = store
-        .complete(
-            &key,
-            generation,
-            Verdict::Succeeded,
-            Outcome::new(201, "r"),
-            back,
-        )
-        .unwrap();
-    assert_eq!(record.updated_at, Timestamp(T0));
-    assert_eq!(record.expires_at(), Some(Timestamp(T0 + 24 * HOUR)));
-    // The floor never goes back.
-    assert_eq!(store.clock_floor().unwrap(), Timestamp(T0));
-    // A sweep at the wrong clock, a day later than it thinks, keeps the outcome: its
-    // retention counts from the floor.
-    let report = store
-        .sweep(Timestamp(T0 + 23 * HOUR - 24 * HOUR), 100, false)
-        .unwrap();
-    assert_eq!(report.removed, 0);
-    assert!(matches!(
-        store
-            .begin(&key, fp("a"), Timestamp(T0 + 23 * HOUR))
-            .unwrap(),
-        Decision::Replay { .. }
-    ));
-}
-
-#[test]
 fn every_write_path_uses_the_floor_and_the_floor_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("idem.redb");

@@ -1,4 +1,7 @@
-//! The receiver protocol and its answers: the two-phase and atomic paths, tombstones, reconciliation, the clock floor, the replay cache, the HTTP layer and the examples.
+//! The file's own receiver paths: the atomic path, the blocking API under threads, tombstones on
+//! the atomic path, abandoned claims, the clock floor on every write path, the replay cache, the
+//! HTTP layer and the examples. (The protocol through the seam, on every engine, is the
+//! conformance suite's: `tests/conformance`.)
 //!
 //! One test binary of idem-store's integration tests, grouped by concern; each module
 //! was a binary of its own.

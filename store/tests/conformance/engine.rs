@@ -1,0 +1,274 @@
+//! The harness: a fresh store of one engine, and what the engines differ in for a test
+//! (how time passes, how a store restarts).
+//!
+//! Time: the file takes the caller's `now` (a test's clock, here starting at [`T0`]);
+//! PostgreSQL ignores it and counts on the database's clock (`idem_now()`). So that a test
+//! can let time pass on both, the PostgreSQL harness moves the database's clock: it
+//! replaces `idem_now()` in the test's database with the server's clock plus an offset,
+//! which [`Engine::pass`] raises. Every row the engine wrote stays as written, so a
+//! record read before and after compares as it would on the file. A replica's replay
+//! cache counts on from the clock it last read with the process's monotonic clock, and
+//! rightly cannot see such a jump: after one, the harness connects the store again, as
+//! a replica that restarts (with an empty cache).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use idem_core::{Config, Timestamp};
+use idem_store::Receiver;
+use idem_store::Store;
+use idem_store::postgres::PgStore;
+
+use crate::server::Server;
+
+/// The file's clock at the start of a test: a fixed time, so nothing expires by accident.
+pub(crate) const T0: u64 = 1_700_000_000_000;
+
+/// How many connections a PostgreSQL store of the suite may hold: one per caller of the
+/// races.
+const POOL: usize = 64;
+
+/// One engine, as a test drives it: a fresh, empty store of its own, its clock, a
+/// restart.
+pub(crate) trait Engine: Sized + Send + Sync + 'static {
+    /// The engine's store.
+    type Store: Receiver;
+
+    /// What the engine calls itself in its messages ("the store already holds ...").
+    const HOLDS: &'static str;
+
+    /// Whether every value the generation counter passes is handed out to a claim (the
+    /// file's counter), or a begin may spend one it hands out to nobody (PostgreSQL's
+    /// sequence: a begin's `INSERT … ON CONFLICT` draws `nextval` before it meets the
+    /// row that is there, so a replay or a claim of a key with a row spends one). Both
+    /// rise strictly and never reuse a value, which is what the protocol promises
+    /// (docs/design.md §2, "Generation"); a gapless counter is also held to its exact
+    /// numbers ([`crate::assert_next_generation`]).
+    const GAPLESS_GENERATIONS: bool;
+
+    /// A fresh, empty store with `config`. Each call makes another one (a file in a
+    /// directory of its own; a database of its own).
+    fn open(config: Config) -> impl Future<Output = Self>;
+
+    /// The store. After [`Engine::pass`] or [`Engine::restart`], take it again.
+    fn store(&self) -> &Self::Store;
+
+    /// The store, for tasks of the test's own.
+    fn shared(&self) -> Arc<Self::Store>;
+
+    /// The `now` a caller passes to the store's inputs.
+    fn now(&self) -> Timestamp;
+
+    /// The time the engine writes with at this moment: the caller's `now` on the file,
+    /// the database's clock on PostgreSQL. A write made between two readings carries a
+    /// time between them.
+    fn clock(&self) -> impl Future<Output = Timestamp>;
+
+    /// `ms` pass: the caller's `now` moves on, and so does the database's clock.
+    fn pass(&mut self, ms: u64) -> impl Future<Output = ()>;
+
+    /// The store is closed and opened again on the same data (the process restarts).
+    fn restart(&mut self) -> impl Future<Output = ()>;
+
+    /// The engine's own check of what it stores, where it has one (the file's
+    /// [`Store::check`]: indexes agree with records); panics on a finding.
+    fn check_integrity(&self);
+}
+
+/// The redb file, in a temporary directory.
+pub(crate) struct File {
+    /// `None` only while it restarts.
+    store: Option<Arc<Store>>,
+    config: Config,
+    now: Timestamp,
+    /// Removed after the store is dropped (fields drop in order).
+    dir: tempfile::TempDir,
+}
+
+impl File {
+    fn open_at(dir: &tempfile::TempDir, config: &Config) -> Arc<Store> {
+        let store = Store::builder()
+            .config(config.clone())
+            .open(dir.path().join("idem.redb"))
+            .unwrap();
+        Arc::new(store)
+    }
+}
+
+impl Engine for File {
+    type Store = Store;
+    const HOLDS: &'static str = "the store";
+    const GAPLESS_GENERATIONS: bool = true;
+
+    async fn open(config: Config) -> File {
+        let dir = tempfile::tempdir().unwrap();
+        File {
+            store: Some(File::open_at(&dir, &config)),
+            config,
+            now: Timestamp(T0),
+            dir,
+        }
+    }
+
+    fn store(&self) -> &Store {
+        self.store.as_ref().expect("the store is open")
+    }
+
+    fn shared(&self) -> Arc<Store> {
+        Arc::clone(self.store.as_ref().expect("the store is open"))
+    }
+
+    fn now(&self) -> Timestamp {
+        self.now
+    }
+
+    async fn clock(&self) -> Timestamp {
+        self.now
+    }
+
+    async fn pass(&mut self, ms: u64) {
+        self.now = self.now.plus_millis(ms);
+    }
+
+    async fn restart(&mut self) {
+        let store = self.store.take().expect("the store is open");
+        let store = Arc::into_inner(store).expect("no task of the test holds the store");
+        drop(store);
+        self.store = Some(File::open_at(&self.dir, &self.config));
+    }
+
+    fn check_integrity(&self) {
+        let found = self.store().check().unwrap();
+        assert!(found.is_ok(), "{found:?}");
+    }
+}
+
+/// A database of its own on a throwaway PostgreSQL server, whose clock the test moves.
+pub(crate) struct Postgres {
+    /// `None` only while it reconnects.
+    store: Option<Arc<PgStore>>,
+    config: Config,
+    /// The test's database.
+    url: String,
+    /// A plain connection to the test's database, for its clock.
+    db: tokio_postgres::Client,
+    /// How far the database's clock was moved on.
+    offset: u64,
+    /// Stopped once the last test that uses it is done (fields drop in order).
+    _server: Arc<Server>,
+}
+
+impl Postgres {
+    async fn connect(&self) -> Arc<PgStore> {
+        let store = PgStore::builder()
+            .config(self.config.clone())
+            .pool_size(POOL)
+            .connect(&self.url)
+            .await
+            .unwrap();
+        Arc::new(store)
+    }
+
+    /// The store is connected again: a replica that restarts.
+    async fn reconnect(&mut self) {
+        let store = self.store.take().expect("the store is connected");
+        let store = Arc::into_inner(store).expect("no task of the test holds the store");
+        drop(store);
+        self.store = Some(self.connect().await);
+    }
+}
+
+impl Engine for Postgres {
+    type Store = PgStore;
+    const HOLDS: &'static str = "the database";
+    const GAPLESS_GENERATIONS: bool = false;
+
+    async fn open(config: Config) -> Postgres {
+        static DATABASES: AtomicU32 = AtomicU32::new(0);
+        let server = shared_server();
+        let name = format!("conformance_{}", DATABASES.fetch_add(1, Ordering::Relaxed));
+        let admin = client_of(&server.url()).await;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+        let url = format!("postgres://postgres@127.0.0.1:{}/{name}", server.port());
+        let db = client_of(&url).await;
+        let mut h = Postgres {
+            store: None,
+            config,
+            url,
+            db,
+            offset: 0,
+            _server: server,
+        };
+        h.store = Some(h.connect().await);
+        h
+    }
+
+    fn store(&self) -> &PgStore {
+        self.store.as_ref().expect("the store is connected")
+    }
+
+    fn shared(&self) -> Arc<PgStore> {
+        Arc::clone(self.store.as_ref().expect("the store is connected"))
+    }
+
+    /// Not used by the engine; a test's clock all the same, moved as the database's is.
+    fn now(&self) -> Timestamp {
+        Timestamp(T0 + self.offset)
+    }
+
+    async fn clock(&self) -> Timestamp {
+        let row = self.db.query_one("SELECT idem_now()", &[]).await.unwrap();
+        Timestamp(u64::try_from(row.get::<_, i64>(0)).unwrap())
+    }
+
+    async fn pass(&mut self, ms: u64) {
+        self.offset += ms;
+        // The schema's own definition, plus the offset (connecting again keeps it: the
+        // schema is applied only to a database without it).
+        self.db
+            .batch_execute(&format!(
+                "CREATE OR REPLACE FUNCTION idem_now() RETURNS bigint LANGUAGE sql STABLE \
+                   AS $$ SELECT (extract(epoch FROM now()) * 1000)::bigint + {} $$",
+                self.offset
+            ))
+            .await
+            .unwrap();
+        self.reconnect().await;
+    }
+
+    async fn restart(&mut self) {
+        self.reconnect().await;
+    }
+
+    /// The database keeps its own tables consistent: nothing to check beside it.
+    fn check_integrity(&self) {}
+}
+
+/// The server the PostgreSQL tests of this process share while any runs: started by the
+/// first, stopped when the last one holding it is done (a later test starts another).
+/// Each test has a database of its own on it, which costs a fraction of a server's start.
+fn shared_server() -> Arc<Server> {
+    static SERVER: Mutex<Weak<Server>> = Mutex::new(Weak::new());
+    let mut held = SERVER.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(server) = held.upgrade() {
+        return server;
+    }
+    let server = Arc::new(Server::start());
+    *held = Arc::downgrade(&server);
+    server
+}
+
+/// A plain client of the database at `url`.
+async fn client_of(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        let _ended = connection.await;
+    });
+    client
+}

@@ -1,0 +1,222 @@
+//! The conformance suite (docs/design.md §13): one set of behaviour tests, generic over
+//! the receiver seam ([`idem_store::Receiver`]), run on every engine under the same names:
+//! `conformance::file::NAME` on the redb file, `conformance::postgres::NAME` on
+//! PostgreSQL.
+//!
+//! Each test is written once, as an async function generic over an [`Engine`] (the
+//! harness: a fresh store of one engine, and the few things an engine differs in for a
+//! test: how time passes, how the store restarts). [`suite!`] makes a test of it for each
+//! engine. A test that only one engine can run (its clock rule) is listed in that
+//! engine's module alone, with the rule in its name.
+//!
+//! A new engine's first test is this suite: give it an [`Engine`] and a module below.
+//! The PostgreSQL tests start a throwaway server (`common/postgres.rs`): without
+//! PostgreSQL installed they fail, never skip.
+
+#[path = "../common/postgres.rs"]
+mod server;
+
+mod clock;
+mod engine;
+mod fencing;
+mod maintenance;
+mod protocol;
+mod races;
+mod reconcile;
+mod retention;
+mod transfer;
+
+use idem_core::protocol::Decision;
+use idem_core::{Fingerprint, Generation, Outcome, Record, RecordId, State, Timestamp, Verdict};
+use idem_store::Receiver;
+
+pub(crate) use engine::Engine;
+
+/// One minute, one hour, one day, in ms.
+pub(crate) const MINUTE: u64 = 60_000;
+pub(crate) const HOUR: u64 = 60 * MINUTE;
+pub(crate) const DAY: u64 = 24 * HOUR;
+
+/// Makes a test of each listed generic test, on `$engine`: `family::name` becomes `name`
+/// in the module this is called in, running `crate::family::name::<$engine>()`.
+macro_rules! suite {
+    ($engine:ty) => {
+        suite!(@each $engine;
+            protocol::a_fresh_key_is_claimed_and_a_second_begin_is_in_progress,
+            protocol::a_settled_key_replays_its_outcome_byte_for_byte,
+            protocol::a_failed_outcome_replays_as_failed,
+            protocol::a_different_fingerprint_is_a_conflict_in_every_live_state,
+            protocol::a_heartbeat_extends_the_lease,
+            protocol::release_deletes_the_claim_and_a_retry_claims_a_newer_generation,
+            protocol::mark_unknown_needs_reconciliation_until_resolved,
+            protocol::resolve_not_executed_deletes_and_the_key_is_claimed_again,
+            protocol::resolve_succeeded_settles_and_replays,
+            protocol::resolve_failed_settles_and_replays,
+            protocol::resolve_refuses_a_record_that_is_not_unknown,
+            protocol::inputs_on_an_absent_key_are_not_found,
+            protocol::an_outcome_over_the_limit_is_refused_and_writes_nothing,
+            protocol::generations_rise_across_the_store_and_a_restart,
+            protocol::an_expired_lease_turns_unknown_by_default,
+            protocol::an_expired_lease_is_taken_over_under_takeover,
+            protocol::give_up_releases_or_marks_unknown_in_the_background,
+            protocol::a_begin_dropped_before_its_answer_gives_its_claim_back,
+            fencing::a_stale_generation_cannot_heartbeat,
+            fencing::a_stale_generation_cannot_complete,
+            fencing::a_stale_generation_cannot_release,
+            fencing::a_stale_generation_cannot_mark_unknown,
+            fencing::a_late_executor_cannot_change_a_settled_outcome,
+            fencing::a_stale_refusal_names_both_generations_and_writes_nothing,
+            fencing::a_generation_from_before_a_sweep_stays_fenced,
+            retention::past_retention_a_retry_is_forgotten_without_a_sweep,
+            retention::past_the_tombstones_time_the_key_is_claimed_again,
+            retention::without_tombstones_a_retry_after_retention_claims_again,
+            retention::failed_outcomes_keep_their_own_retention,
+            retention::a_tombstone_keeps_what_identifies_the_request_and_survives_a_restart,
+            clock::a_clock_behind_the_stores_time_shortens_no_lease_or_retention,
+            maintenance::sweep_tombstones_then_removes_in_bounded_batches,
+            maintenance::a_dry_run_sweep_changes_nothing,
+            maintenance::a_late_sweep_past_both_times_deletes_at_once,
+            maintenance::sweep_takes_the_soonest_expiry_first,
+            maintenance::pending_and_unknown_records_are_never_swept,
+            maintenance::stats_count_every_state_and_age_the_oldest_pending_and_unknown,
+            maintenance::list_gives_key_order_and_filters_by_tenant_operation_and_limit,
+            maintenance::list_by_state_gives_the_oldest_first,
+            maintenance::a_list_filter_that_breaks_the_id_rules_is_refused,
+            reconcile::a_checker_settles_what_it_can_tell_oldest_first,
+            reconcile::a_limit_leaves_the_rest_and_says_so,
+            reconcile::an_answer_is_not_applied_to_a_record_that_changed_meanwhile,
+            reconcile::a_failing_checker_stops_the_run_and_reports_what_was_done_before_it,
+            reconcile::the_record_unknown_the_longest_is_reconciled_first,
+            transfer::export_then_import_is_lossless,
+            transfer::importing_the_same_export_again_changes_nothing,
+            transfer::a_bad_import_line_is_named_and_nothing_is_imported,
+            transfer::an_import_refused_at_one_line_writes_nothing_of_the_others,
+            transfer::tombstones_go_through_export_and_import,
+            races::sixty_four_callers_on_a_fresh_key_claim_it_once,
+            races::sixty_four_callers_on_an_expired_lease_take_it_over_once,
+            races::sixty_four_callers_on_a_key_past_retention_claim_it_once,
+            races::sweepers_racing_claimers_lose_no_claim_and_claim_no_key_twice,
+        );
+    };
+    (@each $engine:ty; $($family:ident :: $name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                crate::$family::$name::<$engine>().await;
+            }
+        )*
+    };
+}
+
+/// The suite on the redb file (`idem_store::Store`), each test on a file of its own.
+mod file {
+    suite!(crate::engine::File);
+
+    /// The file's clock rule: a clock ahead is believed, a clock behind takes the floor,
+    /// and the floor outlives a restart.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn clock_floor_a_clock_ahead_is_believed_one_behind_takes_the_floor() {
+        crate::clock::clock_floor_a_clock_ahead_is_believed_one_behind_takes_the_floor().await;
+    }
+}
+
+/// The suite on PostgreSQL (`idem_store::postgres::PgStore`), each test on a database of
+/// its own.
+mod postgres {
+    suite!(crate::engine::Postgres);
+
+    /// The database's clock rule: the caller's clock is not used, however far off.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn database_clock_decides_whatever_the_callers_clock_says() {
+        crate::clock::database_clock_decides_whatever_the_callers_clock_says().await;
+    }
+}
+
+/// The id of `key` under one tenant and operation.
+pub(crate) fn id(key: &str) -> RecordId {
+    RecordId::new("shop", "charge", key).unwrap()
+}
+
+/// The fingerprint of `text`.
+pub(crate) fn fp(text: &str) -> Fingerprint {
+    Fingerprint::of_bytes(text.as_bytes())
+}
+
+/// The generation of a [`Decision::Claimed`]; panics on any other answer.
+#[track_caller]
+pub(crate) fn claimed(decision: Decision) -> Generation {
+    match decision {
+        Decision::Claimed { generation, .. } => generation,
+        other => panic!("expected Claimed, got {other:?}"),
+    }
+}
+
+/// Claims `key` (with the fingerprint of its own name) at the harness's time.
+pub(crate) async fn claim<E: Engine>(h: &E, key: &RecordId) -> Generation {
+    claimed(h.store().begin(key, fp(key.key()), h.now()).await.unwrap())
+}
+
+/// Claims `key` and settles it with `verdict` and `outcome`; the settled record.
+pub(crate) async fn settle<E: Engine>(
+    h: &E,
+    key: &RecordId,
+    verdict: Verdict,
+    outcome: Outcome,
+) -> Record {
+    let generation = claim(h, key).await;
+    h.store()
+        .complete(key, generation, verdict, outcome, h.now())
+        .await
+        .unwrap()
+}
+
+/// Claims `key` and marks it Unknown; the generation.
+pub(crate) async fn unknown<E: Engine>(h: &E, key: &RecordId) -> Generation {
+    let generation = claim(h, key).await;
+    let record = h
+        .store()
+        .mark_unknown(key, generation, h.now())
+        .await
+        .unwrap();
+    assert_eq!(record.state(), State::Unknown);
+    generation
+}
+
+/// The state of `key`'s record, if it has one.
+pub(crate) async fn state_of<E: Engine>(h: &E, key: &RecordId) -> Option<State> {
+    h.store().get(key).await.unwrap().map(|r| r.state())
+}
+
+/// Asserts that `time` lies in `from..=to`: the engine's clock read before and after the
+/// write (equal on an engine whose time is the caller's, so the check is exact there).
+#[track_caller]
+pub(crate) fn assert_within(time: Timestamp, from: Timestamp, to: Timestamp, what: &str) {
+    assert!(
+        (from..=to).contains(&time),
+        "{what}: {time} is not within {from}..={to}"
+    );
+}
+
+/// Asserts that `generation`, handed out after `previous` with no claim between them,
+/// is above it: the next value exactly on an engine whose counter has no gaps
+/// ([`Engine::GAPLESS_GENERATIONS`]).
+#[track_caller]
+pub(crate) fn assert_next_generation<E: Engine>(generation: Generation, previous: Generation) {
+    if E::GAPLESS_GENERATIONS {
+        assert_eq!(
+            generation,
+            Generation(previous.0 + 1),
+            "the next generation"
+        );
+    } else {
+        assert!(generation > previous, "{generation} after {previous}");
+    }
+}
+
+/// `stats` without the ages, which move on with the database's clock between two reads
+/// on PostgreSQL: what a read-only call must leave as it found.
+pub(crate) fn without_ages(mut stats: idem_store::maintain::Stats) -> idem_store::maintain::Stats {
+    stats.oldest_pending_age_ms = None;
+    stats.oldest_unknown_age_ms = None;
+    stats
+}
