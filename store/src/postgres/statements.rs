@@ -218,7 +218,8 @@ impl Statements {
             "SELECT tenant, operation, key, {record} FROM idem_records \
               WHERE ($1::text IS NULL OR tenant = $1) AND ($2::text IS NULL OR operation = $2) \
                 AND ($3::smallint IS NULL OR state = $3) AND ($4::smallint IS NULL OR verdict = $4) \
-              ORDER BY tenant, operation, key LIMIT $5"
+              ORDER BY CASE WHEN $3::smallint IS NULL THEN NULL ELSE coalesce(expires_at, created_at) END, \
+                tenant, operation, key LIMIT $5"
         );
         let list = client
             .prepare_typed(&list, &[text.clone(), text, i2.clone(), i2, i8])

@@ -4,8 +4,10 @@ use idem_core::{RecordId, State};
 
 use crate::error::Error;
 
-/// Which records [`crate::Store::list`] visits. Every field narrows; the default visits
-/// all.
+/// Which records a list ([`crate::Receiver::list`]) gives, and in what order, on every
+/// engine: with a state, Pending and Unknown records oldest `created_at` first, settled
+/// records and tombstones soonest `expires_at` first, then by id; without one, in key
+/// order. Every field narrows; the default gives all.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListFilter {
     /// Only records in this state.

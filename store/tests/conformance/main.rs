@@ -86,7 +86,7 @@ macro_rules! suite {
             reconcile::a_limit_leaves_the_rest_and_says_so,
             reconcile::an_answer_is_not_applied_to_a_record_that_changed_meanwhile,
             reconcile::a_failing_checker_stops_the_run_and_reports_what_was_done_before_it,
-            reconcile::the_record_unknown_the_longest_is_reconciled_first,
+            reconcile::the_oldest_claim_is_reconciled_first,
             transfer::export_then_import_is_lossless,
             transfer::importing_the_same_export_again_changes_nothing,
             transfer::a_bad_import_line_is_named_and_nothing_is_imported,

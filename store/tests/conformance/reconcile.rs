@@ -211,12 +211,13 @@ pub(crate) async fn a_failing_checker_stops_the_run_and_reports_what_was_done_be
     }
 }
 
-/// "Oldest first" is the order in which records became Unknown: the record that has
-/// waited for a reconciler the longest comes first (the one `stats` ages as the oldest
-/// Unknown), whenever it was claimed. A run with a limit so drains the queue in turn; by
-/// claim time, a record claimed long ago that went Unknown late (a lease renewed for
-/// hours) would pass before records that have waited longer, again at every run.
-pub(crate) async fn the_record_unknown_the_longest_is_reconciled_first<E: Engine>() {
+/// "Oldest first" is the order of the claims (`created_at`, then the id): the order
+/// `list` gives Unknown records, and the one the file's state index keeps. A record's
+/// claim time never changes while it waits, so runs with a limit drain the queue in
+/// turn; a record claimed long ago that went Unknown late is reached before records
+/// claimed after it. `stats`, by contrast, ages the oldest Unknown from when it became
+/// Unknown: how long a reconciler has been awaited.
+pub(crate) async fn the_oldest_claim_is_reconciled_first<E: Engine>() {
     let mut h = E::open(Config::default()).await;
     // Claimed in key order, then made Unknown in the reverse order, a minute apart.
     let mut claims = Vec::new();
@@ -254,8 +255,8 @@ pub(crate) async fn the_record_unknown_the_longest_is_reconciled_first<E: Engine
         .unwrap();
     assert_eq!(
         seen,
-        ["third", "second", "first"],
-        "oldest first: in the order the records became Unknown, not the order of their claims"
+        ["first", "second", "third"],
+        "oldest first: in the order of the claims, not the order the records became Unknown"
     );
     let report = h
         .store()
@@ -265,5 +266,5 @@ pub(crate) async fn the_record_unknown_the_longest_is_reconciled_first<E: Engine
         .await
         .unwrap();
     assert_eq!((report.not_executed, report.remaining), (1, true));
-    assert_eq!(state_of(&h, &id("third")).await, None);
+    assert_eq!(state_of(&h, &id("first")).await, None);
 }
