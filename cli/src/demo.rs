@@ -17,7 +17,7 @@ use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Config, Fingerprint, Outcome, RecordId, Timestamp, Verdict};
 use idem_store::any::BlockingStore;
 use idem_store::redb::{ReadableTable, TableDefinition, WriteTransaction};
-use idem_store::{Executed, ListFilter, Store};
+use idem_store::{Executed, ListFilter};
 
 use crate::exit::{Ending, Exit, Failure};
 use crate::session::{
@@ -93,7 +93,7 @@ fn id(operation: &str, key: &str) -> Result<RecordId, Failure> {
 
 /// The atomic path: the sale's row in `demo.effects` and its settled record commit together.
 fn record_sale(
-    store: &Store,
+    store: &BlockingStore,
     key: &str,
     payload: &[u8],
     now: Timestamp,
@@ -102,6 +102,8 @@ fn record_sale(
     let fingerprint = Fingerprint::of_bytes(payload);
     let receipt = format!("receipt {key}, {} bytes of sale", payload.len());
     store
+        .file("execute")
+        .map_err(store_failure)?
         .execute(&id, fingerprint, now, |txn: &WriteTransaction| {
             let mut effects = txn.open_table(EFFECTS)?;
             let runs = effects.get(key)?.map_or(0, |v| v.value()) + 1;
@@ -132,14 +134,11 @@ fn describe(executed: &Executed<u64>) -> String {
 }
 
 impl Story {
-    fn store(&self) -> &Store {
-        // `store` is None only between the drop and the reopen inside `restart`, and a
-        // path always opens a store file.
+    fn store(&self) -> &BlockingStore {
+        // `store` is None only between the drop and the reopen inside `restart`.
         self.store
             .as_ref()
             .expect("the demo store is open outside restart")
-            .file("demo")
-            .expect("the demo's store is a file")
     }
 
     fn sale(&mut self, key: &str, payload: &[u8]) -> Result<Executed<u64>, Failure> {
@@ -185,10 +184,18 @@ impl Story {
         say(
             "\n3. Power loss: the terminal restarts; the store is dropped and opened again from the file.",
         );
-        let before = self.store().generation().map_err(store_failure)?;
+        let before = self
+            .store()
+            .file("generation")
+            .and_then(|file| file.generation())
+            .map_err(store_failure)?;
         self.store = None;
         self.store = Some(open(path)?);
-        let after = self.store().generation().map_err(store_failure)?;
+        let after = self
+            .store()
+            .file("generation")
+            .and_then(|file| file.generation())
+            .map_err(store_failure)?;
         say(&format!(
             "   reopened: generation counter {after} (was {before}), nothing lost"
         ));
@@ -348,6 +355,8 @@ impl Story {
     fn summary(&self) -> Ending {
         let per_sale: Vec<u64> = self
             .store()
+            .file("read")
+            .map_err(store_failure)?
             .read(|txn| -> Result<Vec<u64>, idem_store::redb::Error> {
                 let table = txn.open_table(EFFECTS)?;
                 table.iter()?.map(|row| Ok(row?.1.value())).collect()
