@@ -1,5 +1,6 @@
-//! What redb itself takes for the commits the store's targets are stated for: bare redb
-//! commits, timed, with none of the store's code around them.
+//! The floor under a store's commit: bare redb commits, timed, none of the store's code.
+//!
+//! What redb itself takes for the commits the store's targets are stated for.
 //!
 //! A store's commit cannot be faster than a bare commit that writes as little as its
 //! layout must: its record into the records table and one entry into the index (the

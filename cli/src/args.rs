@@ -1,12 +1,22 @@
-//! The command tree of `idem`: every command and flag of the CLI contract, with help.
+//! The top of `idem`'s command tree: the global flags, every command, and the main help.
+//!
+//! A command's own flag types (a nested command's subcommands, the shared record and
+//! request arguments, the proxy's flags) live beside the code that runs it.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{ArgGroup, Args, Parser, Subcommand};
-use idem_core::{IntentState, ResolvedAs, State, Timestamp};
+use clap::{ArgGroup, Parser, Subcommand};
+use idem_core::{State, Timestamp};
 
+use crate::entity::EntityCommand;
+use crate::exec::FingerprintArgs;
+use crate::input::{IdArgs, RequestArgs};
+use crate::intents::IntentsCommand;
+use crate::keyed::GenerationArg;
+use crate::proxy::ProxyArgs;
 use crate::time::{parse_duration, parse_instant};
+use crate::token::TokenCommand;
 
 const MAIN_HELP: &str = "\
 Exit status: 0 done (claimed, replay, settled, found) · 1 runtime error (I/O, corrupt file) ·
@@ -473,250 +483,6 @@ Example:
     },
 }
 
-/// `idem proxy`'s flags.
-#[derive(Debug, Args)]
-#[command(group(ArgGroup::new("tenant_source").args(["tenant", "tenant_header"])))]
-pub(crate) struct ProxyArgs {
-    /// The address to listen on; 127.0.0.1 unless you mean to expose it.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8480")]
-    pub(crate) listen: std::net::SocketAddr,
-    /// The backend, an http:// URL; the request's path and query are appended to it.
-    #[arg(long, value_name = "URL")]
-    pub(crate) upstream: String,
-    /// One tenant for every request (a single-tenant deployment).
-    #[arg(long, value_name = "NAME")]
-    pub(crate) tenant: Option<String>,
-    /// The header that carries the tenant, set by your authentication in front.
-    #[arg(long, value_name = "NAME")]
-    pub(crate) tenant_header: Option<String>,
-    /// The status of a replayed 2xx: the original one, or 200.
-    #[arg(long, value_name = "original|200", default_value = "original", value_parser = ["original", "200"])]
-    pub(crate) replay_status: String,
-    /// Answer a POST or PATCH without an Idempotency-Key with 400 instead of passing it.
-    #[arg(long)]
-    pub(crate) require_key: bool,
-    /// The most body bytes buffered and fingerprinted; a larger body is a 413.
-    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
-    pub(crate) body_limit: usize,
-    /// How long the upstream may take to answer a keyed request, head and body whole
-    /// (a request passed through: its head); past it the key is unknown (504).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "25s")]
-    pub(crate) upstream_timeout: u64,
-    /// A request header that is part of the fingerprint (repeat for more).
-    #[arg(long, value_name = "NAME")]
-    pub(crate) fingerprint_header: Vec<String>,
-    /// How long a client may take to send a request's head; past it the connection is
-    /// closed (also an idle keep-alive connection waiting for its next request).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
-    pub(crate) header_timeout: u64,
-    /// How long a keyed request's body may take to arrive whole; past it 408, nothing
-    /// claimed.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
-    pub(crate) body_timeout: u64,
-    /// The most connections open at once; more wait in the listen backlog.
-    #[arg(long, value_name = "N", default_value_t = 1024)]
-    pub(crate) max_connections: usize,
-    /// On SIGTERM or Ctrl-C, how long the requests in flight may take to finish before
-    /// the proxy exits anyway.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
-    pub(crate) drain_timeout: u64,
-    /// With a postgres:// --db, the most database connections this replica opens.
-    #[arg(long, value_name = "N", default_value_t = 16)]
-    pub(crate) pool: usize,
-    /// One JSON line per request (at, method, path, key, status, answer, ms) to FILE,
-    /// appended, or to stdout with `-`.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) access_log: Option<PathBuf>,
-}
-
-/// `idem entity ...`: the entities of `idem transition`.
-#[derive(Debug, Subcommand)]
-pub(crate) enum EntityCommand {
-    /// Show one entity: its state, version and last move.
-    #[command(after_help = "\
-Exit status 7 when the entity was never moved.
-JSON: {\"tenant\",\"kind\",\"id\",\"state\",\"version\",\"updated_at\"}.
-
-Example:
-  idem entity get shop-7 payment p-991 --json")]
-    Get {
-        /// Tenant.
-        #[arg(value_name = "TENANT")]
-        tenant: String,
-        /// The kind of business object.
-        #[arg(value_name = "KIND")]
-        kind: String,
-        /// The object's id.
-        #[arg(value_name = "ID", allow_hyphen_values = true)]
-        id: String,
-    },
-    /// List the entities of a kind, by state.
-    #[command(after_help = "\
-Example:
-  idem entity list payment --state paid --limit 20")]
-    List {
-        /// The kind of business object.
-        #[arg(value_name = "KIND")]
-        kind: String,
-        /// Only entities in this state.
-        #[arg(long, value_name = "STATE")]
-        state: Option<String>,
-        /// At most this many entities.
-        #[arg(long, value_name = "N")]
-        limit: Option<usize>,
-    },
-}
-
-/// `idem intents ...`: the sender's side of the file.
-#[derive(Debug, Subcommand)]
-pub(crate) enum IntentsCommand {
-    /// List intents, oldest first, filtered by state.
-    #[command(after_help = "\
-States: queued, in_flight, completed, failed, conflict, expired. An expired intent got no
-definitive answer before its deadline and is never sent again: check with the receiver
-what happened to it, then record it with `idem intents resolve`. Until resolved it is
-never forgotten.
-
-Examples:
-  idem intents list --state expired
-  idem intents list --json --limit 50")]
-    List {
-        /// Only intents in this state.
-        #[arg(long, value_name = "STATE", value_parser = parse_intent_state)]
-        state: Option<IntentState>,
-        /// At most this many intents.
-        #[arg(long, value_name = "N")]
-        limit: Option<usize>,
-    },
-    /// Show one intent.
-    #[command(after_help = "\
-Exit status 7 when no intent has the key.
-
-Example:
-  idem intents get 0190b7c2-5e1a-7c3e-9a41-8d2f0c6b7e11 --json")]
-    Get {
-        /// The intent's idempotency key.
-        #[arg(value_name = "KEY", allow_hyphen_values = true)]
-        key: String,
-    },
-    /// Record what happened to an expired intent, as the receiver's records show.
-    #[command(after_help = "\
-An expired intent got no definitive answer before its deadline: the receiver may or may
-not have executed it. Ask the receiver (its records, a statement), then record the answer
-here, with a reason saying how you know (1-1024 bytes, one line). The intent stays
-expired and carries the resolution; only then may the application forget it. After
-not-executed, the user may start the action again: a new intent, with a new key.
-
-Exit status: 0 resolved · 2 bad --as or reason · 6 the intent is not expired, or is
-resolved already · 7 no intent has the key.
-
-Example:
-  idem intents resolve 0190b7c2-5e1a-7c3e-9a41-8d2f0c6b7e11 --as not-executed \\
-    --reason \"not on the acquirer's statement of 2025-03-02\"")]
-    Resolve {
-        /// The intent's idempotency key.
-        #[arg(value_name = "KEY", allow_hyphen_values = true)]
-        key: String,
-        /// What happened: completed, failed or not-executed.
-        #[arg(long = "as", value_name = "RESOLUTION", value_parser = parse_resolved_as)]
-        resolved_as: ResolvedAs,
-        /// How you know (who confirmed it, where): 1-1024 bytes, one line.
-        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
-        reason: String,
-    },
-}
-
-/// `idem token ...`: tokens the server hands out for one use.
-#[derive(Debug, Subcommand)]
-pub(crate) enum TokenCommand {
-    /// Issue a one-time token for TENANT and OPERATION, valid for --ttl.
-    #[command(after_help = "\
-Prints the token: 22 characters of URL-safe base64 (128 random bits from the system).
---json prints {\"token\",\"issued_at\",\"expires_at\",\"intent_id\",\"new\"}.
-With --intent, issuing again returns the same token while it is unused and unexpired
-(\"new\": false), so a lost reply can be asked for again. The ttl is at most the retention
-(24h): the record of a token's use must outlive the token.
-
-Example:
-  TOKEN=$(idem token issue shop-7 redeem --ttl 15m --intent order-991)")]
-    Issue {
-        /// Tenant: 1-255 bytes of UTF-8, no control characters.
-        #[arg(value_name = "TENANT")]
-        tenant: String,
-        /// Operation: 1-255 bytes of UTF-8, no control characters.
-        #[arg(value_name = "OPERATION")]
-        operation: String,
-        /// How long the token may be used for the first time (at most 24h).
-        #[arg(long, value_name = "DUR", required = true, value_parser = parse_duration)]
-        ttl: u64,
-        /// The intent the token is for: 1-255 bytes of printable ASCII.
-        #[arg(long, value_name = "ID", allow_hyphen_values = true)]
-        intent: Option<String>,
-    },
-    /// Consume a token: run PROGRAM at most once with it, as exec does for a key.
-    #[command(after_help = "\
-A token never issued for TENANT and OPERATION exits 8, one whose ttl passed before its
-first use exits 9; neither runs PROGRAM nor changes the file. Otherwise as exec: the first
-consume runs PROGRAM and stores its stdout and exit status; a retry with the same command
-and payload prints the stored stdout and exits with the stored status, without running
-PROGRAM (not \"token already used\"); another command or payload is a conflict (exit 3);
-another consume running it exits 4. A program's exit 75 releases the token: it can be
-consumed again.
-
-Example:
-  idem token consume shop-7 redeem \"$TOKEN\" --payload voucher.json -- ./redeem.sh")]
-    Consume {
-        #[command(flatten)]
-        id: TokenIdArgs,
-        #[command(flatten)]
-        request: RequestArgs,
-        /// How long a claim holds without renewal; renewed while PROGRAM runs [default: 30s].
-        #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-        lease: Option<u64>,
-        /// The program and its arguments, after `--`.
-        #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
-        program: Vec<OsString>,
-    },
-    /// Show a token: when it was issued, when it expires, whether it was used.
-    #[command(after_help = "\
-Exit status 8 when no such token is stored (never issued here, or swept), 2 for a
-malformed token.
-
-Example:
-  idem token get shop-7 redeem \"$TOKEN\" --json")]
-    Get {
-        #[command(flatten)]
-        id: TokenIdArgs,
-    },
-    /// Delete tokens whose ttl has passed, oldest first.
-    #[command(after_help = "\
-The record of a used token stays until `idem sweep` deletes it after its retention; a
-retry of its consume is replayed until then. An expired token that was never used is
-gone: consuming it exits 8.
-
-Example:
-  idem token sweep --limit 10000")]
-    Sweep {
-        /// At most this many tokens [default: all that expired].
-        #[arg(long, value_name = "N")]
-        limit: Option<usize>,
-    },
-}
-
-/// `T O TOKEN`: where a token lives.
-#[derive(Debug, Args)]
-pub(crate) struct TokenIdArgs {
-    /// Tenant: 1-255 bytes of UTF-8, no control characters.
-    #[arg(value_name = "TENANT")]
-    pub(crate) tenant: String,
-    /// Operation: 1-255 bytes of UTF-8, no control characters.
-    #[arg(value_name = "OPERATION")]
-    pub(crate) operation: String,
-    /// The token: 22 characters of URL-safe base64, as `token issue` printed it.
-    #[arg(value_name = "TOKEN", allow_hyphen_values = true)]
-    pub(crate) token: String,
-}
-
 /// `0` (no tombstones) or a duration.
 fn parse_tombstones(text: &str) -> Result<u64, String> {
     if text == "0" {
@@ -724,64 +490,6 @@ fn parse_tombstones(text: &str) -> Result<u64, String> {
     } else {
         parse_duration(text).map_err(|e| format!("{e}; or 0 to keep no tombstone"))
     }
-}
-
-fn parse_resolved_as(text: &str) -> Result<ResolvedAs, String> {
-    ResolvedAs::from_name(&text.replace('-', "_"))
-        .ok_or_else(|| "expected one of completed, failed, not-executed".to_string())
-}
-
-fn parse_intent_state(text: &str) -> Result<IntentState, String> {
-    IntentState::from_name(text).ok_or_else(|| {
-        "expected one of queued, in_flight, completed, failed, conflict, expired".to_string()
-    })
-}
-
-/// `T O K`: the record's address.
-#[derive(Debug, Args)]
-pub(crate) struct IdArgs {
-    /// Tenant: 1-255 bytes of UTF-8, no control characters.
-    #[arg(value_name = "TENANT")]
-    pub(crate) tenant: String,
-    /// Operation: 1-255 bytes of UTF-8, no control characters.
-    #[arg(value_name = "OPERATION")]
-    pub(crate) operation: String,
-    /// Idempotency key: 1-255 bytes of printable ASCII.
-    #[arg(value_name = "KEY", allow_hyphen_values = true)]
-    pub(crate) key: String,
-}
-
-/// `--generation N`, the fencing token a claim returned.
-#[derive(Debug, Args)]
-pub(crate) struct GenerationArg {
-    /// The generation that `begin` returned for this claim.
-    #[arg(long, value_name = "N", required = true)]
-    pub(crate) generation: u64,
-}
-
-/// What identifies the request: its payload's bytes or a fingerprint given as is.
-#[derive(Debug, Args)]
-pub(crate) struct RequestArgs {
-    /// The request payload, from a file or - for stdin; its raw bytes are fingerprinted
-    /// as given, never parsed, so no JSON limit applies [default: empty].
-    #[arg(long, value_name = "FILE|-")]
-    pub(crate) payload: Option<PathBuf>,
-    /// A SHA-256 fingerprint in 64 hex digits, for callers that hash their own
-    /// canonical form. idem's canonical JSON (RFC 8785, in idem-core and the npm
-    /// package) accepts at most 16 MiB of UTF-8 and 10,000 levels of nesting, refuses
-    /// duplicate member names, numbers beyond a double's range and lone surrogates,
-    /// and accepts noncharacters.
-    #[arg(long, value_name = "HEX", conflicts_with = "payload")]
-    pub(crate) fingerprint: Option<String>,
-}
-
-/// Which of PROGRAM's arguments `idem exec` fingerprints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum FingerprintArgs {
-    /// Every argument, in order.
-    All,
-    /// None: PROGRAM and the payload only.
-    None,
 }
 
 fn parse_state(text: &str) -> Result<State, String> {

@@ -1,11 +1,11 @@
-//! `idem bench`: the store's measurements ([`idem_bench::store`], the same code as the
-//! comparison harness) on temporary files on this machine, printed as a table.
+//! `idem bench`: the store's measurements on this machine, printed as a table.
 //!
-//! Rows time real calls with the store's default durability (every commit waits for
-//! its fsync): one input per transaction, atomic execute, group commit at 1, 8 and 64
-//! callers, replay lookups, the pure core; then the file's bytes per record and the
-//! time to sweep it; then (not in `--json`) the bytes written, write calls and syncs per
-//! commit of each write path, counted ([`idem_bench::io`]). Nothing is extrapolated.
+//! The measurements are [`idem_bench::store`], the same code as the comparison harness, run
+//! on temporary files. Rows time real calls with the store's default durability (every
+//! commit waits for its fsync): one input per transaction, atomic execute, group commit at
+//! 1, 8 and 64 callers, replay lookups, the pure core; then the file's bytes per record and
+//! the time to sweep it; then (not in `--json`) the bytes written, write calls and syncs
+//! per commit of each write path, counted ([`idem_bench::io`]). Nothing is extrapolated.
 
 use idem_bench::io::{self, IoPlan};
 use idem_bench::measure::table;

@@ -1,5 +1,6 @@
-//! `idem demo`: the mission's story on a fresh store file in a temporary directory,
-//! printed step by step as it happens.
+//! `idem demo`: the mission's story, played on a fresh store file in a temporary directory.
+//!
+//! It is printed step by step as it happens.
 //!
 //! A terminal takes sales offline; replies are lost and retried under the same key; the
 //! terminal restarts; a card reader sends one request twice at once; an executor dies

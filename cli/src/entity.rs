@@ -1,8 +1,10 @@
-//! `idem transition` and `idem entity get|list`: business entities moved by a state
-//! machine with a version check (docs/design.md §8).
+//! `idem transition` and `idem entity get|list`: business entities and their moves.
+//!
+//! An entity moves by a state machine with a version check (docs/design.md §8).
 
 use std::path::Path;
 
+use clap::Subcommand;
 use idem_core::Config;
 use idem_core::machine::{Entity, EntityDecision, Machine, MachineSpec};
 use idem_store::entity::EntityId;
@@ -13,6 +15,44 @@ use crate::input::read_source;
 use crate::output::table;
 use crate::session::{Access, Session, store_failure};
 use crate::time::format_instant;
+
+/// `idem entity ...`: the entities of `idem transition`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum EntityCommand {
+    /// Show one entity: its state, version and last move.
+    #[command(after_help = "\
+Exit status 7 when the entity was never moved.
+JSON: {\"tenant\",\"kind\",\"id\",\"state\",\"version\",\"updated_at\"}.
+
+Example:
+  idem entity get shop-7 payment p-991 --json")]
+    Get {
+        /// Tenant.
+        #[arg(value_name = "TENANT")]
+        tenant: String,
+        /// The kind of business object.
+        #[arg(value_name = "KIND")]
+        kind: String,
+        /// The object's id.
+        #[arg(value_name = "ID", allow_hyphen_values = true)]
+        id: String,
+    },
+    /// List the entities of a kind, by state.
+    #[command(after_help = "\
+Example:
+  idem entity list payment --state paid --limit 20")]
+    List {
+        /// The kind of business object.
+        #[arg(value_name = "KIND")]
+        kind: String,
+        /// Only entities in this state.
+        #[arg(long, value_name = "STATE")]
+        state: Option<String>,
+        /// At most this many entities.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+}
 
 /// An entity as JSON.
 #[derive(Serialize)]

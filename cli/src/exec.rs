@@ -1,5 +1,6 @@
-//! `idem exec`: run a program at most once per key, store its stdout and exit status,
-//! and replay them to every retry.
+//! `idem exec`: a program run at most once per key, its stdout and status replayed.
+//!
+//! The program's stdout and exit status are stored and replayed to every retry.
 //!
 //! The two-phase path of the store, driven for a child process: begin (commits Pending)
 //! → run the program while a heartbeat thread renews the lease → complete with the
@@ -19,9 +20,8 @@ use idem_core::protocol::Decision;
 use idem_core::{Config, Fingerprint, Generation, Outcome, RecordId, Verdict};
 use idem_store::any::BlockingStore;
 
-use crate::args::{FingerprintArgs, IdArgs, RequestArgs};
 use crate::exit::{Ending, Exit, Failure, with_causes};
-use crate::input;
+use crate::input::{self, IdArgs, RequestArgs};
 use crate::keyed::config;
 use crate::session::{Access, Session, key_failure};
 use crate::time::{Clock, format_instant};
@@ -31,6 +31,15 @@ const MAX_POLL: Duration = Duration::from_millis(500);
 
 /// EX_TEMPFAIL (sysexits.h): the program failed for now and may succeed if run again.
 pub(crate) const TEMPFAIL: i32 = 75;
+
+/// Which of PROGRAM's arguments `idem exec` fingerprints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum FingerprintArgs {
+    /// Every argument, in order.
+    All,
+    /// None: PROGRAM and the payload only.
+    None,
+}
 
 /// What `exec` was asked to do.
 #[derive(Debug)]

@@ -1,14 +1,47 @@
-//! Input from the command line, checked before any store is opened: record ids, payload
-//! and outcome files, fingerprints, the store path.
+//! Input from the command line, checked before any store is opened.
+//!
+//! Record ids, payload and outcome files, fingerprints, the store path. The flags that
+//! several commands share, a record's address (`T O K`) and what identifies a request
+//! (`--payload`, `--fingerprint`), are declared here beside their checks.
 
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use clap::Args;
 use idem_core::{Config, Fingerprint, Outcome, RecordId};
 
-use crate::args::{IdArgs, RequestArgs};
 use crate::exit::Failure;
+
+/// `T O K`: the record's address.
+#[derive(Debug, Args)]
+pub(crate) struct IdArgs {
+    /// Tenant: 1-255 bytes of UTF-8, no control characters.
+    #[arg(value_name = "TENANT")]
+    pub(crate) tenant: String,
+    /// Operation: 1-255 bytes of UTF-8, no control characters.
+    #[arg(value_name = "OPERATION")]
+    pub(crate) operation: String,
+    /// Idempotency key: 1-255 bytes of printable ASCII.
+    #[arg(value_name = "KEY", allow_hyphen_values = true)]
+    pub(crate) key: String,
+}
+
+/// What identifies the request: its payload's bytes or a fingerprint given as is.
+#[derive(Debug, Args)]
+pub(crate) struct RequestArgs {
+    /// The request payload, from a file or - for stdin; its raw bytes are fingerprinted
+    /// as given, never parsed, so no JSON limit applies [default: empty].
+    #[arg(long, value_name = "FILE|-")]
+    pub(crate) payload: Option<PathBuf>,
+    /// A SHA-256 fingerprint in 64 hex digits, for callers that hash their own
+    /// canonical form. idem's canonical JSON (RFC 8785, in idem-core and the npm
+    /// package) accepts at most 16 MiB of UTF-8 and 10,000 levels of nesting, refuses
+    /// duplicate member names, numbers beyond a double's range and lone surrogates,
+    /// and accepts noncharacters.
+    #[arg(long, value_name = "HEX", conflicts_with = "payload")]
+    pub(crate) fingerprint: Option<String>,
+}
 
 /// The store file: `--db`, else `$IDEM_DB`, else `./idem.redb`.
 pub(crate) fn db_path(flag: Option<&Path>) -> PathBuf {

@@ -1,6 +1,8 @@
-//! `idem intents list|get|resolve`: the outbox's intents, read, and the resolution of an
-//! expired one.
+//! `idem intents list|get|resolve`: the outbox's intents, and the resolution of one.
+//!
+//! The intents are read as they are; only an expired one is resolved.
 
+use clap::Subcommand;
 use idem_core::{Intent, IntentState, LedgerConfig, LedgerError, ResolvedAs};
 use idem_store::any::BlockingStore;
 use idem_store::outbox::IntentFilter;
@@ -11,6 +13,76 @@ use crate::exit::{Ending, Exit, Failure};
 use crate::output::{Printer, table};
 use crate::session::{Access, Session, store_failure};
 use crate::time::{format_instant, format_span};
+
+/// `idem intents ...`: the sender's side of the file.
+#[derive(Debug, Subcommand)]
+pub(crate) enum IntentsCommand {
+    /// List intents, oldest first, filtered by state.
+    #[command(after_help = "\
+States: queued, in_flight, completed, failed, conflict, expired. An expired intent got no
+definitive answer before its deadline and is never sent again: check with the receiver
+what happened to it, then record it with `idem intents resolve`. Until resolved it is
+never forgotten.
+
+Examples:
+  idem intents list --state expired
+  idem intents list --json --limit 50")]
+    List {
+        /// Only intents in this state.
+        #[arg(long, value_name = "STATE", value_parser = parse_intent_state)]
+        state: Option<IntentState>,
+        /// At most this many intents.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+    /// Show one intent.
+    #[command(after_help = "\
+Exit status 7 when no intent has the key.
+
+Example:
+  idem intents get 0190b7c2-5e1a-7c3e-9a41-8d2f0c6b7e11 --json")]
+    Get {
+        /// The intent's idempotency key.
+        #[arg(value_name = "KEY", allow_hyphen_values = true)]
+        key: String,
+    },
+    /// Record what happened to an expired intent, as the receiver's records show.
+    #[command(after_help = "\
+An expired intent got no definitive answer before its deadline: the receiver may or may
+not have executed it. Ask the receiver (its records, a statement), then record the answer
+here, with a reason saying how you know (1-1024 bytes, one line). The intent stays
+expired and carries the resolution; only then may the application forget it. After
+not-executed, the user may start the action again: a new intent, with a new key.
+
+Exit status: 0 resolved · 2 bad --as or reason · 6 the intent is not expired, or is
+resolved already · 7 no intent has the key.
+
+Example:
+  idem intents resolve 0190b7c2-5e1a-7c3e-9a41-8d2f0c6b7e11 --as not-executed \\
+    --reason \"not on the acquirer's statement of 2025-03-02\"")]
+    Resolve {
+        /// The intent's idempotency key.
+        #[arg(value_name = "KEY", allow_hyphen_values = true)]
+        key: String,
+        /// What happened: completed, failed or not-executed.
+        #[arg(long = "as", value_name = "RESOLUTION", value_parser = parse_resolved_as)]
+        resolved_as: ResolvedAs,
+        /// How you know (who confirmed it, where): 1-1024 bytes, one line.
+        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+        reason: String,
+    },
+}
+
+fn parse_resolved_as(text: &str) -> Result<ResolvedAs, String> {
+    ResolvedAs::from_name(&text.replace('-', "_"))
+        .ok_or_else(|| "expected one of completed, failed, not-executed".to_string())
+}
+
+fn parse_intent_state(text: &str) -> Result<IntentState, String> {
+    IntentState::from_name(text).ok_or_else(|| {
+        "expected one of queued, in_flight, completed, failed, conflict, expired".to_string()
+    })
+}
 
 /// `idem intents list [--state S] [--limit N]`
 pub(crate) fn list(session: &Session, state: Option<IntentState>, limit: Option<usize>) -> Ending {

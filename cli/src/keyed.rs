@@ -1,14 +1,23 @@
-//! The commands about one key: begin, complete, release, heartbeat, mark-unknown,
-//! resolve and get. Each checks all of its input before it opens the store.
+//! The commands about one key: begin, complete, release, heartbeat, mark-unknown, resolve, get.
+//!
+//! Each checks all of its input before it opens the store.
 
+use clap::Args;
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Config, Generation, Outcome, Record, RecordId, Verdict};
 
-use crate::args::{GenerationArg, IdArgs, RequestArgs};
 use crate::exit::{Ending, Exit};
-use crate::input;
+use crate::input::{self, IdArgs, RequestArgs};
 use crate::session::{Access, Session, key_failure, not_found};
 use crate::time::format_instant;
+
+/// `--generation N`, the fencing token a claim returned.
+#[derive(Debug, Args)]
+pub(crate) struct GenerationArg {
+    /// The generation that `begin` returned for this claim.
+    #[arg(long, value_name = "N", required = true)]
+    pub(crate) generation: u64,
+}
 
 /// The protocol settings of one call: `--lease` and `--retention` replace the defaults.
 pub(crate) fn config(lease_ms: Option<u64>, retention_ms: Option<u64>) -> Config {

@@ -29,12 +29,15 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use clap::Parser;
 use clap::error::ErrorKind;
 
-use crate::args::{Cli, Command, EntityCommand, IntentsCommand, TokenCommand};
+use crate::args::{Cli, Command};
+use crate::entity::EntityCommand;
 use crate::exec::ExecRequest;
 use crate::exit::{Ending, Exit, Failure, clap_line, quiet_redb_panics, redb_panicked};
+use crate::intents::IntentsCommand;
 use crate::keyed::Reconciled;
 use crate::session::Session;
 use crate::time::Clock;
+use crate::token::TokenCommand;
 
 fn main() {
     let cli = match Cli::try_parse() {

@@ -1,5 +1,6 @@
-//! What `idem` prints: human text, or with `--json` one JSON object per line (times as
-//! integer ms, bytes as base64 in `*_b64` fields).
+//! What `idem` prints: human text, or with `--json` one JSON object per line.
+//!
+//! In JSON, times are integer ms and bytes are base64 in `*_b64` fields.
 
 use std::io::{self, Write};
 

@@ -1,5 +1,7 @@
-//! Progress bars for long work (import, export, sweep, bench): drawn on stderr when it is
-//! a terminal, silent otherwise so scripts and pipes see only the results.
+//! Progress bars for long work (import, export, sweep, bench), drawn on stderr.
+//!
+//! They are drawn when stderr is a terminal, and are silent otherwise so scripts and
+//! pipes see only the results.
 
 use std::io::{self, BufRead, IsTerminal, Read};
 

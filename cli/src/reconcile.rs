@@ -1,5 +1,7 @@
-//! `idem reconcile --with PROGRAM`: silent claims turned unknown, then every unknown
-//! record shown to a checker program whose exit status says what happened.
+//! `idem reconcile --with PROGRAM`: unknown records settled by a checker program.
+//!
+//! Silent claims are turned unknown first; then every unknown record is shown to the
+//! checker, whose exit status says what happened.
 
 use std::ffi::OsString;
 use std::io::Read;

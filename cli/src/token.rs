@@ -1,21 +1,116 @@
-//! `idem token`: issue a one-time token, consume it by running a program at most once,
-//! show it. Every argument is checked before the store is opened.
+//! `idem token`: one-time tokens issued, consumed (a program run at most once), shown.
+//!
+//! Every argument is checked before the store is opened.
 
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::Read;
 
+use clap::{Args, Subcommand};
 use idem_core::token::{self, Issue};
 use idem_core::{Config, RecordId, Token, TokenRefusal};
 use idem_store::token::Consumed;
 use serde::Serialize;
 
-use crate::args::{RequestArgs, TokenIdArgs};
-use crate::exec::{Claim, claim, command_fingerprint, exit_status, run_claimed, write_stdout};
+use crate::exec::{
+    Claim, FingerprintArgs, claim, command_fingerprint, exit_status, run_claimed, write_stdout,
+};
 use crate::exit::{Ending, Exit, Failure};
-use crate::input;
+use crate::input::{self, RequestArgs};
 use crate::keyed::config;
 use crate::session::{Access, Session, key_failure, store_failure};
-use crate::time::format_instant;
+use crate::time::{format_instant, parse_duration};
+
+/// `idem token ...`: tokens the server hands out for one use.
+#[derive(Debug, Subcommand)]
+pub(crate) enum TokenCommand {
+    /// Issue a one-time token for TENANT and OPERATION, valid for --ttl.
+    #[command(after_help = "\
+Prints the token: 22 characters of URL-safe base64 (128 random bits from the system).
+--json prints {\"token\",\"issued_at\",\"expires_at\",\"intent_id\",\"new\"}.
+With --intent, issuing again returns the same token while it is unused and unexpired
+(\"new\": false), so a lost reply can be asked for again. The ttl is at most the retention
+(24h): the record of a token's use must outlive the token.
+
+Example:
+  TOKEN=$(idem token issue shop-7 redeem --ttl 15m --intent order-991)")]
+    Issue {
+        /// Tenant: 1-255 bytes of UTF-8, no control characters.
+        #[arg(value_name = "TENANT")]
+        tenant: String,
+        /// Operation: 1-255 bytes of UTF-8, no control characters.
+        #[arg(value_name = "OPERATION")]
+        operation: String,
+        /// How long the token may be used for the first time (at most 24h).
+        #[arg(long, value_name = "DUR", required = true, value_parser = parse_duration)]
+        ttl: u64,
+        /// The intent the token is for: 1-255 bytes of printable ASCII.
+        #[arg(long, value_name = "ID", allow_hyphen_values = true)]
+        intent: Option<String>,
+    },
+    /// Consume a token: run PROGRAM at most once with it, as exec does for a key.
+    #[command(after_help = "\
+A token never issued for TENANT and OPERATION exits 8, one whose ttl passed before its
+first use exits 9; neither runs PROGRAM nor changes the file. Otherwise as exec: the first
+consume runs PROGRAM and stores its stdout and exit status; a retry with the same command
+and payload prints the stored stdout and exits with the stored status, without running
+PROGRAM (not \"token already used\"); another command or payload is a conflict (exit 3);
+another consume running it exits 4. A program's exit 75 releases the token: it can be
+consumed again.
+
+Example:
+  idem token consume shop-7 redeem \"$TOKEN\" --payload voucher.json -- ./redeem.sh")]
+    Consume {
+        #[command(flatten)]
+        id: TokenIdArgs,
+        #[command(flatten)]
+        request: RequestArgs,
+        /// How long a claim holds without renewal; renewed while PROGRAM runs [default: 30s].
+        #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+        lease: Option<u64>,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
+        program: Vec<OsString>,
+    },
+    /// Show a token: when it was issued, when it expires, whether it was used.
+    #[command(after_help = "\
+Exit status 8 when no such token is stored (never issued here, or swept), 2 for a
+malformed token.
+
+Example:
+  idem token get shop-7 redeem \"$TOKEN\" --json")]
+    Get {
+        #[command(flatten)]
+        id: TokenIdArgs,
+    },
+    /// Delete tokens whose ttl has passed, oldest first.
+    #[command(after_help = "\
+The record of a used token stays until `idem sweep` deletes it after its retention; a
+retry of its consume is replayed until then. An expired token that was never used is
+gone: consuming it exits 8.
+
+Example:
+  idem token sweep --limit 10000")]
+    Sweep {
+        /// At most this many tokens [default: all that expired].
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+}
+
+/// `T O TOKEN`: where a token lives.
+#[derive(Debug, Args)]
+pub(crate) struct TokenIdArgs {
+    /// Tenant: 1-255 bytes of UTF-8, no control characters.
+    #[arg(value_name = "TENANT")]
+    pub(crate) tenant: String,
+    /// Operation: 1-255 bytes of UTF-8, no control characters.
+    #[arg(value_name = "OPERATION")]
+    pub(crate) operation: String,
+    /// The token: 22 characters of URL-safe base64, as `token issue` printed it.
+    #[arg(value_name = "TOKEN", allow_hyphen_values = true)]
+    pub(crate) token: String,
+}
 
 /// `idem token issue T O --ttl DUR [--intent ID]`
 pub(crate) fn issue(
@@ -73,7 +168,7 @@ pub(crate) fn consume(
         return Err(Failure::usage("PROGRAM: missing; give it after --"));
     };
     let input = input::fingerprint(request)?;
-    let fingerprint = command_fingerprint(name, args, crate::args::FingerprintArgs::All, input);
+    let fingerprint = command_fingerprint(name, args, FingerprintArgs::All, input);
     let config = config(lease, None);
     let store = session.open_receiver(config.clone(), Access::Create)?;
     let begin = || match store.consume(&id, fingerprint, session.now()) {

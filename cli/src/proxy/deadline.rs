@@ -1,8 +1,10 @@
-//! The upstream's response body, cut at the upstream deadline: `--upstream-timeout`
-//! bounds a keyed request's whole answer, head and body, so an upstream that sends its
-//! head and then stalls fails the request (the key Unknown: it may have acted) instead
-//! of holding it, its claim and its connection for ever. A request passed through (no
-//! key) streams its body as long as it takes: a download, a stream of events.
+//! The upstream's response body, cut at the upstream deadline.
+//!
+//! `--upstream-timeout` bounds a keyed request's whole answer, head and body, so an
+//! upstream that sends its head and then stalls fails the request (the key Unknown: it may
+//! have acted) instead of holding it, its claim and its connection for ever. A request
+//! passed through (no key) streams its body as long as it takes: a download, a stream of
+//! events.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,6 +1,7 @@
-//! The proxy's metrics in Prometheus text form (`GET /metrics`): answers by kind, request,
-//! upstream and store latency, store failures, the keys waiting for reconciliation, and
-//! on a store file its commits and how group commit batched them.
+//! The proxy's metrics in Prometheus text form (`GET /metrics`).
+//!
+//! Answers by kind, request, upstream and store latency, store failures, the keys waiting
+//! for reconciliation, and on a store file its commits and how group commit batched them.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
-//! A receiver that times every call of the one it wraps, for the proxy's metrics: the
-//! store's (the file's or the database's) latency and failures, per call.
+//! A receiver that times every call of the one it wraps, for the proxy's metrics.
+//!
+//! It gives the store's (the file's or the database's) latency and failures, per call.
 
 use std::io::{BufRead, Write};
 use std::sync::Arc;

@@ -1,0 +1,131 @@
+//! The proxy's front: its own `GET /healthz` and `GET /metrics`, the rest to the layer.
+//!
+//! Every other request goes through the idempotency layer, counted and written to the
+//! access log.
+
+use std::convert::Infallible;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use idem_store::Receiver;
+use idem_store::http::{Answered, ResponseBody};
+use tower::Service;
+
+use super::deadline::Deadline;
+use super::metrics::Metrics;
+
+/// Where the access log goes: one JSON line per request.
+pub(super) type AccessLog = Arc<Mutex<Box<dyn Write + Send>>>;
+
+/// The proxy's front: its own `GET /healthz` and `GET /metrics`, every other request
+/// through the idempotency layer, each counted and logged.
+pub(super) struct Front<K, R> {
+    pub(super) keyed: K,
+    pub(super) store: Arc<R>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) log: Option<AccessLog>,
+}
+
+impl<K: Clone, R> Clone for Front<K, R> {
+    fn clone(&self) -> Self {
+        Front {
+            keyed: self.keyed.clone(),
+            store: Arc::clone(&self.store),
+            metrics: Arc::clone(&self.metrics),
+            log: self.log.clone(),
+        }
+    }
+}
+
+type Answer = Response<ResponseBody<ResponseBody<Deadline>>>;
+
+impl<K, R> Front<K, R>
+where
+    K: Service<Request<Incoming>, Response = Answer, Error = Infallible> + Clone,
+    R: Receiver,
+{
+    pub(super) async fn call(mut self, request: Request<Incoming>) -> Result<Answer, Infallible> {
+        if request.method() == http::Method::GET {
+            match request.uri().path() {
+                "/healthz" => return Ok(self.healthz().await),
+                "/metrics" => return Ok(self.metrics().await),
+                _ => {}
+            }
+        }
+        let started = Instant::now();
+        let method = request.method().clone();
+        let path = request.uri().path().to_owned();
+        let key = request
+            .headers()
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let response = self.keyed.call(request).await?;
+        let took = started.elapsed();
+        let answered = response
+            .extensions()
+            .get::<Answered>()
+            .copied()
+            .unwrap_or(Answered::PassedThrough);
+        self.metrics.answered(answered, took);
+        if let Some(log) = &self.log {
+            let line = serde_json::json!({
+                "at": idem_store::now().0,
+                "method": method.as_str(),
+                "path": path,
+                "key": key,
+                "status": response.status().as_u16(),
+                "answer": answered.name(),
+                "ms": took.as_secs_f64() * 1_000.0,
+            });
+            let mut out = log
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // A log that cannot be written does not fail the request.
+            let _ = writeln!(out, "{line}");
+        }
+        Ok(response)
+    }
+
+    /// 200 when the store can take requests, 503 otherwise.
+    async fn healthz(&self) -> Answer {
+        let (status, body) = if self.store.ready().await {
+            (200, "ready\n")
+        } else {
+            (503, "the store cannot take requests\n")
+        };
+        own(status, "text/plain; charset=utf-8", body.to_owned())
+    }
+
+    async fn metrics(&self) -> Answer {
+        if let Some(counts) = self.store.commit_counts() {
+            self.metrics.commit_counts(counts);
+        }
+        if self.metrics.unknown_keys_due()
+            && let Ok(count) = self.store.unknown_keys().await
+        {
+            self.metrics.unknown_keys(count);
+        }
+        own(
+            200,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            self.metrics.text(),
+        )
+    }
+}
+
+/// An answer of the proxy itself.
+fn own(status: u16, content_type: &'static str, body: String) -> Answer {
+    let mut response = Response::new(http_body_util::Either::Left(Full::new(Bytes::from(body))));
+    *response.status_mut() = http::StatusCode::from_u16(status).unwrap_or_default();
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type),
+    );
+    response
+}
