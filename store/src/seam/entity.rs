@@ -69,7 +69,8 @@ pub(crate) fn renamed(error: &IdError, names: [&'static str; 3]) -> Error {
     }
 }
 
-/// What [`crate::Store::claim_unique_in`] found.
+/// What a claim of a business value found ([`crate::entity::Entities::claim_unique`], and
+/// each engine's `claim_unique_in`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a taken value must not be used"]
 pub enum Uniqueness {

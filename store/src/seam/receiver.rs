@@ -136,7 +136,7 @@ pub trait Receiver: Send + Sync + 'static {
     /// The record of `id`, if there is one.
     fn get(&self, id: &RecordId) -> impl Future<Output = Result<Option<Record>, Error>> + Send;
 
-    /// The records that match `filter`, in the order [`crate::Store::list`] gives.
+    /// The records that match `filter`, in the order [`ListFilter`] says.
     fn list(
         &self,
         filter: &ListFilter,

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::error::Error;
 
-/// What [`crate::Store::execute`] did.
+/// What an atomic execute did ([`crate::Store::execute`] on a file, `PgStore::execute`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "the outcome must be answered to the caller"]
 pub enum Executed<T> {
@@ -92,7 +92,7 @@ pub enum Consumed<T> {
     Admitted(T),
 }
 
-/// What [`crate::Store::sweep`] did.
+/// What [`crate::Receiver::sweep`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct SweepReport {
     /// Records deleted (tombstones past their time, and settled records when
@@ -105,7 +105,7 @@ pub struct SweepReport {
     pub remaining_expired: bool,
 }
 
-/// Numbers for alerting, from one snapshot. See [`crate::Store::stats`].
+/// Numbers for alerting, from one snapshot. See [`crate::Receiver::stats`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Stats {
     /// Records in state Pending.
@@ -185,7 +185,7 @@ impl Stats {
     }
 }
 
-/// What a checker found out about one Unknown record, for [`crate::Store::reconcile`].
+/// What a checker found out about one Unknown record, for [`crate::Receiver::reconcile`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Check {
     /// The effect happened, with this outcome: the record settles as succeeded.
@@ -198,7 +198,7 @@ pub enum Check {
     CannotTell,
 }
 
-/// What [`crate::Store::reconcile`] did.
+/// What [`crate::Receiver::reconcile`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ReconcileReport {
     /// Unknown records shown to the checker.
@@ -217,7 +217,7 @@ pub struct ReconcileReport {
     pub remaining: bool,
 }
 
-/// [`crate::Store::reconcile`] stopped.
+/// [`crate::Receiver::reconcile`] stopped.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReconcileError<E> {
@@ -238,7 +238,7 @@ pub enum ReconcileError<E> {
     Store(#[from] Error),
 }
 
-/// What [`crate::Store::recover_abandoned`] found.
+/// What [`crate::Receiver::recover_abandoned`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Abandoned {
     /// Claims whose lease had run out, turned Unknown (the default
@@ -250,7 +250,7 @@ pub struct Abandoned {
 }
 
 /// How many commits a store made and how its inputs were grouped, since it was opened.
-/// See [`crate::Store::commit_counts`].
+/// See [`crate::Receiver::commit_counts`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct CommitCounts {
     /// Write transactions this store committed, on every path (each one fsync with

@@ -33,11 +33,10 @@ use redb::{ReadableTable, WriteTransaction};
 use crate::error::Error;
 use crate::file::handle::guard_read;
 use crate::file::schema::{META, open_read};
+use crate::file::store::Store;
 use crate::file::writer::Writer;
 
 mod tables;
-
-mod face;
 
 pub(crate) use tables::{
     check as check_intents, count as count_intents, count_by_state as count_intents_by_state,
@@ -528,4 +527,15 @@ fn insert(txn: &WriteTransaction, intent: &Intent) -> Result<(), OutboxError> {
     }
     tables.put(None, intent)?;
     Ok(())
+}
+
+impl Store {
+    /// The outbox of this store's sender, with the settings its retries follow.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerConfigError`] for settings that cannot work.
+    pub fn outbox(&self, config: LedgerConfig) -> Result<Outbox<'_>, LedgerConfigError> {
+        Outbox::new(&self.shared.writer, config)
+    }
 }

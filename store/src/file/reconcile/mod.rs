@@ -18,9 +18,9 @@ use crate::seam::report::{Abandoned, Check, ReconcileError, ReconcileReport};
 
 impl Store {
     /// Finds the claims whose executor went silent (Pending, lease run out at `now`) and,
-    /// under the default [`LeaseExpiry::Unknown`] policy, turns each Unknown, as a begin
+    /// under the default [`idem_core::LeaseExpiry::Unknown`] policy, turns each Unknown, as a begin
     /// on its key would: the executor may have acted, so a reconciler must settle it.
-    /// Under [`LeaseExpiry::Takeover`] they are only reported. Call it once at start-up,
+    /// Under [`idem_core::LeaseExpiry::Takeover`] they are only reported. Call it once at start-up,
     /// after a crash of the process that held the claims, and before
     /// [`Store::reconcile`].
     ///
