@@ -132,18 +132,21 @@ pub use seam::report::{CommitCounts, Executed};
 
 pub mod entity {
     //! The layers after the key (docs/design.md §8): entities moved by a state machine
-    //! with a version check ([`crate::Store::transition_in`]), and business uniqueness
-    //! that outlives retention ([`crate::Store::claim_unique_in`]).
+    //! with a version check, and business uniqueness that outlives retention. Every
+    //! engine offers them as [`Entities`], each call committing on its own; inside the
+    //! key's transaction, with the caller's writes, each engine has its own
+    //! (`transition_in` and `claim_unique_in`: [`crate::Store::transition_in`] on a file).
 
     pub use crate::seam::entity::{Entities, EntityId, Uniqueness};
     pub use idem_core::{Entity, EntityDecision, Machine, MachineError, MachineSpec};
 }
 
 pub mod token {
-    //! One-time tokens (docs/design.md §9): the right to do something once,
-    //! handed out by the server. [`crate::Store::issue_token`] issues one (idempotently per
-    //! intent id), [`crate::Store::consume`] and [`crate::Store::consume_execute`] use it
-    //! once, [`crate::Store::sweep_tokens`] deletes expired ones.
+    //! One-time tokens (docs/design.md §9): the right to do something once, handed out
+    //! by the server. Every engine offers them as [`Tokens`]: `issue_token` issues one
+    //! (idempotently per intent id), `consume` uses it once, `sweep_tokens` deletes
+    //! expired ones; `consume_execute` ([`crate::Store::consume_execute`] on a file) uses
+    //! it in the transaction of the caller's own writes.
 
     pub use crate::seam::report::Consumed;
     pub use crate::seam::token::Tokens;

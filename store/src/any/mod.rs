@@ -363,3 +363,53 @@ fn unsupported(what: &'static str, engine: &'static str) -> Error {
         hint: "it is a store file's (--db PATH)",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_opens_a_file_and_a_scheme_names_its_engine() {
+        for path in [
+            "terminal.redb",
+            "/var/lib/idem.redb",
+            "dir/a://b",
+            "://x",
+            "",
+        ] {
+            assert_eq!(engine_of(path).unwrap(), "file", "{path}");
+            assert_eq!(database_of(path), None, "{path}");
+        }
+        #[cfg(feature = "postgres")]
+        for url in ["postgres://idem@db/shop", "postgresql://db/shop"] {
+            assert_eq!(engine_of(url).unwrap(), "postgres", "{url}");
+            assert_eq!(database_of(url), Some("PostgreSQL"), "{url}");
+        }
+        let refused = engine_of("mysql+tls://db/shop").unwrap_err();
+        assert!(refused.is_input());
+        assert_eq!(
+            refused.to_string(),
+            "mysql+tls://: no engine for this scheme; a path opens a store file, postgres:// a PostgreSQL database"
+        );
+    }
+
+    #[test]
+    fn a_missing_file_is_made_only_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("made.redb");
+        for refused in [
+            AnyStore::builder().create(false),
+            AnyStore::builder().read_only(true),
+        ] {
+            match refused.open_blocking(&path) {
+                Err(AnyOpenError::Missing { path: missing }) => assert_eq!(missing, path),
+                other => panic!("{other:?}"),
+            }
+            assert!(!path.exists());
+        }
+        let store = AnyStore::builder().open_blocking(&path).unwrap();
+        assert_eq!(store.engine(), "file");
+        assert!(store.file("check").is_ok());
+        assert!(path.exists());
+    }
+}

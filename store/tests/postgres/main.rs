@@ -84,6 +84,42 @@ async fn the_axum_example_runs_on_a_database() {
     assert_eq!(statuses, [201, 201, 422]);
 }
 
+/// A database opened by its URL (`AnyStore`) is the PostgreSQL engine behind the seam,
+/// and refuses by name what only a file offers, reading and writing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_opens_the_database_and_a_files_own_calls_are_refused_by_name() {
+    use idem_store::Receiver;
+    use idem_store::any::AnyStore;
+
+    let server = Server::start();
+    let mut store = AnyStore::open(server.url()).await.unwrap();
+    assert_eq!(store.engine(), "postgres");
+    let decision = store
+        .begin(&id("k-1"), fp("1"), idem_core::Timestamp(0))
+        .await;
+    assert!(
+        matches!(decision, Ok(idem_core::protocol::Decision::Claimed { .. })),
+        "{decision:?}"
+    );
+    for what in ["check", "outbox"] {
+        match store.file(what) {
+            Err(idem_store::Error::Unsupported {
+                what: refused,
+                engine,
+                ..
+            }) => {
+                assert_eq!((refused, engine), (what, "postgres"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let refused = store.file_mut("compact").unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "compact: the postgres engine does not offer it; it is a store file's (--db PATH)"
+    );
+}
+
 /// A plain client of the database at `url`.
 pub async fn client_of(url: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
