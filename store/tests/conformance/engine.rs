@@ -10,15 +10,20 @@
 //! cache counts on from the clock it last read with the process's monotonic clock, and
 //! rightly cannot see such a jump: after one, the harness connects the store again, as
 //! a replica that restarts (with an empty cache).
+//!
+//! Replicas: PostgreSQL serves a fleet, several stores on one database; a file is held
+//! by one process, whose callers share its store. [`Engine::replica`] gives a test the
+//! engine's second caller: another `PgStore` on the test's database, the same file store.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use idem_core::{Config, Timestamp};
-use idem_store::Receiver;
-use idem_store::Store;
+use idem_store::entity::Entities;
 use idem_store::postgres::PgStore;
+use idem_store::token::Tokens;
+use idem_store::{Receiver, Store};
 
 use crate::server::Server;
 
@@ -29,11 +34,15 @@ pub(crate) const T0: u64 = 1_700_000_000_000;
 /// races.
 const POOL: usize = 64;
 
+/// How many connections a replica ([`Engine::replica`]) may hold: a few replicas of a
+/// test and the races of the tests beside it stay within the server's connections.
+const REPLICA_POOL: usize = 8;
+
 /// One engine, as a test drives it: a fresh, empty store of its own, its clock, a
 /// restart.
 pub(crate) trait Engine: Sized + Send + Sync + 'static {
-    /// The engine's store.
-    type Store: Receiver;
+    /// The engine's store: the receiver, and the layers after the key.
+    type Store: Receiver + Entities + Tokens;
 
     /// What the engine calls itself in its messages ("the store already holds ...").
     const HOLDS: &'static str;
@@ -47,6 +56,12 @@ pub(crate) trait Engine: Sized + Send + Sync + 'static {
     /// numbers ([`crate::assert_next_generation`]).
     const GAPLESS_GENERATIONS: bool;
 
+    /// How far before a deadline a test waits to be sure it is still before it: 0 where
+    /// time is the caller's (the file: one ms before a token's ttl is before it); on
+    /// PostgreSQL the database's clock runs on between two calls of a test, so a test
+    /// stays a few seconds short.
+    const MARGIN_MS: u64;
+
     /// A fresh, empty store with `config`. Each call makes another one (a file in a
     /// directory of its own; a database of its own).
     fn open(config: Config) -> impl Future<Output = Self>;
@@ -56,6 +71,11 @@ pub(crate) trait Engine: Sized + Send + Sync + 'static {
 
     /// The store, for tasks of the test's own.
     fn shared(&self) -> Arc<Self::Store>;
+
+    /// Another store on the same data, as another replica of a fleet holds it: a
+    /// `PgStore` of its own on the test's database; on the file, the one store (a file
+    /// is held by one process at a time). After [`Engine::pass`], take it again.
+    fn replica(&self) -> impl Future<Output = Arc<Self::Store>>;
 
     /// The `now` a caller passes to the store's inputs.
     fn now(&self) -> Timestamp;
@@ -100,6 +120,7 @@ impl Engine for File {
     type Store = Store;
     const HOLDS: &'static str = "the store";
     const GAPLESS_GENERATIONS: bool = true;
+    const MARGIN_MS: u64 = 0;
 
     async fn open(config: Config) -> File {
         let dir = tempfile::tempdir().unwrap();
@@ -117,6 +138,10 @@ impl Engine for File {
 
     fn shared(&self) -> Arc<Store> {
         Arc::clone(self.store.as_ref().expect("the store is open"))
+    }
+
+    async fn replica(&self) -> Arc<Store> {
+        self.shared()
     }
 
     fn now(&self) -> Timestamp {
@@ -161,9 +186,14 @@ pub(crate) struct Postgres {
 
 impl Postgres {
     async fn connect(&self) -> Arc<PgStore> {
+        self.connect_with(POOL).await
+    }
+
+    /// A store on the test's database with room for `pool` connections.
+    async fn connect_with(&self, pool: usize) -> Arc<PgStore> {
         let store = PgStore::builder()
             .config(self.config.clone())
-            .pool_size(POOL)
+            .pool_size(pool)
             .connect(&self.url)
             .await
             .unwrap();
@@ -183,6 +213,7 @@ impl Engine for Postgres {
     type Store = PgStore;
     const HOLDS: &'static str = "the database";
     const GAPLESS_GENERATIONS: bool = false;
+    const MARGIN_MS: u64 = 5_000;
 
     async fn open(config: Config) -> Postgres {
         static DATABASES: AtomicU32 = AtomicU32::new(0);
@@ -213,6 +244,10 @@ impl Engine for Postgres {
 
     fn shared(&self) -> Arc<PgStore> {
         Arc::clone(self.store.as_ref().expect("the store is connected"))
+    }
+
+    async fn replica(&self) -> Arc<PgStore> {
+        self.connect_with(REPLICA_POOL).await
     }
 
     /// Not used by the engine; a test's clock all the same, moved as the database's is.

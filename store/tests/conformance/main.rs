@@ -1,5 +1,7 @@
 //! The conformance suite (docs/design.md §13): one set of behaviour tests, generic over
-//! the receiver seam ([`idem_store::Receiver`]), run on every engine under the same names:
+//! the seam (the receiver, [`idem_store::Receiver`], and the layers after the key,
+//! [`idem_store::entity::Entities`] and [`idem_store::token::Tokens`]), run on every
+//! engine under the same names:
 //! `conformance::file::NAME` on the redb file, `conformance::postgres::NAME` on
 //! PostgreSQL.
 //!
@@ -16,15 +18,21 @@
 #[path = "../common/postgres.rs"]
 mod server;
 
+#[path = "../common/machines.rs"]
+mod machines;
+
 mod clock;
 mod engine;
+mod entities;
 mod fencing;
 mod maintenance;
 mod protocol;
 mod races;
 mod reconcile;
 mod retention;
+mod tokens;
 mod transfer;
+mod uniqueness;
 
 use idem_core::protocol::Decision;
 use idem_core::{Fingerprint, Generation, Outcome, Record, RecordId, State, Timestamp, Verdict};
@@ -87,6 +95,11 @@ macro_rules! suite {
             reconcile::an_answer_is_not_applied_to_a_record_that_changed_meanwhile,
             reconcile::a_failing_checker_stops_the_run_and_reports_what_was_done_before_it,
             reconcile::the_oldest_claim_is_reconciled_first,
+            reconcile::a_silent_claim_turns_unknown_and_a_live_one_stays,
+            reconcile::under_takeover_a_silent_claim_is_left_for_the_next_begin,
+            reconcile::a_claim_renewed_before_the_recovery_is_left_alone,
+            reconcile::a_recovery_takes_at_most_its_limit_and_the_next_run_the_rest,
+            reconcile::a_recovery_with_a_limit_of_zero_changes_nothing,
             transfer::export_then_import_is_lossless,
             transfer::importing_the_same_export_again_changes_nothing,
             transfer::a_bad_import_line_is_named_and_nothing_is_imported,
@@ -96,6 +109,25 @@ macro_rules! suite {
             races::sixty_four_callers_on_an_expired_lease_take_it_over_once,
             races::sixty_four_callers_on_a_key_past_retention_claim_it_once,
             races::sweepers_racing_claimers_lose_no_claim_and_claim_no_key_twice,
+            entities::a_move_the_machine_allows_is_applied_and_any_other_is_refused,
+            entities::a_stale_expected_version_is_refused_and_writes_nothing,
+            entities::callbacks_in_every_order_end_in_one_state_and_no_move_runs_twice,
+            entities::a_list_by_state_gives_its_entities_of_the_kind_in_id_order,
+            entities::a_list_without_a_state_gives_id_order_across_states,
+            entities::a_list_by_state_orders_tenants_by_name,
+            entities::entities_and_claimed_values_go_through_export_and_import,
+            uniqueness::a_business_value_is_claimed_once_and_held_until_released,
+            uniqueness::a_claimed_value_that_breaks_a_rule_is_refused_naming_the_field,
+            tokens::a_token_is_consumed_once_and_every_later_consume_answers_that_use,
+            tokens::a_token_not_issued_for_its_key_or_expired_unused_is_refused_and_writes_nothing,
+            tokens::a_released_consume_gives_the_token_back,
+            tokens::of_a_hundred_concurrent_consumers_exactly_one_claims_the_token,
+            tokens::an_intent_makes_issuing_idempotent_until_its_token_is_used,
+            tokens::an_intents_token_expired_unused_is_replaced_and_swept,
+            tokens::sixteen_issues_for_one_intent_at_once_answer_one_token,
+            tokens::the_token_sweep_deletes_expired_tokens_in_batches_and_a_use_still_replays,
+            tokens::bad_token_input_names_the_field_and_the_rule_and_writes_nothing,
+            tokens::tokens_go_through_export_and_import,
         );
     };
     (@each $engine:ty; $($family:ident :: $name:ident),* $(,)?) => {

@@ -1,14 +1,16 @@
-//! Reconciliation (docs/design.md §11): a checker is shown the Unknown records, oldest
-//! first, and each answer settles its record only if it is still the one it saw.
+//! Reconciliation (docs/design.md §11): claims whose executor went silent are found and,
+//! under the default policy, turned Unknown (`recover_abandoned`); a checker is shown the
+//! Unknown records, oldest first, and each answer settles its record only if it is still
+//! the one it saw.
 
 use std::convert::Infallible;
 
 use idem_core::protocol::{Decision, Resolution};
-use idem_core::{Config, Outcome, Record, RecordId, State, Timestamp, Verdict};
+use idem_core::{Config, LeaseExpiry, Outcome, Record, RecordId, State, Timestamp, Verdict};
 use idem_store::Receiver;
-use idem_store::maintain::{Check, ReconcileError, ReconcileReport};
+use idem_store::maintain::{Abandoned, Check, ReconcileError, ReconcileReport};
 
-use crate::{Engine, MINUTE, assert_within, claim, claimed, fp, id, state_of, unknown};
+use crate::{Engine, MINUTE, assert_within, claim, claimed, fp, id, settle, state_of, unknown};
 
 /// Four Unknown records, `a` to `d`, claimed and made Unknown in key order a minute
 /// apart: oldest first is key order by every measure.
@@ -267,4 +269,151 @@ pub(crate) async fn the_oldest_claim_is_reconciled_first<E: Engine>() {
         .unwrap();
     assert_eq!((report.not_executed, report.remaining), (1, true));
     assert_eq!(state_of(&h, &id("first")).await, None);
+}
+
+/// The lease of the recovery tests' claims.
+const LEASE: u64 = MINUTE;
+
+/// Claims leased for [`LEASE`], and what becomes of one whose lease ran out.
+fn leased(on_lease_expiry: LeaseExpiry) -> Config {
+    Config {
+        lease_ms: LEASE,
+        on_lease_expiry,
+        ..Config::default()
+    }
+}
+
+/// Looks for silent claims at the harness's time, at most `limit`.
+async fn recover<E: Engine>(h: &E, limit: usize) -> Abandoned {
+    h.store().recover_abandoned(h.now(), limit).await.unwrap()
+}
+
+/// Under the default policy, a claim whose lease ran out turns Unknown (its executor may
+/// have acted): Unknown since the recovery, not since the claim. A live claim and a
+/// settled record are left alone, and a second run finds nothing.
+pub(crate) async fn a_silent_claim_turns_unknown_and_a_live_one_stays<E: Engine>() {
+    let mut h = E::open(leased(LeaseExpiry::Unknown)).await;
+    let (silent, live, settled) = (id("silent"), id("live"), id("settled"));
+    claim(&h, &silent).await;
+    settle(&h, &settled, Verdict::Succeeded, Outcome::new(200, "ok")).await;
+    h.pass(LEASE).await;
+    claim(&h, &live).await;
+    h.pass(1).await;
+    let before = h.clock().await;
+    let found = recover(&h, 100).await;
+    let after = h.clock().await;
+    assert_eq!(
+        found,
+        Abandoned {
+            turned_unknown: vec![silent.clone()],
+            left_for_takeover: vec![],
+        }
+    );
+    assert_eq!(state_of(&h, &silent).await, Some(State::Unknown));
+    assert_eq!(state_of(&h, &live).await, Some(State::Pending));
+    assert_eq!(state_of(&h, &settled).await, Some(State::Succeeded));
+    let marked = h.store().get(&silent).await.unwrap().unwrap().updated_at;
+    assert_within(marked, before, after, "Unknown since the recovery");
+    h.pass(10).await;
+    let before = h.clock().await;
+    let stats = h.store().stats(h.now()).await.unwrap();
+    let after = h.clock().await;
+    assert_within(
+        Timestamp(stats.oldest_unknown_age_ms.unwrap()),
+        Timestamp(before.0 - marked.0),
+        Timestamp(after.0 - marked.0),
+        "aged from the recovery, not from the claim",
+    );
+    assert_eq!(recover(&h, 100).await, Abandoned::default(), "nothing left");
+}
+
+/// Under the Takeover policy, a silent claim is only reported and left Pending, as it
+/// was: the next begin on its key takes it over.
+pub(crate) async fn under_takeover_a_silent_claim_is_left_for_the_next_begin<E: Engine>() {
+    let mut h = E::open(leased(LeaseExpiry::Takeover)).await;
+    let silent = id("silent");
+    let generation = claim(&h, &silent).await;
+    let claimed_record = h.store().get(&silent).await.unwrap();
+    h.pass(LEASE).await;
+    assert_eq!(
+        recover(&h, 100).await,
+        Abandoned {
+            turned_unknown: vec![],
+            left_for_takeover: vec![silent.clone()],
+        }
+    );
+    assert_eq!(
+        h.store().get(&silent).await.unwrap(),
+        claimed_record,
+        "as it was"
+    );
+    let taken = claimed(
+        h.store()
+            .begin(&silent, fp("silent"), h.now())
+            .await
+            .unwrap(),
+    );
+    assert!(taken > generation, "{taken} after {generation}");
+}
+
+/// A claim whose holder renewed its lease before the recovery is left alone, and its
+/// holder settles it; a claim beside it whose lease ran out turns Unknown.
+pub(crate) async fn a_claim_renewed_before_the_recovery_is_left_alone<E: Engine>() {
+    let mut h = E::open(leased(LeaseExpiry::Unknown)).await;
+    let (silent, renewed) = (id("silent"), id("renewed"));
+    claim(&h, &silent).await;
+    let generation = claim(&h, &renewed).await;
+    h.pass(LEASE / 2).await;
+    h.store()
+        .heartbeat(&renewed, generation, h.now())
+        .await
+        .unwrap();
+    h.pass(LEASE / 2).await;
+    assert_eq!(
+        recover(&h, 100).await.turned_unknown,
+        std::slice::from_ref(&silent)
+    );
+    assert_eq!(state_of(&h, &renewed).await, Some(State::Pending));
+    let settled = h
+        .store()
+        .complete(
+            &renewed,
+            generation,
+            Verdict::Succeeded,
+            Outcome::new(200, "ok"),
+            h.now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(settled.state(), State::Succeeded);
+}
+
+/// A run turns at most `limit` silent claims Unknown, the longest silent first (here
+/// also the oldest claims); the next run takes the rest.
+pub(crate) async fn a_recovery_takes_at_most_its_limit_and_the_next_run_the_rest<E: Engine>() {
+    let mut h = E::open(leased(LeaseExpiry::Unknown)).await;
+    let keys: Vec<RecordId> = ["a", "b", "c"].iter().map(|k| id(k)).collect();
+    for key in &keys {
+        claim(&h, key).await;
+        h.pass(1).await;
+    }
+    h.pass(LEASE).await;
+    assert_eq!(recover(&h, 2).await.turned_unknown, keys[..2]);
+    assert_eq!(state_of(&h, &keys[2]).await, Some(State::Pending));
+    assert_eq!(recover(&h, 2).await.turned_unknown, keys[2..]);
+    assert_eq!(recover(&h, 2).await, Abandoned::default());
+    for key in &keys {
+        assert_eq!(state_of(&h, key).await, Some(State::Unknown), "{key}");
+    }
+}
+
+/// A run with a limit of 0 looks at no claim: it changes nothing, as a sweep or a
+/// reconcile with a limit of 0 does.
+pub(crate) async fn a_recovery_with_a_limit_of_zero_changes_nothing<E: Engine>() {
+    let mut h = E::open(leased(LeaseExpiry::Unknown)).await;
+    let silent = id("silent");
+    claim(&h, &silent).await;
+    h.pass(LEASE).await;
+    assert_eq!(recover(&h, 0).await, Abandoned::default());
+    assert_eq!(state_of(&h, &silent).await, Some(State::Pending));
 }

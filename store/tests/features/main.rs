@@ -1,4 +1,6 @@
-//! The layers after the key and the sender side: entities and uniqueness, tokens, the inbox, the outbox.
+//! The layers after the key and the sender side on the file: entities and uniqueness and tokens
+//! inside a caller's transaction, the inbox, the outbox. (Entities, claimed values and tokens
+//! through the seam, on every engine, are the conformance suite's: `tests/conformance`.)
 //!
 //! One test binary of idem-store's integration tests, grouped by concern; each module
 //! was a binary of its own.

@@ -1,105 +1,22 @@
-//! The layers after the key on PostgreSQL, across replicas (several `PgStore`s on one
-//! database): callbacks in every order, concurrent debits with a version check, one
-//! receipt number under two keys, and the schema of version 1 upgraded.
+//! The layers after the key on PostgreSQL inside a caller's transaction, across replicas
+//! (several `PgStore`s on one database): concurrent debits with a version check
+//! (`transition_in` in an execute), one receipt number under two keys at once
+//! (`claim_unique_in`), and the schemas before entities upgraded. (Moves, lists and
+//! claims on their own, and callbacks in every order on random replicas, are the
+//! conformance suite's, on every engine.)
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use idem_core::machine::EntityDecision;
 use idem_core::protocol::Decision;
-use idem_core::{Outcome, Timestamp, Verdict};
+use idem_core::{Outcome, Verdict};
 use idem_store::entity::{EntityId, Uniqueness};
 use idem_store::postgres::tokio_postgres::Transaction;
 use idem_store::postgres::{ConnectError, PgStore};
 use idem_store::{ExecuteError, Executed, Receiver};
 
-use super::machines::{machine, orders};
+use super::machines::machine;
 use super::{Server, client, client_of, fp, id, replicas, url_of};
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn callbacks_in_every_order_on_random_replicas_end_in_one_state_and_run_once() {
-    let server = Server::start();
-    let fleet = replicas(&server, 3, 2).await;
-    let payment = machine(
-        &["created", "paid", "refunded"],
-        &[("created", "paid"), ("paid", "refunded")],
-    );
-    let mut events = vec![
-        "paid", "refunded", "paid", "created", "paid", "refunded", "paid", "created",
-    ];
-    let mut all = Vec::new();
-    orders(&mut events, 0, &mut all);
-    assert_eq!(all.len(), 420, "8! / (4! 2! 2!) distinct orders");
-    let mut pick = 0x9e37_79b9_u64;
-    let mut replica = || {
-        pick = pick.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-        &fleet[(pick >> 33) as usize % fleet.len()]
-    };
-    for (n, order) in all.iter().enumerate() {
-        let pay = EntityId::new("shop", "payment", &format!("p-{n}")).unwrap();
-        let created = replica()
-            .transition(&payment, &pay, "created", None)
-            .await
-            .unwrap();
-        assert!(matches!(created, EntityDecision::Applied { .. }));
-        let mut queue: Vec<&str> = order.clone();
-        let mut applied: BTreeMap<&str, u32> = BTreeMap::new();
-        loop {
-            let mut refused = Vec::new();
-            let mut progress = false;
-            for &to in &queue {
-                match replica()
-                    .transition(&payment, &pay, to, None)
-                    .await
-                    .unwrap()
-                {
-                    EntityDecision::Applied { .. } => {
-                        *applied.entry(to).or_default() += 1;
-                        progress = true;
-                    }
-                    EntityDecision::AlreadyThere { .. } => {}
-                    EntityDecision::Illegal { .. } => refused.push(to),
-                    other => panic!("{order:?}: {other:?}"),
-                }
-            }
-            queue = refused;
-            if !progress {
-                break;
-            }
-        }
-        let entity = replica().get_entity(&pay).await.unwrap().unwrap();
-        assert_eq!(
-            (entity.state.as_str(), entity.version),
-            ("refunded", 3),
-            "order {order:?}"
-        );
-        assert_eq!(
-            applied,
-            BTreeMap::from([("paid", 1), ("refunded", 1)]),
-            "order {order:?}: a move ran twice"
-        );
-    }
-    let refunded = fleet[0]
-        .list_entities("payment", Some("refunded"), usize::MAX)
-        .await
-        .unwrap();
-    assert_eq!(refunded.len(), 420);
-    assert!(
-        fleet[1]
-            .list_entities("payment", Some("paid"), 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    assert_eq!(
-        fleet[2]
-            .list_entities("payment", None, 7)
-            .await
-            .unwrap()
-            .len(),
-        7
-    );
-}
 
 const START: i64 = 10_000;
 const DEBIT: i64 = 7;
@@ -298,30 +215,8 @@ async fn one_receipt_number_under_two_keys_at_once_from_two_replicas_has_one_hol
             Some(holders[0].clone())
         );
     }
-    // The claim outlives every sweep, and is released only when asked.
-    fleet[0].sweep(Timestamp(0), 1_000, false).await.unwrap();
-    assert!(
-        fleet[1]
-            .unique_holder("shop", "receipt", "R-0")
-            .await
-            .unwrap()
-            .is_some()
-    );
-    assert!(
-        fleet[1]
-            .release_unique("shop", "receipt", "R-0")
-            .await
-            .unwrap()
-    );
-    assert_eq!(
-        fleet[0]
-            .unique_holder("shop", "receipt", "R-0")
-            .await
-            .unwrap(),
-        None
-    );
-    let err = fleet[0].unique_holder("shop", "", "R-0").await.unwrap_err();
-    assert_eq!(err.to_string(), "scope: empty, needs 1 to 255 bytes");
+    // (That a claim outlives the sweep and ends when released is the conformance
+    // suite's, on every engine.)
 }
 
 /// A database of each older schema version (1 before entities, 2 before intents):

@@ -1,7 +1,8 @@
 //! What only the PostgreSQL engine does, on real servers: crashes, schema, TLS, round trips,
-//! the layers after the key, moving a file's records in and out. Each test starts its own
-//! throwaway server (`common/postgres.rs`), so without PostgreSQL installed these tests
-//! fail, never skip. (The protocol through the seam is the conformance suite's.)
+//! the layers after the key inside a caller's transaction, moving a file's records in and out.
+//! Each test starts its own throwaway server (`common/postgres.rs`), so without PostgreSQL
+//! installed these tests fail, never skip. (The protocol, entities, claimed values and tokens
+//! through the seam are the conformance suite's.)
 
 #[path = "../common/postgres.rs"]
 mod server;

@@ -1,7 +1,7 @@
 //! The file's own receiver paths: the atomic path, the blocking API under threads, tombstones on
-//! the atomic path, abandoned claims, the clock floor on every write path, the replay cache, the
-//! HTTP layer and the examples. (The protocol through the seam, on every engine, is the
-//! conformance suite's: `tests/conformance`.)
+//! the atomic path, the clock floor on every write path, the replay cache, the HTTP layer and
+//! the examples. (The protocol through the seam, reconciliation and the recovery of abandoned
+//! claims included, on every engine, is the conformance suite's: `tests/conformance`.)
 //!
 //! One test binary of idem-store's integration tests, grouped by concern; each module
 //! was a binary of its own.
@@ -15,6 +15,5 @@ mod examples;
 #[cfg(feature = "http")]
 mod http_layer;
 mod protocol;
-mod reconcile;
 mod replay_cache;
 mod tombstones;
