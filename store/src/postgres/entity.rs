@@ -106,8 +106,9 @@ impl PgStore {
         entity_on(txn, id).await
     }
 
-    /// The entities of `kind` (in `state`, when given), in state, then tenant and id
-    /// order, at most `limit`.
+    /// The entities of `kind` (in `state`, when given), by state, then by tenant and id,
+    /// each in the order of its key bytes as on a file (a shorter name first), at most
+    /// `limit`.
     ///
     /// # Errors
     ///
@@ -125,7 +126,8 @@ impl PgStore {
             .query(
                 "SELECT tenant, kind, id, state, version, updated_at FROM idem_entities \
                   WHERE kind = $1 AND ($2::text IS NULL OR state = $2) \
-                  ORDER BY kind, state, tenant, id LIMIT $3",
+                  ORDER BY octet_length(state), state, octet_length(tenant), tenant, id \
+                  LIMIT $3",
                 &[&kind, &state, &limit],
             )
             .await

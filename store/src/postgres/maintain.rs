@@ -8,6 +8,7 @@ use idem_core::{Config, Generation, Record, RecordId, Refusal, State, Timestamp}
 use super::PgStore;
 use super::error::database;
 use super::row::{Columns, PENDING, SETTLED, TOMBSTONE, UNKNOWN, columns, id_at, record_at};
+use super::statements::KEY_ORDER;
 use crate::error::{Error, MaintainError};
 use crate::seam::filter::ListFilter;
 use crate::seam::reconcile::{self, Reconciling};
@@ -275,7 +276,7 @@ impl Reconciling for PgStore {
             .query(
                 &format!(
                     "SELECT tenant, operation, key, {} FROM idem_records WHERE state = 2 \
-                      ORDER BY created_at, tenant, operation, key LIMIT $1",
+                      ORDER BY created_at, {KEY_ORDER} LIMIT $1",
                     columns("")
                 ),
                 &[&limit_of(Some(limit))],

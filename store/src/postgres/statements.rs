@@ -59,6 +59,12 @@ pub fn fresh_key_statements() -> [String; 2] {
     [claim_sql(), update_sql()]
 }
 
+/// The order of ids on every engine: the order of their key bytes, as the file keeps them
+/// (`RecordId::to_key_bytes`: a tenant's length byte, the tenant, an operation's length
+/// byte, the operation, the key). The columns are `COLLATE "C"`, compared byte by byte.
+pub(super) const KEY_ORDER: &str =
+    "octet_length(tenant), tenant, octet_length(operation), operation, key";
+
 /// Every statement of one connection.
 pub(super) struct Statements {
     /// A fresh key's claim, or the record in the way: `(claimed, time, record…)`.
@@ -219,7 +225,7 @@ impl Statements {
               WHERE ($1::text IS NULL OR tenant = $1) AND ($2::text IS NULL OR operation = $2) \
                 AND ($3::smallint IS NULL OR state = $3) AND ($4::smallint IS NULL OR verdict = $4) \
               ORDER BY CASE WHEN $3::smallint IS NULL THEN NULL ELSE coalesce(expires_at, created_at) END, \
-                tenant, operation, key LIMIT $5"
+                {KEY_ORDER} LIMIT $5"
         );
         let list = client
             .prepare_typed(&list, &[text.clone(), text, i2.clone(), i2, i8])

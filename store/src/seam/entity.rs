@@ -135,7 +135,9 @@ pub trait Entities: Send + Sync + 'static {
         id: &EntityId,
     ) -> impl Future<Output = Result<Option<Entity>, Error>> + Send;
 
-    /// Entities of `kind` (in `state`, when given), in id order, at most `limit`.
+    /// Entities of `kind` (in `state`, when given), by state, then by id (tenant, then
+    /// id), each in the order of its key bytes (a shorter name first, then byte by
+    /// byte), at most `limit`.
     fn list_entities(
         &self,
         kind: &str,

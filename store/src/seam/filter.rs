@@ -6,8 +6,10 @@ use crate::error::Error;
 
 /// Which records a list ([`crate::Receiver::list`]) gives, and in what order, on every
 /// engine: with a state, Pending and Unknown records oldest `created_at` first, settled
-/// records and tombstones soonest `expires_at` first, then by id; without one, in key
-/// order. Every field narrows; the default gives all.
+/// records and tombstones soonest `expires_at` first, then by id; without one, by id.
+/// Ids are in the order of their key bytes ([`idem_core::RecordId::to_key_bytes`]): by
+/// tenant, a shorter one first, then byte by byte; then by operation likewise; then by
+/// key. Every field narrows; the default gives all.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListFilter {
     /// Only records in this state.

@@ -519,3 +519,37 @@ pub(crate) async fn a_list_filter_that_breaks_the_id_rules_is_refused<E: Engine>
     assert!(matches!(refused, Error::Id(_)), "{refused:?}");
     assert_eq!(refused.to_string(), "tenant: empty, needs 1 to 255 bytes");
 }
+
+/// Ids are ordered by their key bytes: a tenant's length comes first (so `shop` before
+/// `a-shop`), then an operation's (so `pay` before `charge`), then the key byte by byte;
+/// the same on every engine, with a state or without.
+pub(crate) async fn a_list_orders_ids_by_their_key_bytes<E: Engine>() {
+    let h = E::open(Config::default()).await;
+    let ids = [
+        ("a-shop", "pay", "k"),
+        ("shop", "charge", "k"),
+        ("shop", "pay", "kb"),
+        ("shop", "pay", "ka"),
+    ];
+    for (tenant, operation, key) in ids {
+        let id = RecordId::new(tenant, operation, key).unwrap();
+        claim(&h, &id).await;
+    }
+    let expected = [
+        "shop/pay/ka",
+        "shop/pay/kb",
+        "shop/charge/k",
+        "a-shop/pay/k",
+    ];
+    let all = h.store().list(&ListFilter::default()).await.unwrap();
+    assert_eq!(names(&all), expected, "without a state");
+    let first = h
+        .store()
+        .list(&ListFilter {
+            limit: Some(3),
+            ..ListFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(names(&first), expected[..3], "a limit takes the first");
+}

@@ -129,7 +129,7 @@ impl Store {
     }
 
     /// The entities of `kind`, in `state` when given, ordered by state then by tenant and
-    /// id, at most `limit`.
+    /// id, each in the order of its key bytes (a shorter name first), at most `limit`.
     ///
     /// # Errors
     ///

@@ -117,17 +117,16 @@ impl Reconciling for Store {
             ..ListFilter::default()
         };
         read::list(&self.shared.writer, &pending, |id, record| {
+            if silent.len() >= limit {
+                return ControlFlow::Break(());
+            }
             if record
                 .lease_until()
                 .is_some_and(|lease_until| at >= lease_until)
             {
                 silent.push((id, record, at));
             }
-            if silent.len() < limit {
-                ControlFlow::Continue(())
-            } else {
-                ControlFlow::Break(())
-            }
+            ControlFlow::Continue(())
         })?;
         Ok(silent)
     }

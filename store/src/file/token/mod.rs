@@ -77,10 +77,11 @@ impl Store {
         let id_key = id.to_key_bytes();
         // A live record of a use admits the token whatever its entry says: answers
         // that write nothing come from the replay cache or a read snapshot, as for
-        // begin. Always the snapshot, even while a batch runs: the batch's step admits
-        // by the token's entry, and past its ttl would refuse a record the snapshot
-        // answers (Forgotten, within the tombstone retention).
-        if let Some(decision) = self.answer_from_snapshot(&id_key, fingerprint, now)? {
+        // begin. A record past its retention admits nothing (idem-core's `token::admit`):
+        // the step then decides by the token's entry, as on every engine.
+        if let Some(decision) = self.answer_from_snapshot(&id_key, fingerprint, now)?
+            && !matches!(decision, Decision::Forgotten { .. })
+        {
             return Ok(Consumed::Admitted(decision));
         }
         let step = steps::consume(id_key, fingerprint);
