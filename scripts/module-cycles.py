@@ -45,6 +45,20 @@ def main() -> int:
     files = sorted(root.rglob("*.rs"))
     modules = {module_of(root, f) for f in files}
     edges = {m: set() for m in modules}
+    # What the crate root re-exports (`pub use file::Store;`): `crate::Store` is an
+    # import of the module that defines it, not of the root.
+    reexports = {}
+    for root_file in (root / "lib.rs", root / "main.rs"):
+        if not root_file.exists():
+            continue
+        for line in root_file.read_text().splitlines():
+            code = line.split("//", 1)[0]
+            if not code.startswith("pub use "):
+                continue
+            for path in paths_in("crate::" + code[len("pub use "):].rstrip(";").strip()):
+                if len(path) >= 3 and path[1] != "crate":
+                    name = path[-1]
+                    reexports[name] = list(path[1:-1])
     for file in files:
         here = module_of(root, file)
         in_tests = False
@@ -57,6 +71,8 @@ def main() -> int:
             for path in paths_in(code):
                 if path[0] == "crate":
                     target = path[1:]
+                    if target and tuple(target[:1]) not in modules and target[0] in reexports:
+                        target = reexports[target[0]] + target[1:]
                 else:
                     target = list(here)
                     for part in path:

@@ -98,7 +98,8 @@
 //! seam/       the floor under every engine: receiver.rs (Receiver), entity.rs
 //!             (Entities, EntityId), token.rs (Tokens), report.rs (what the calls
 //!             return), filter.rs (ListFilter), transfer/ (the export format, the JSON
-//!             views of a record and an intent), running.rs (background work counted)
+//!             views of a record and an intent), reconcile.rs (the reconciler's rules,
+//!             once), clock.rs (now), poll.rs, running.rs (background work counted)
 //! error.rs    the error of each operation; used by every layer
 //! ```
 //!
@@ -124,8 +125,8 @@ mod seam;
 
 pub use error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
 pub use file::Store;
-pub use file::clock::now;
 pub use file::open::StoreBuilder;
+pub use seam::clock::now;
 pub use seam::filter::ListFilter;
 pub use seam::receiver::{GiveUp, Receiver};
 pub use seam::report::{CommitCounts, Executed};

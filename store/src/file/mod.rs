@@ -25,12 +25,11 @@
 //! schema/         the tables and their byte layout, indexes, upgrades of older files
 //! writer.rs       the one write transaction, handle.rs, lock.rs, wait.rs: who may write
 //! journal/        the journal of an exclusive writer; backend.rs: where the bytes live
-//! clock.rs        the wall clock, for callers that want one
 //! ```
 
 pub(crate) mod backend;
 pub(crate) mod cache;
-pub(crate) mod clock;
+
 pub(crate) mod entity;
 pub(crate) mod execute;
 pub(crate) mod group;

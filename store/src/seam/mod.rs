@@ -5,6 +5,7 @@
 //!
 //! The seam imports no engine; every engine imports it.
 
+pub(crate) mod clock;
 pub(crate) mod entity;
 pub(crate) mod filter;
 pub(crate) mod poll;

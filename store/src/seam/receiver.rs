@@ -149,7 +149,7 @@ pub trait Receiver: Send + Sync + 'static {
     /// engine that can count them alone (an index) answers without counting the rest,
     /// as [`Receiver::stats`] does.
     fn unknown_keys(&self) -> impl Future<Output = Result<u64, MaintainError>> + Send {
-        async move { Ok(self.stats(crate::now()).await?.unknown) }
+        async move { Ok(self.stats(crate::seam::clock::now()).await?.unknown) }
     }
 
     /// Sweeps settled records past their retention, at most `limit`.
