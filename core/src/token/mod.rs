@@ -7,10 +7,15 @@
 //!
 //! | token entry | record of its use | answer |
 //! |---|---|---|
-//! | any | live (not a settled record past its retention) | the protocol decides: claim, replay, conflict, in progress, unknown |
-//! | none | none or expired | [`TokenRefusal::NotIssued`] |
-//! | `now >= expires_at` | none or expired | [`TokenRefusal::Expired`] |
+//! | any | live, or past its retention while its tombstone lasts | the protocol decides: claim, replay, conflict, in progress, unknown, forgotten |
+//! | none | none, or past its tombstone's time too | [`TokenRefusal::NotIssued`] |
+//! | `now >= expires_at` | none, or past its tombstone's time too | [`TokenRefusal::Expired`] |
 //! | live | none | the protocol claims |
+//!
+//! A settled record past its retention stands for its tombstone, as in the protocol's
+//! `begin`: a used token is answered Forgotten while the tombstone lasts, whether or not
+//! a sweep has replaced the record yet, and never Expired, which would say it was
+//! never used.
 //!
 //! So a retry of a consumed token with the same fingerprint is replayed, and another
 //! fingerprint is a conflict, exactly as for any key. A token's ttl is at most the
@@ -260,7 +265,7 @@ impl fmt::Display for TokenRefusal {
 
 /// May a consume of a token go on to the protocol's `begin`? `entry` is the issued
 /// token under the consumed `(tenant, operation, token)`, `record` the record under the
-/// same id. See the module's table.
+/// same id, `config` the store's (its tombstone retention). See the module's table.
 ///
 /// # Errors
 ///
@@ -269,8 +274,16 @@ pub fn admit(
     entry: Option<&IssuedToken>,
     record: Option<&Record>,
     now: Timestamp,
+    config: &Config,
 ) -> Result<(), TokenRefusal> {
-    if record.is_some_and(|record| !record.is_expired(now)) {
+    // A settled record past its retention stands for its tombstone (`protocol::begin`).
+    let lasts = |record: &Record| {
+        !record.is_expired(now)
+            || record
+                .tombstone(config.tombstone_retention_ms)
+                .is_some_and(|tombstone| !tombstone.is_expired(now))
+    };
+    if record.is_some_and(lasts) {
         return Ok(());
     }
     match entry {

@@ -125,6 +125,14 @@ fn ttl_must_be_positive_and_within_the_retention() {
 
 #[test]
 fn admit_follows_the_table() {
+    // Without tombstones, a record past its retention stands for nothing.
+    let config = Config {
+        tombstone_retention_ms: 0,
+        ..config()
+    };
+    let admit = |entry: Option<&IssuedToken>, record: Option<&Record>, now: Timestamp| {
+        admit(entry, record, now, &config)
+    };
     let now = Timestamp(5_000);
     let live = entry(6_000);
     let expired = entry(5_000);
@@ -151,6 +159,34 @@ fn admit_follows_the_table() {
         admit(Some(&expired), Some(&settled(4_000)), now),
         Err(TokenRefusal::Expired { .. })
     ));
+}
+
+#[test]
+fn a_record_past_its_retention_admits_while_its_tombstone_lasts() {
+    // Tombstones kept 3 s past a record's retention: the used token's retry is answered
+    // by the protocol (Forgotten), never "expired before its first use".
+    let config = Config {
+        tombstone_retention_ms: 3_000,
+        ..config()
+    };
+    let expired = entry(4_000);
+    let used = settled(5_000);
+    for now in [Timestamp(5_000), Timestamp(7_999)] {
+        assert_eq!(admit(Some(&expired), Some(&used), now, &config), Ok(()));
+        assert_eq!(admit(None, Some(&used), now, &config), Ok(()));
+    }
+    // Past the tombstone's time too, the entry decides again.
+    let now = Timestamp(8_000);
+    assert_eq!(
+        admit(Some(&expired), Some(&used), now, &config),
+        Err(TokenRefusal::Expired {
+            expires_at: Timestamp(4_000)
+        })
+    );
+    assert_eq!(
+        admit(None, Some(&used), now, &config),
+        Err(TokenRefusal::NotIssued)
+    );
 }
 
 #[test]

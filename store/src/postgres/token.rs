@@ -322,7 +322,12 @@ impl PgStore {
         let entry = issued.map(|_| entry_at(&row, 1)).transpose()?;
         let used: Option<Vec<u8>> = row.try_get(4).map_err(database("consume"))?;
         let record = used.map(|_| record_at(&row, 4, id)).transpose()?;
-        Ok(token::admit(entry.as_ref(), record.as_ref(), now))
+        Ok(token::admit(
+            entry.as_ref(),
+            record.as_ref(),
+            now,
+            &self.inner.config,
+        ))
     }
 }
 

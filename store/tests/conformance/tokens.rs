@@ -123,8 +123,30 @@ pub(crate) async fn a_token_is_consumed_once_and_every_later_consume_answers_tha
         consume(&h, &id, fp("voucher 9")).await,
         Consumed::Admitted(Decision::Conflict { .. })
     ));
-    // Past the retention of its use, the token is long expired.
+    // Past the retention of its use, the token is long expired, but it was used: while
+    // the use's tombstone lasts, a retry is answered Forgotten (it ran, do not run it
+    // again), swept or not, never "expired before its first use".
     h.pass(Config::default().success_retention_ms).await;
+    assert!(
+        matches!(
+            consume(&h, &id, fp("voucher 5")).await,
+            Consumed::Admitted(Decision::Forgotten {
+                verdict: Verdict::Succeeded,
+                ..
+            })
+        ),
+        "a used token past its use's retention is forgotten"
+    );
+    h.store().sweep(h.now(), 100, false).await.unwrap();
+    assert!(
+        matches!(
+            consume(&h, &id, fp("voucher 5")).await,
+            Consumed::Admitted(Decision::Forgotten { .. })
+        ),
+        "and after a sweep"
+    );
+    // Past the tombstone's time too, nothing of the use is kept: the entry decides.
+    h.pass(Config::default().tombstone_retention_ms).await;
     assert_eq!(
         consume(&h, &id, fp("voucher 5")).await,
         Consumed::Refused(TokenRefusal::Expired {

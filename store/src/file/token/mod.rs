@@ -75,13 +75,10 @@ impl Store {
         self.shared.writer.ensure_writable("consume")?;
         token_of(id)?;
         let id_key = id.to_key_bytes();
-        // A live record of a use admits the token whatever its entry says: answers
-        // that write nothing come from the replay cache or a read snapshot, as for
-        // begin. A record past its retention admits nothing (idem-core's `token::admit`):
-        // the step then decides by the token's entry, as on every engine.
-        if let Some(decision) = self.answer_from_snapshot(&id_key, fingerprint, now)?
-            && !matches!(decision, Decision::Forgotten { .. })
-        {
+        // A record of a use admits the token whatever its entry says (idem-core's
+        // `token::admit`): answers that write nothing come from the replay cache or a
+        // read snapshot, as for begin, even while a batch runs.
+        if let Some(decision) = self.answer_from_snapshot(&id_key, fingerprint, now)? {
             return Ok(Consumed::Admitted(decision));
         }
         let step = steps::consume(id_key, fingerprint);
@@ -116,7 +113,9 @@ impl Store {
             &id.to_key_bytes(),
             fingerprint,
             now,
-            steps::admit,
+            |tables, id_key, current, now| {
+                steps::admit(tables, id_key, current, now, &self.shared.config)
+            },
             work,
         )?;
         Ok(match executed {

@@ -114,7 +114,7 @@ pub(crate) fn consume(id_key: Vec<u8>, fingerprint: Fingerprint) -> impl Step<Co
     let mut begin = two_phase::begin(fingerprint);
     move |tables: &mut Tables<'_>, current, config: &Config, now| {
         let entry = tables.token(&id_key)?;
-        if let Err(refusal) = token::admit(entry.as_ref(), current, now) {
+        if let Err(refusal) = token::admit(entry.as_ref(), current, now, config) {
             return Ok((Write::Nothing, Consumed::Refused(refusal)));
         }
         let (write, decision) = begin(tables, current, config, now)?;
@@ -129,9 +129,10 @@ pub(crate) fn admit(
     id_key: &[u8],
     current: Option<&Record>,
     now: Timestamp,
+    config: &Config,
 ) -> Result<Result<(), TokenRefusal>, Error> {
     let entry = tables.token(id_key)?;
-    Ok(token::admit(entry.as_ref(), current, now))
+    Ok(token::admit(entry.as_ref(), current, now, config))
 }
 
 /// The issued token under `id`, from a read snapshot.
