@@ -253,3 +253,30 @@ fn reading_commands_do_not_create_a_store() {
     }
     assert!(!idem.db.exists());
 }
+
+/// The global flags that make no sense for a server are refused by `idem proxy`, naming
+/// the flag, before anything listens or opens a store.
+#[test]
+fn idem_proxy_refuses_the_global_flags_it_cannot_apply() {
+    let idem = Idem::new();
+    let proxy = [
+        "proxy",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--tenant",
+        "shop",
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let mut with_now = vec!["--now", "0"];
+    with_now.extend_from_slice(&proxy);
+    idem.run(&with_now)
+        .code(2)
+        .one_error_line(&["--now", "idem proxy", "one command"]);
+    let mut with_json = vec!["--json"];
+    with_json.extend_from_slice(&proxy);
+    idem.run(&with_json)
+        .code(2)
+        .one_error_line(&["--json", "--access-log"]);
+    assert!(!idem.db.exists(), "no store was opened");
+}

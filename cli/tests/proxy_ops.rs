@@ -305,3 +305,127 @@ fn sigterm_stops_within_the_drain_bound_with_a_half_head_open() {
     let status = exited.expect("the proxy still runs 20 s after SIGTERM");
     println!("stopped {:?} after SIGTERM with {status}", sent.elapsed());
 }
+
+/// SIGTERM with 1,000 half-sent heads and one slow keyed request open: the silent
+/// connections are closed at once, the request gets its answer, the proxy exits 0 well
+/// within `--drain-timeout`, and after a restart a retry of the request is replayed.
+#[test]
+fn sigterm_closes_silent_connections_answers_the_request_in_flight_and_exits_0() {
+    let upstream = Upstream::start(Duration::from_millis(1_500));
+    let idem = Idem::new();
+    let flags = [
+        "--tenant",
+        "shop",
+        "--header-timeout",
+        "60s",
+        "--drain-timeout",
+        "30s",
+        "--max-connections",
+        "2000",
+    ];
+    let proxy = Proxy::start(&idem, &upstream.url(), &flags);
+    let heads = half_heads(proxy.address, 1_000);
+    assert_eq!(heads.len(), 1_000, "every half head connected");
+    let address = proxy.address;
+    let slow = thread::spawn(move || post(address, "/orders", &KEYED, r#"{"item":"tea"}"#));
+    // The keyed request reached the upstream: it is in flight.
+    let sent = Instant::now();
+    while upstream.executions("\"k-1\"") == 0 {
+        assert!(
+            sent.elapsed() < Duration::from_secs(10),
+            "the request never reached the upstream"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    let stopping = Instant::now();
+    let (code, stderr) = proxy.terminate();
+    let took = stopping.elapsed();
+    assert_eq!(code, 0, "exit status; stderr: {stderr}");
+    assert!(
+        took < Duration::from_secs(10),
+        "stopped in {took:?}, far within the 30 s drain: it waited for the request alone"
+    );
+    let answer = slow.join().unwrap();
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    for head in &heads {
+        assert!(
+            closed_by_peer(head, Duration::from_secs(5)),
+            "a half head still open after the stop"
+        );
+    }
+    let restarted = Proxy::start(&idem, &upstream.url(), &flags);
+    let retry = post(restarted.address, "/orders", &KEYED, r#"{"item":"tea"}"#);
+    assert_eq!(retry.status, 201);
+    assert_eq!(retry.header("idempotent-replayed").as_deref(), Some("true"));
+    assert_eq!(
+        retry.body, answer.body,
+        "the replay is the answer, byte for byte"
+    );
+    assert_eq!(upstream.executions("\"k-1\""), 1, "it ran once");
+}
+
+/// A stop that reaches `--drain-timeout` with a claimed request still running exits 1
+/// and says how many keys stay claimed; with none, only unkeyed answers cut, it exits 0.
+#[test]
+fn a_stop_past_the_drain_bound_fails_only_when_a_claim_is_left() {
+    let upstream = Upstream::start(Duration::from_secs(8));
+    let idem = Idem::new();
+    let proxy = Proxy::start(
+        &idem,
+        &upstream.url(),
+        &[
+            "--tenant",
+            "shop",
+            "--drain-timeout",
+            "1s",
+            "--upstream-timeout",
+            "30s",
+        ],
+    );
+    let address = proxy.address;
+    let _slow = thread::spawn(move || {
+        let _ = common::http::try_post(address, "/orders", &KEYED, r#"{"item":"tea"}"#);
+    });
+    let sent = Instant::now();
+    while upstream.executions("\"k-1\"") == 0 {
+        assert!(
+            sent.elapsed() < Duration::from_secs(10),
+            "the request never reached the upstream"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    let (code, stderr) = proxy.terminate();
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("1 claimed requests still running after 1000 ms (--drain-timeout)"),
+        "{stderr}"
+    );
+
+    let proxy = Proxy::start(
+        &idem,
+        &upstream.url(),
+        &[
+            "--tenant",
+            "shop",
+            "--drain-timeout",
+            "1s",
+            "--upstream-timeout",
+            "30s",
+        ],
+    );
+    let address = proxy.address;
+    let _unkeyed = thread::spawn(move || {
+        let _ = common::http::try_post(address, "/orders", &[], r#"{"item":"cake"}"#);
+    });
+    let sent = Instant::now();
+    while upstream.executions("") == 0 {
+        assert!(
+            sent.elapsed() < Duration::from_secs(10),
+            "the request never reached the upstream"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    let (code, stderr) = proxy.terminate();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("no key was left claimed"), "{stderr}");
+}

@@ -74,7 +74,8 @@ pub(crate) struct ProxyArgs {
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub(crate) max_connections: usize,
     /// On SIGTERM or Ctrl-C, how long the requests in flight may take to finish before
-    /// the proxy exits anyway.
+    /// the proxy exits anyway; connections that have not sent a whole request head are
+    /// closed at once. The exit status is 1 only when a claimed key was left unsettled.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
     pub(crate) drain_timeout: u64,
     /// With a postgres:// --db, the most database connections this replica opens.
@@ -87,6 +88,17 @@ pub(crate) struct ProxyArgs {
 }
 
 pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
+    // The global flags that make no sense for a server are refused, not ignored.
+    if session.clock.is_fixed() {
+        return Err(Failure::usage(
+            "--now: idem proxy answers each request at the time it comes (a database's clock on a database); --now applies to one command",
+        ));
+    }
+    if session.json {
+        return Err(Failure::usage(
+            "--json: idem proxy writes JSON lines to its access log (--access-log); --json applies to one command's output",
+        ));
+    }
     let settings = settings(args)?;
     let file = session.engine()? == "file";
     let metrics = Arc::new(Metrics::new(file));

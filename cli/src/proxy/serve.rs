@@ -1,17 +1,21 @@
 //! Serving: the listener, its bounded connections, and the graceful stop on a signal.
 
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Request;
-use hyper::body::Incoming;
+
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use idem_store::Receiver;
 use idem_store::http::{IdempotencyLayer, RequestBody, Settings};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tower::Layer;
 
 use super::ProxyArgs;
@@ -64,12 +68,12 @@ impl Serving<'_> {
             metrics,
             log,
         };
-        let service = tower::service_fn(move |request: Request<Incoming>| {
-            let front = front.clone();
-            async move { front.call(request).await }
-        });
         println!("listening http://{local}");
         let graceful = GracefulShutdown::new();
+        // Requests that reached the service and whose answer is not written yet, in all,
+        // and the stop, which each connection watches.
+        let answering = Busy::default();
+        let (stopping, stop_seen) = watch::channel(false);
         let connections = Arc::new(Semaphore::new(args.max_connections));
         let header_timeout = Duration::from_millis(args.header_timeout.max(1));
         let mut stop = std::pin::pin!(stop_signal());
@@ -97,22 +101,43 @@ impl Serving<'_> {
                 () = &mut stop => break,
             };
             let _ = stream.set_nodelay(true);
+            // This connection's requests being answered, also counted in all.
+            let busy = Busy::default();
+            let service = tower::service_fn({
+                let (front, busy, answering) = (front.clone(), busy.clone(), answering.clone());
+                move |request: Request<Incoming>| {
+                    let front = front.clone();
+                    let counted = (busy.enter(), answering.enter());
+                    async move {
+                        let answer = front.call(request).await?;
+                        // Counted until hyper has written the answer's last byte.
+                        Ok::<_, Infallible>(answer.map(|body| Counted {
+                            body,
+                            _counted: counted,
+                        }))
+                    }
+                }
+            });
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_timeout)
-                .serve_connection(
-                    TokioIo::new(stream),
-                    TowerToHyperService::new(service.clone()),
-                );
+                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
             let connection = graceful.watch(connection);
+            let mut stop_seen = stop_seen.clone();
             tokio::spawn(async move {
                 // A client that hangs up mid-request: its claimed request finishes anyway.
-                let _ = connection.await;
+                tokio::select! {
+                    _ = connection => {}
+                    // Closed at the stop when it answers nothing: it has not sent a whole
+                    // request head, or it sits between requests.
+                    () = silent_at_stop(&mut stop_seen, &busy) => {}
+                }
                 drop(permit);
             });
         }
         drop(listener);
         eprintln!("idem proxy: stopping, finishing the requests in flight");
+        let _ = stopping.send(true);
         let drain = Duration::from_millis(args.drain_timeout.max(1));
         let drained = async {
             graceful.shutdown().await;
@@ -123,11 +148,87 @@ impl Serving<'_> {
         };
         tokio::select! {
             () = drained => Ok(()),
-            () = tokio::time::sleep(drain) => Err(Failure::runtime(format!(
-                "proxy: requests still running after {} ms (--drain-timeout), stopped anyway; a key claimed by a request cut off stays pending until its lease ends",
-                drain.as_millis()
-            ))),
+            () = tokio::time::sleep(drain) => stopped_anyway(drain, running.count(), answering.count()),
         }
+    }
+}
+
+/// The end of a stop that reached `--drain-timeout` with `claimed` keyed requests whose
+/// keys are not settled and `answering` answers not written: a failure when a key is
+/// left claimed, which stays pending until its lease ends; otherwise only requests
+/// without a claim were cut off, and nothing is left behind.
+fn stopped_anyway(drain: Duration, claimed: usize, answering: usize) -> Result<(), Failure> {
+    if claimed > 0 {
+        return Err(Failure::runtime(format!(
+            "proxy: {claimed} claimed requests still running after {} ms (--drain-timeout), stopped anyway; their keys stay pending until their leases end",
+            drain.as_millis()
+        )));
+    }
+    eprintln!(
+        "idem proxy: {answering} answers without a claim (passed through, or replays) still being written after {} ms (--drain-timeout), cut off; no key was left claimed",
+        drain.as_millis()
+    );
+    Ok(())
+}
+
+/// Ready when the stop comes and the connection answers nothing at that moment; never,
+/// when it is answering, whose end the graceful shutdown waits for.
+async fn silent_at_stop(stop_seen: &mut watch::Receiver<bool>, busy: &Busy) {
+    if stop_seen.wait_for(|stopped| *stopped).await.is_ok() && busy.count() == 0 {
+        return;
+    }
+    std::future::pending::<()>().await;
+}
+
+/// A count of answers in progress, shared by clones.
+#[derive(Debug, Clone, Default)]
+struct Busy(Arc<AtomicUsize>);
+
+/// One answer counted until it is dropped.
+#[derive(Debug)]
+struct Answering(Arc<AtomicUsize>);
+
+impl Busy {
+    fn enter(&self) -> Answering {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Answering(Arc::clone(&self.0))
+    }
+
+    fn count(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// An answer's body, counted as being answered until hyper drops it: written whole, or
+/// its connection gone.
+struct Counted<B> {
+    body: B,
+    _counted: (Answering, Answering),
+}
+
+impl<B: Body + Unpin> Body for Counted<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
