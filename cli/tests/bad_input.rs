@@ -278,5 +278,10 @@ fn idem_proxy_refuses_the_global_flags_it_cannot_apply() {
     idem.run(&with_json)
         .code(2)
         .one_error_line(&["--json", "--access-log"]);
+    let mut any_origin = proxy.to_vec();
+    any_origin.extend_from_slice(&["--cors-origin", "*"]);
+    idem.run(&any_origin)
+        .code(2)
+        .one_error_line(&["--cors-origin", "name each origin"]);
     assert!(!idem.db.exists(), "no store was opened");
 }

@@ -346,3 +346,112 @@ fn a_client_that_hangs_up_right_after_sending_leaves_no_key_stranded() {
     }
     assert_eq!(proxy.terminate().0, 0);
 }
+
+/// Sends `head` (a request head without its blank line) and no body, on a connection of
+/// its own; the answer.
+fn send_head(address: std::net::SocketAddr, head: &str) -> Answer {
+    let stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    (&stream)
+        .write_all(format!("{head}\r\nHost: {address}\r\nConnection: close\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut reader = std::io::BufReader::new(&stream);
+    let (head, body) = common::http::read_message(&mut reader).expect("an answer");
+    Answer {
+        status: head.split(' ').nth(1).unwrap().parse().unwrap(),
+        head,
+        body: String::from_utf8(body).unwrap(),
+    }
+}
+
+/// With `--cors-origin`, a page of that origin gets its preflight answered by the proxy
+/// (the idempotency key allowed) and can read every answer: the upstream's, a replay's,
+/// the proxy's own 422; a page of any other origin gets no CORS header, and its
+/// preflight goes to the upstream as any request does.
+#[test]
+fn a_named_origin_may_call_the_proxy_across_origins_and_no_other() {
+    let upstream = Upstream::start(Duration::ZERO);
+    let idem = Idem::new();
+    let proxy = Proxy::start(
+        &idem,
+        &upstream.url(),
+        &["--tenant", "shop", "--cors-origin", "https://shop.example"],
+    );
+    let preflight = send_head(
+        proxy.address,
+        "OPTIONS /orders HTTP/1.1\r\nOrigin: https://shop.example\r\n\
+         Access-Control-Request-Method: POST\r\n\
+         Access-Control-Request-Headers: content-type, idempotency-key",
+    );
+    assert_eq!(preflight.status, 204, "{}", preflight.head);
+    assert_eq!(
+        preflight.header("access-control-allow-origin").as_deref(),
+        Some("https://shop.example")
+    );
+    assert!(
+        preflight
+            .header("access-control-allow-headers")
+            .is_some_and(|h| h.contains("idempotency-key")),
+        "{}",
+        preflight.head
+    );
+    assert!(
+        preflight
+            .header("access-control-allow-methods")
+            .is_some_and(|h| h.contains("POST"))
+    );
+    assert_eq!(
+        upstream.executions(""),
+        0,
+        "the preflight is the proxy's own answer"
+    );
+
+    let from_shop = [
+        ("Idempotency-Key", "\"c-1\""),
+        ("Origin", "https://shop.example"),
+    ];
+    for (body, status, replayed) in [
+        (r#"{"item":"tea"}"#, 201, None),
+        (r#"{"item":"tea"}"#, 201, Some("true")),
+        (r#"{"item":"cake"}"#, 422, None),
+    ] {
+        let answer = post(proxy.address, "/orders", &from_shop, body);
+        assert_eq!(answer.status, status, "{}", answer.body);
+        assert_eq!(answer.header("idempotent-replayed").as_deref(), replayed);
+        assert_eq!(
+            answer.header("access-control-allow-origin").as_deref(),
+            Some("https://shop.example"),
+            "{status}"
+        );
+        let exposed = answer
+            .header("access-control-expose-headers")
+            .unwrap_or_default();
+        assert!(
+            exposed.contains("Retry-After") && exposed.contains("Idempotent-Replayed"),
+            "{exposed}"
+        );
+    }
+    assert_eq!(upstream.executions("\"c-1\""), 1);
+
+    let from_elsewhere = [
+        ("Idempotency-Key", "\"c-2\""),
+        ("Origin", "https://evil.example"),
+    ];
+    let answer = post(
+        proxy.address,
+        "/orders",
+        &from_elsewhere,
+        r#"{"item":"tea"}"#,
+    );
+    assert_eq!(answer.status, 201);
+    assert_eq!(answer.header("access-control-allow-origin"), None);
+    let preflight = send_head(
+        proxy.address,
+        "OPTIONS /orders HTTP/1.1\r\nOrigin: https://evil.example\r\n\
+         Access-Control-Request-Method: POST",
+    );
+    assert_eq!(preflight.header("access-control-allow-origin"), None);
+    assert_eq!(upstream.executions(""), 1, "forwarded to the upstream");
+}

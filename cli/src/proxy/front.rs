@@ -16,6 +16,7 @@ use idem_store::Receiver;
 use idem_store::http::{Answered, ResponseBody};
 use tower::Service;
 
+use super::cors::Cors;
 use super::deadline::Deadline;
 use super::metrics::Metrics;
 
@@ -29,6 +30,7 @@ pub(super) struct Front<K, R> {
     pub(super) store: Arc<R>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) log: Option<AccessLog>,
+    pub(super) cors: Arc<Cors>,
 }
 
 impl<K: Clone, R> Clone for Front<K, R> {
@@ -38,6 +40,7 @@ impl<K: Clone, R> Clone for Front<K, R> {
             store: Arc::clone(&self.store),
             metrics: Arc::clone(&self.metrics),
             log: self.log.clone(),
+            cors: Arc::clone(&self.cors),
         }
     }
 }
@@ -49,7 +52,23 @@ where
     K: Service<Request<Incoming>, Response = Answer, Error = Infallible> + Clone,
     R: Receiver,
 {
-    pub(super) async fn call(mut self, request: Request<Incoming>) -> Result<Answer, Infallible> {
+    pub(super) async fn call(self, request: Request<Incoming>) -> Result<Answer, Infallible> {
+        // A page of an origin `--cors-origin` named: its preflight is answered here, and
+        // every answer it gets, the proxy's own included, is readable to it.
+        let Some(origin) = self.cors.allowed(request.headers()) else {
+            return self.answer(request).await;
+        };
+        if Cors::is_preflight(request.method(), request.headers()) {
+            let mut preflight = own(204, "text/plain; charset=utf-8", String::new());
+            Cors::preflight(origin, request.headers(), preflight.headers_mut());
+            return Ok(preflight);
+        }
+        let mut answer = self.answer(request).await?;
+        Cors::expose(origin, answer.headers_mut());
+        Ok(answer)
+    }
+
+    async fn answer(mut self, request: Request<Incoming>) -> Result<Answer, Infallible> {
         if request.method() == http::Method::GET {
             match request.uri().path() {
                 "/healthz" => return Ok(self.healthz().await),

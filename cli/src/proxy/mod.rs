@@ -5,6 +5,7 @@
 //! proxy's own requests and passes the others through the layer, [`forward`] sends them
 //! upstream, [`metrics`], [`timed`] and [`deadline`] measure and bound them.
 
+mod cors;
 mod deadline;
 mod forward;
 mod front;
@@ -59,6 +60,12 @@ pub(crate) struct ProxyArgs {
     /// (a request passed through: its head); past it the key is unknown (504).
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "25s")]
     pub(crate) upstream_timeout: u64,
+    /// A browser origin whose pages may call the proxy across origins (repeat for more):
+    /// https://shop.example, or http://localhost:5173 in development. Their preflights
+    /// are answered, and every answer to them carries Access-Control-Allow-Origin and
+    /// exposes Retry-After and Idempotent-Replayed; any other origin gets nothing.
+    #[arg(long, value_name = "ORIGIN")]
+    pub(crate) cors_origin: Vec<String>,
     /// A request header that is part of the fingerprint (repeat for more).
     #[arg(long, value_name = "NAME")]
     pub(crate) fingerprint_header: Vec<String>,
@@ -100,6 +107,7 @@ pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
         ));
     }
     let settings = settings(args)?;
+    let cors = cors::Cors::new(&args.cors_origin)?;
     let file = session.engine()? == "file";
     let metrics = Arc::new(Metrics::new(file));
     let upstream = upstream(args, Arc::clone(&metrics))?;
@@ -117,6 +125,7 @@ pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
         upstream,
         metrics,
         log,
+        cors,
     };
     if file {
         // A file is opened on this thread, which waits for its lock.

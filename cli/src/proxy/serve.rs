@@ -19,6 +19,7 @@ use tokio::sync::{Semaphore, watch};
 use tower::Layer;
 
 use super::ProxyArgs;
+use super::cors::Cors;
 use super::forward::Upstream;
 use super::front::{AccessLog, Front};
 use super::metrics::Metrics;
@@ -32,6 +33,7 @@ pub(super) struct Serving<'a> {
     pub(super) upstream: Upstream,
     pub(super) metrics: Arc<Metrics>,
     pub(super) log: Option<AccessLog>,
+    pub(super) cors: Cors,
 }
 
 impl Serving<'_> {
@@ -43,6 +45,7 @@ impl Serving<'_> {
             upstream,
             metrics,
             log,
+            cors,
         } = self;
         let listen = args.listen;
         let listener = tokio::net::TcpListener::bind(listen)
@@ -67,6 +70,7 @@ impl Serving<'_> {
             store: Arc::clone(&store),
             metrics,
             log,
+            cors: Arc::new(cors),
         };
         println!("listening http://{local}");
         let graceful = GracefulShutdown::new();
