@@ -64,6 +64,8 @@ pub(crate) struct ProxyArgs {
     /// https://shop.example, or http://localhost:5173 in development. Their preflights
     /// are answered, and every answer to them carries Access-Control-Allow-Origin and
     /// exposes Retry-After and Idempotent-Replayed; any other origin gets nothing.
+    // The doc is the --help text, where an origin reads best bare.
+    #[allow(rustdoc::bare_urls)]
     #[arg(long, value_name = "ORIGIN")]
     pub(crate) cors_origin: Vec<String>,
     /// A request header that is part of the fingerprint (repeat for more).
