@@ -429,3 +429,55 @@ fn a_stop_past_the_drain_bound_fails_only_when_a_claim_is_left() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("no key was left claimed"), "{stderr}");
 }
+
+/// `--lease` and the watchdog: an upstream that works three times the lease keeps its
+/// key (a duplicate meanwhile is in progress, never unknown), and the request runs once;
+/// a proxy killed mid-request extends nothing, and after the lease a retry through a
+/// restarted proxy finds the key Unknown, as before.
+#[test]
+fn a_request_slower_than_the_lease_keeps_its_key_until_its_proxy_dies() {
+    let upstream = Upstream::start(Duration::from_millis(3_000));
+    let idem = Idem::new();
+    let flags = ["--tenant", "shop", "--lease", "1s"];
+    let mut proxy = Proxy::start(&idem, &upstream.url(), &flags);
+    let address = proxy.address;
+    let slow = thread::spawn(move || post(address, "/orders", &KEYED, r#"{"item":"tea"}"#));
+    let sent = Instant::now();
+    while upstream.executions("\"k-1\"") == 0 {
+        assert!(
+            sent.elapsed() < Duration::from_secs(10),
+            "the request never reached the upstream"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    // Twice the lease into the upstream's work.
+    thread::sleep(Duration::from_millis(2_000));
+    let duplicate = post(proxy.address, "/orders", &KEYED, r#"{"item":"tea"}"#);
+    assert_eq!(duplicate.status, 409, "{}", duplicate.body);
+    assert_eq!(duplicate.problem(), "in-progress");
+    let answer = slow.join().unwrap();
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    assert_eq!(upstream.executions("\"k-1\""), 1, "it ran once");
+
+    let second = [("Idempotency-Key", "\"k-2\"")];
+    let _cut = thread::spawn(move || {
+        let _ = common::http::try_post(address, "/orders", &second, r#"{"item":"cake"}"#);
+    });
+    let sent = Instant::now();
+    while upstream.executions("\"k-2\"") == 0 {
+        assert!(
+            sent.elapsed() < Duration::from_secs(10),
+            "the request never reached the upstream"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    proxy.child.kill().unwrap();
+    proxy.child.wait().unwrap();
+    let killed = Instant::now();
+    let restarted = Proxy::start(&idem, &upstream.url(), &flags);
+    thread::sleep(Duration::from_millis(1_200).saturating_sub(killed.elapsed()));
+    let retry = post(restarted.address, "/orders", &second, r#"{"item":"cake"}"#);
+    assert_eq!(retry.status, 503, "{}", retry.body);
+    assert_eq!(retry.problem(), "unknown");
+    assert_eq!(upstream.executions("\"k-2\""), 1, "not run again");
+}

@@ -82,6 +82,12 @@ pub(crate) struct ProxyArgs {
     /// The most connections open at once; more wait in the listen backlog.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub(crate) max_connections: usize,
+    /// How long a claim holds its key without a word from its request (the lease): while
+    /// the upstream works on a keyed request, the proxy extends it every third of it,
+    /// so an upstream slower than the lease keeps its key; a proxy that dies stops, and
+    /// after the lease a retry finds the key Unknown. E.g. --lease 2m.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
+    pub(crate) lease: u64,
     /// On SIGTERM or Ctrl-C, how long the requests in flight may take to finish before
     /// the proxy exits anyway; connections that have not sent a whole request head are
     /// closed at once. The exit status is 1 only when a claimed key was left unsettled.
@@ -110,6 +116,10 @@ pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
     }
     let settings = settings(args)?;
     let cors = cors::Cors::new(&args.cors_origin)?;
+    let config = Config {
+        lease_ms: args.lease,
+        ..Config::default()
+    };
     let file = session.engine()? == "file";
     let metrics = Arc::new(Metrics::new(file));
     let upstream = upstream(args, Arc::clone(&metrics))?;
@@ -132,7 +142,7 @@ pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
     if file {
         // A file is opened on this thread, which waits for its lock.
         let store = session
-            .builder(Config::default(), Access::Create)?
+            .builder(config, Access::Create)?
             .open_blocking(&session.db)
             .map_err(open_failure)?;
         runtime.block_on(serving.serve(Arc::new(store.into_store())))?;
@@ -141,7 +151,7 @@ pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
             return Err(Failure::usage("--pool: 0 connections, needs at least 1"));
         }
         let builder = session
-            .builder(Config::default(), Access::Create)?
+            .builder(config, Access::Create)?
             .pool_size(args.pool);
         runtime.block_on(async {
             let store = builder.open(&session.db).await.map_err(open_failure)?;

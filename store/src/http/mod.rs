@@ -58,6 +58,14 @@
 //! (begin, complete, release, mark unknown) goes through the store's group commit, so
 //! concurrent requests share fsyncs, and a request waiting for its commit holds no
 //! thread: its future is woken when its batch is durable.
+//!
+//! # The watchdog
+//!
+//! While a claimed request's handler runs, and while its body comes, the layer extends
+//! the claim's lease every third of [`crate::Config::lease_ms`] ([`Receiver::heartbeat`],
+//! fenced by the claim's generation): a handler slower than the lease keeps its key. A
+//! process that dies extends nothing, and a retry after the lease finds the key as the
+//! protocol says (Unknown by default).
 
 mod service;
 

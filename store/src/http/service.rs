@@ -5,6 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -270,7 +271,12 @@ where
         // the count lets a stopping server go.
         let mut claim = claim;
         claim.started = true;
-        let response = match claim.unless_panic(inner.call(request)).await {
+        // The watchdog: the lease is extended while the handler runs and its body comes.
+        let watchdog = claim.watchdog();
+        let response = match claim
+            .unless_panic(beside(inner.call(request), &watchdog))
+            .await
+        {
             Ok(response) => response,
             Err(e) => {
                 claim.settle(Settle::Unknown).await;
@@ -279,7 +285,10 @@ where
         };
         let (parts, body) = response.into_parts();
         let collected = claim
-            .unless_panic(async { body.collect().await.map_err(Into::<BoxError>::into) })
+            .unless_panic(beside(
+                async { body.collect().await.map_err(Into::<BoxError>::into) },
+                &watchdog,
+            ))
             .await;
         let body = match collected {
             Ok(collected) => collected.to_bytes(),
@@ -347,7 +356,65 @@ struct Claim<R: Receiver> {
     settled: bool,
 }
 
+/// The heartbeats of one claim (docs/design.md §16, the watchdog): a third of the lease
+/// apart, each extending the lease of the claim's generation, so that a handler slower
+/// than the lease keeps its key while it runs. A holder that died sends none, and its
+/// lease ends as the protocol says; a refused heartbeat (the claim was taken over or
+/// settled) ends them, and the claim's late settlement is refused by its generation.
+struct Watchdog<R: Receiver> {
+    store: Arc<R>,
+    clock: super::Clock,
+    id: RecordId,
+    generation: Generation,
+    period: Duration,
+}
+
+impl<R: Receiver> Watchdog<R> {
+    /// Beats until a heartbeat is refused; a failure of the store is tried again at the
+    /// next beat, while the lease may still be extended.
+    async fn run(&self) {
+        loop {
+            tokio::time::sleep(self.period).await;
+            let now = (self.clock)();
+            match self.store.heartbeat(&self.id, self.generation, now).await {
+                Ok(_) => {}
+                Err(crate::Error::Refused(_)) => return,
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+/// Runs `work` with `watchdog` beating beside it, until `work` is done.
+async fn beside<F: Future, R: Receiver>(work: F, watchdog: &Watchdog<R>) -> F::Output {
+    let mut work = std::pin::pin!(work);
+    let beats = watchdog.run();
+    let mut beats = std::pin::pin!(beats);
+    let mut beating = true;
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(output) = work.as_mut().poll(cx) {
+            return Poll::Ready(output);
+        }
+        if beating && beats.as_mut().poll(cx).is_ready() {
+            beating = false;
+        }
+        Poll::Pending
+    })
+    .await
+}
+
 impl<R: Receiver> Claim<R> {
+    /// The watchdog of this claim, a third of the store's lease between heartbeats.
+    fn watchdog(&self) -> Watchdog<R> {
+        Watchdog {
+            store: Arc::clone(&self.store),
+            clock: Arc::clone(&self.clock),
+            id: self.id.clone(),
+            generation: self.generation,
+            period: Duration::from_millis((self.store.config().lease_ms / 3).max(1)),
+        }
+    }
+
     async fn settle(&mut self, settle: Settle) {
         self.settled = true;
         let (store, id, generation, now) = (&self.store, &self.id, self.generation, (self.clock)());

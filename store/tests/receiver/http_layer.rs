@@ -795,3 +795,68 @@ async fn a_body_that_fails_with_a_problem_is_answered_with_it() {
         (500, "handler-failed")
     );
 }
+
+/// The watchdog: a handler that runs more than three times the lease keeps its key,
+/// since the layer extends the lease while it runs: the lease never runs out meanwhile,
+/// a duplicate is in progress (never unknown), and the request runs once and settles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_slower_than_the_lease_keeps_its_key_while_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = idem_store::Config {
+        lease_ms: 300,
+        ..idem_store::Config::default()
+    };
+    let store = Arc::new(
+        Store::builder()
+            .config(config)
+            .open(dir.path().join("http.redb"))
+            .unwrap(),
+    );
+    let executions = Arc::new(AtomicUsize::new(0));
+    let handler = tower::service_fn({
+        let executions = Arc::clone(&executions);
+        move |_: Request<RequestBody<Body>>| {
+            executions.fetch_add(1, Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(
+                    b"{\"paid\":1}",
+                ))))
+            }
+        }
+    });
+    let service = IdempotencyLayer::new(Arc::clone(&store), settings()).layer(handler);
+    let first = tokio::spawn(service.clone().oneshot(post(Some(KEY), "{}")));
+    let id = RecordId::new("shop", "POST /orders", KEY_BARE).unwrap();
+    let started = std::time::Instant::now();
+    let mut looked = 0;
+    let mut duplicate = None;
+    while !first.is_finished() {
+        if let Some(record) = store.get(&id).unwrap() {
+            assert_eq!(record.state(), State::Pending);
+            let lease_until = record.lease_until().unwrap();
+            assert!(
+                lease_until > idem_store::now(),
+                "the lease ran out after {:?} while the handler ran",
+                started.elapsed()
+            );
+            looked += 1;
+        }
+        if duplicate.is_none() && started.elapsed() > std::time::Duration::from_millis(700) {
+            let mut service = service.clone();
+            duplicate = Some(send(&mut service, post(Some(KEY), "{}")).await);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(looked > 20, "looked {looked} times");
+    let duplicate = duplicate.expect("a duplicate was sent while the first ran");
+    assert_eq!(duplicate.status, 409, "{}", duplicate.body);
+    assert_eq!(duplicate.problem(), "in-progress");
+    let answer = first.await.unwrap().unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(executions.load(Ordering::SeqCst), 1, "it ran once");
+    assert_eq!(
+        store.get(&id).unwrap().map(|r| r.state()),
+        Some(State::Succeeded)
+    );
+}
