@@ -9,6 +9,7 @@
 //! the atomic path writes (`demo.effects`, one row per sale with how often it ran) plus
 //! the acquirer's own ledger for the two-phase payment.
 
+use idem_store::Receiver;
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -247,7 +248,7 @@ impl Story {
         self.requests += 1;
         let decision = self
             .store()
-            .begin(&payment, fingerprint, self.now)
+            .call(|s| s.begin(&payment, fingerprint, self.now))
             .map_err(store_failure)?;
         let Decision::Claimed {
             generation,
@@ -268,7 +269,7 @@ impl Story {
         self.requests += 1;
         let retry = self
             .store()
-            .begin(&payment, fingerprint, self.now)
+            .call(|s| s.begin(&payment, fingerprint, self.now))
             .map_err(store_failure)?;
         let Decision::NeedsReconciliation {
             generation: unknown,
@@ -293,7 +294,7 @@ impl Story {
             "not executed"
         };
         self.store()
-            .resolve(&payment, resolution, self.now)
+            .call(|s| s.resolve(&payment, resolution, self.now))
             .map_err(store_failure)?;
         say(&format!(
             "   operator reads the acquirer's log: {charged} charge -> resolve {verdict}"
@@ -301,7 +302,7 @@ impl Story {
         self.requests += 1;
         let replay = self
             .store()
-            .begin(&payment, fingerprint, self.now)
+            .call(|s| s.begin(&payment, fingerprint, self.now))
             .map_err(store_failure)?;
         if let Decision::Replay {
             verdict, outcome, ..
@@ -321,16 +322,20 @@ impl Story {
         );
         self.now = self.now.plus_millis(24 * HOUR + SECOND);
         let store = self.store();
-        let before = store.stats(self.now).map_err(maintain_failure)?;
+        let before = store
+            .call(|s| s.stats(self.now))
+            .map_err(maintain_failure)?;
         say(&format!(
             "   before: {} records, {} past retention",
             before.records(),
             before.expired
         ));
         let report = store
-            .sweep(self.now, usize::MAX, false)
+            .call(|s| s.sweep(self.now, usize::MAX, false))
             .map_err(store_failure)?;
-        let after = store.stats(self.now).map_err(maintain_failure)?;
+        let after = store
+            .call(|s| s.stats(self.now))
+            .map_err(maintain_failure)?;
         say(&format!(
             "   sweep removed {} outcomes and kept {} tombstones; after: {} records, {} of them tombstones",
             report.removed + report.tombstoned,

@@ -2,6 +2,7 @@
 //!
 //! An entity moves by a state machine with a version check (docs/design.md §8).
 
+use idem_store::entity::Entities;
 use std::path::Path;
 
 use clap::Subcommand;
@@ -102,7 +103,7 @@ pub(crate) fn transition(
     let machine = read_machine(machine)?;
     let store = session.open_receiver(Config::default(), Access::Create)?;
     let decision = store
-        .transition(&machine, &id, to, expected_version, session.now())
+        .call(|s| s.transition(&machine, &id, to, expected_version, session.now()))
         .map_err(store_failure)?;
     let printer = session.printer();
     match &decision {
@@ -155,7 +156,7 @@ pub(crate) fn transition(
 pub(crate) fn get(session: &Session, id: (&str, &str, &str)) -> Ending {
     let id = entity_id(id)?;
     let store = session.open_receiver(Config::default(), Access::Read)?;
-    let Some(entity) = store.get_entity(&id).map_err(store_failure)? else {
+    let Some(entity) = store.call(|s| s.get_entity(&id)).map_err(store_failure)? else {
         return Err(Failure::new(
             Exit::NotFound,
             format!("{id}: no entity (never moved)"),
@@ -188,7 +189,7 @@ pub(crate) fn list(
     entity_id(("t", kind, "k"))?;
     let store = session.open_receiver(Config::default(), Access::Read)?;
     let entities = store
-        .list_entities(kind, state, limit.unwrap_or(usize::MAX))
+        .call(|s| s.list_entities(kind, state, limit.unwrap_or(usize::MAX)))
         .map_err(store_failure)?;
     let printer = session.printer();
     if printer.json {

@@ -7,6 +7,7 @@
 //! program's status, or mark the record unknown when nobody can tell what the program
 //! did (killed by a signal, output too large to keep).
 
+use idem_store::Receiver;
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -72,7 +73,7 @@ pub(crate) fn exec(session: &Session, request: &ExecRequest<'_>) -> Ending {
     let store = session.open_receiver(config.clone(), Access::Create)?;
     let begin = || {
         store
-            .begin(&id, fingerprint, session.now())
+            .call(|s| s.begin(&id, fingerprint, session.now()))
             .map_err(|e| key_failure(&id, e))
     };
     match claim(&id, begin, request.wait)? {
@@ -118,7 +119,7 @@ pub(crate) fn run_claimed(
         Err(e) => {
             // Nothing ran: give the key back so a corrected retry can claim it.
             store
-                .release(id, generation, session.now())
+                .call(|s| s.release(id, generation, session.now()))
                 .map_err(|e| key_failure(id, e))?;
             return Err(Failure::usage(format!(
                 "PROGRAM: cannot run {}: {e}; the claim was released",
@@ -132,7 +133,7 @@ pub(crate) fn run_claimed(
         .filter(|code| *code == TEMPFAIL || retry_on.contains(code))
     {
         // A failure for now: nothing is settled, a retry runs PROGRAM again.
-        let released = store.release(id, generation, session.now());
+        let released = store.call(|s| s.release(id, generation, session.now()));
         write_stdout(&stdout)?;
         released.map_err(|e| key_failure(id, e))?;
         eprintln!(
@@ -266,7 +267,7 @@ fn run_with_heartbeat(
     thread::scope(|scope| {
         scope.spawn(move || {
             while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
-                match store.heartbeat(id, generation, clock.now()) {
+                match store.call(|s| s.heartbeat(id, generation, clock.now())) {
                     Ok(_) => {}
                     Err(e @ idem_store::Error::Refused(_)) => {
                         eprintln!(
@@ -312,7 +313,7 @@ fn settle(
             .signal()
             .map_or_else(|| "a signal".into(), |s| format!("signal {s}"));
         store
-            .mark_unknown(id, generation, now)
+            .call(|s| s.mark_unknown(id, generation, now))
             .map_err(|e| key_failure(id, e))?;
         write_stdout(stdout)?;
         return Err(Failure::new(
@@ -324,7 +325,7 @@ fn settle(
     };
     if stdout.len() > config.max_outcome_bytes {
         store
-            .mark_unknown(id, generation, now)
+            .call(|s| s.mark_unknown(id, generation, now))
             .map_err(|e| key_failure(id, e))?;
         write_stdout(stdout)?;
         return Err(Failure::new(
@@ -341,7 +342,8 @@ fn settle(
     } else {
         Verdict::Failed
     };
-    let completed = store.complete(id, generation, verdict, Outcome::new(code, stdout), now);
+    let completed =
+        store.call(|s| s.complete(id, generation, verdict, Outcome::new(code, stdout), now));
     // Persist first, answer after: the program's output is released only once its
     // outcome is durable, or together with the reason it is not.
     write_stdout(stdout)?;

@@ -5,6 +5,7 @@
 use clap::Args;
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Config, Generation, Outcome, Record, RecordId, Verdict};
+use idem_store::Receiver;
 
 use crate::exit::{Ending, Exit};
 use crate::input::{self, IdArgs, RequestArgs};
@@ -52,7 +53,7 @@ pub(crate) fn begin(
     let fingerprint = input::fingerprint(request)?;
     let store = session.open_receiver(config(lease, None), Access::Create)?;
     let decision = store
-        .begin(&id, fingerprint, session.now())
+        .call(|s| s.begin(&id, fingerprint, session.now()))
         .map_err(|e| key_failure(&id, e))?;
     session.printer().decision(&decision)?;
     Ok(decision_exit(&decision).code())
@@ -76,13 +77,15 @@ pub(crate) fn complete(
     };
     let store = session.open_receiver_for_key(config(None, retention), &id, Access::Write)?;
     let record = store
-        .complete(
-            &id,
-            Generation(generation.generation),
-            verdict,
-            outcome,
-            session.now(),
-        )
+        .call(|s| {
+            s.complete(
+                &id,
+                Generation(generation.generation),
+                verdict,
+                outcome,
+                session.now(),
+            )
+        })
         .map_err(|e| key_failure(&id, e))?;
     print_settled(session, &id, &record, "settled")
 }
@@ -93,7 +96,7 @@ pub(crate) fn release(session: &Session, id: &IdArgs, generation: &GenerationArg
     let store = session.open_receiver_for_key(Config::default(), &id, Access::Write)?;
     let generation = Generation(generation.generation);
     store
-        .release(&id, generation, session.now())
+        .call(|s| s.release(&id, generation, session.now()))
         .map_err(|e| key_failure(&id, e))?;
     let printer = session.printer();
     printer.either(
@@ -113,7 +116,7 @@ pub(crate) fn heartbeat(
     let id = input::record_id(id)?;
     let store = session.open_receiver_for_key(config(lease, None), &id, Access::Write)?;
     let record = store
-        .heartbeat(&id, Generation(generation.generation), session.now())
+        .call(|s| s.heartbeat(&id, Generation(generation.generation), session.now()))
         .map_err(|e| key_failure(&id, e))?;
     let printer = session.printer();
     if printer.json {
@@ -135,7 +138,7 @@ pub(crate) fn mark_unknown(session: &Session, id: &IdArgs, generation: &Generati
     let id = input::record_id(id)?;
     let store = session.open_receiver_for_key(Config::default(), &id, Access::Write)?;
     let record = store
-        .mark_unknown(&id, Generation(generation.generation), session.now())
+        .call(|s| s.mark_unknown(&id, Generation(generation.generation), session.now()))
         .map_err(|e| key_failure(&id, e))?;
     let printer = session.printer();
     if printer.json {
@@ -178,7 +181,7 @@ pub(crate) fn resolve(
     };
     let store = session.open_receiver_for_key(config(None, retention_ms), &id, Access::Write)?;
     let settled = store
-        .resolve(&id, resolution, session.now())
+        .call(|s| s.resolve(&id, resolution, session.now()))
         .map_err(|e| key_failure(&id, e))?;
     match settled {
         Some(record) => print_settled(session, &id, &record, "resolved"),
@@ -197,7 +200,7 @@ pub(crate) fn get(session: &Session, id: &IdArgs) -> Ending {
     let id = input::record_id(id)?;
     let store = session.open_receiver_for_key(Config::default(), &id, Access::Read)?;
     let record = store
-        .get(&id)
+        .call(|s| s.get(&id))
         .map_err(|e| key_failure(&id, e))?
         .ok_or_else(|| not_found(&id))?;
     session.printer().record(&id, &record)?;

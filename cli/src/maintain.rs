@@ -1,5 +1,6 @@
 //! The commands over the whole store: list, stats, sweep, check, compact, export, import.
 
+use idem_store::Receiver;
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Write};
 use std::ops::ControlFlow;
@@ -73,7 +74,9 @@ pub(crate) fn schema(session: &Session) -> Ending {
 /// `idem stats`
 pub(crate) fn stats(session: &Session) -> Ending {
     let store = session.open_receiver(Config::default(), Access::Read)?;
-    let stats = store.stats(session.now()).map_err(maintain_failure)?;
+    let stats = store
+        .call(|s| s.stats(session.now()))
+        .map_err(maintain_failure)?;
     let view = StatsView {
         stats: &stats,
         system_clock: idem_store::now(),
@@ -205,9 +208,14 @@ pub(crate) fn sweep(
     let now = session.now();
     let limit = limit.unwrap_or(usize::MAX);
     let report = if dry_run {
-        store.sweep(now, limit, true).map_err(store_failure)?
+        store
+            .call(|s| s.sweep(now, limit, true))
+            .map_err(store_failure)?
     } else {
-        let expired = store.stats(now).map_err(maintain_failure)?.expired;
+        let expired = store
+            .call(|s| s.stats(now))
+            .map_err(maintain_failure)?
+            .expired;
         let total = expired.min(u64::try_from(limit).unwrap_or(u64::MAX));
         let bar = if total == 0 {
             indicatif::ProgressBar::hidden()
@@ -219,7 +227,7 @@ pub(crate) fn sweep(
             let done = report.removed + report.tombstoned;
             let left = limit.saturating_sub(usize::try_from(done).unwrap_or(usize::MAX));
             let step = store
-                .sweep(now, left.min(SWEEP_STEP), false)
+                .call(|s| s.sweep(now, left.min(SWEEP_STEP), false))
                 .map_err(store_failure)?;
             report.removed += step.removed;
             report.tombstoned += step.tombstoned;
@@ -323,7 +331,7 @@ pub(crate) fn compact(session: &Session) -> Ending {
 pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
     let store = session.open_receiver(Config::default(), Access::Read)?;
     let records = store
-        .stats(session.now())
+        .call(|s| s.stats(session.now()))
         .map_err(maintain_failure)?
         .records();
     let bar = progress::bar(Some(records), "exporting", Unit::Items);
@@ -333,7 +341,9 @@ pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
                 Failure::runtime(format!("--out: cannot create {}: {e}", path.display()))
             })?;
             let mut writer = BufWriter::new(CountingLines::new(file, bar.clone()));
-            let count = store.export(&mut writer).map_err(maintain_failure)?;
+            let count = store
+                .call(|s| s.export(&mut writer))
+                .map_err(maintain_failure)?;
             writer
                 .flush()
                 .map_err(|e| Failure::runtime(format!("--out: writing {}: {e}", path.display())))?;
@@ -341,7 +351,9 @@ pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
         }
         None => {
             let mut writer = BufWriter::new(CountingLines::new(io::stdout(), bar.clone()));
-            let count = store.export(&mut writer).map_err(maintain_failure)?;
+            let count = store
+                .call(|s| s.export(&mut writer))
+                .map_err(maintain_failure)?;
             writer
                 .flush()
                 .map_err(|e| Failure::runtime(format!("stdout: {e}")))?;
@@ -372,8 +384,9 @@ pub(crate) fn import(session: &Session, file: &Path) -> Ending {
     // Open the input before the store: a missing file must not create an empty store.
     let count = if file == Path::new("-") {
         let store = session.open_receiver(Config::default(), Access::Create)?;
+        let mut input = BufReader::new(io::stdin());
         store
-            .import(&mut BufReader::new(io::stdin()))
+            .call(|s| s.import(&mut input))
             .map_err(import_failure)?
     } else {
         let input = File::open(file)
@@ -381,8 +394,9 @@ pub(crate) fn import(session: &Session, file: &Path) -> Ending {
         let size = input.metadata().map(|m| m.len()).ok();
         let bar = progress::bar(size, "importing", Unit::Bytes);
         let store = session.open_receiver(Config::default(), Access::Create)?;
+        let mut input = BufReader::new(CountingReader::new(input, bar.clone()));
         let count = store
-            .import(&mut BufReader::new(CountingReader::new(input, bar.clone())))
+            .call(|s| s.import(&mut input))
             .map_err(import_failure)?;
         bar.finish_and_clear();
         count

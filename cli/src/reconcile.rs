@@ -3,6 +3,7 @@
 //! Silent claims are turned unknown first; then every unknown record is shown to the
 //! checker, whose exit status says what happened.
 
+use idem_store::Receiver;
 use std::ffi::OsString;
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
@@ -70,19 +71,24 @@ pub(crate) fn run(
     let store = session.open_receiver(config.clone(), Access::Write)?;
     let now = session.now();
     let abandoned = store
-        .recover_abandoned(now, RECOVER_LIMIT)
+        .call(|s| s.recover_abandoned(now, RECOVER_LIMIT))
         .map_err(store_failure)?;
     let limit = limit.unwrap_or(usize::MAX);
-    let unknown = store.stats(now).map_err(maintain_failure)?.unknown;
+    let unknown = store
+        .call(|s| s.stats(now))
+        .map_err(maintain_failure)?
+        .unknown;
     let bar = progress::bar(
         Some(unknown.min(u64::try_from(limit).unwrap_or(u64::MAX))),
         "reconciling",
         Unit::Items,
     );
-    let checked = store.reconcile(now, limit, |id, record| {
-        let answer = check(program, args, id, record, config.max_outcome_bytes);
-        bar.inc(1);
-        answer
+    let checked = store.call(|s| {
+        s.reconcile(now, limit, |id, record| {
+            let answer = check(program, args, id, record, config.max_outcome_bytes);
+            bar.inc(1);
+            answer
+        })
     });
     bar.finish_and_clear();
     let report = match checked {

@@ -2,6 +2,8 @@
 //!
 //! Every argument is checked before the store is opened.
 
+use idem_store::Receiver;
+use idem_store::token::Tokens;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::Read;
@@ -130,7 +132,7 @@ pub(crate) fn issue(
     let random = random_bits()?;
     let store = session.open_receiver(config, Access::Create)?;
     let issued = store
-        .issue_token(tenant, operation, ttl_ms, intent, random, session.now())
+        .call(|s| s.issue_token(tenant, operation, ttl_ms, intent, random, session.now()))
         .map_err(store_failure)?;
     let entry = issued.entry();
     let view = IssuedView {
@@ -171,7 +173,7 @@ pub(crate) fn consume(
     let fingerprint = command_fingerprint(name, args, FingerprintArgs::All, input);
     let config = config(lease, None);
     let store = session.open_receiver(config.clone(), Access::Create)?;
-    let begin = || match store.consume(&id, fingerprint, session.now()) {
+    let begin = || match store.call(|s| s.consume(&id, fingerprint, session.now())) {
         Ok(Consumed::Admitted(decision)) => Ok(decision),
         Ok(Consumed::Refused(refusal)) => Err(refused(&id, refusal)),
         Err(e) => Err(key_failure(&id, e)),
@@ -202,8 +204,12 @@ pub(crate) fn get(session: &Session, id: &TokenIdArgs) -> Ending {
         return Err(not_issued());
     }
     let store = session.open_receiver(Config::default(), Access::Read)?;
-    let entry = store.get_token(&id).map_err(|e| key_failure(&id, e))?;
-    let record = store.get(&id).map_err(|e| key_failure(&id, e))?;
+    let entry = store
+        .call(|s| s.get_token(&id))
+        .map_err(|e| key_failure(&id, e))?;
+    let record = store
+        .call(|s| s.get(&id))
+        .map_err(|e| key_failure(&id, e))?;
     let Some(entry) = entry else {
         // Swept after its ttl: its use, if any, is still a record.
         return match record {
@@ -260,7 +266,7 @@ struct TokenView<'a> {
 pub(crate) fn sweep(session: &Session, limit: Option<usize>) -> Ending {
     let store = session.open_receiver(Config::default(), Access::Write)?;
     let report = store
-        .sweep_tokens(session.now(), limit.unwrap_or(usize::MAX))
+        .call(|s| s.sweep_tokens(session.now(), limit.unwrap_or(usize::MAX)))
         .map_err(store_failure)?;
     let value = serde_json::json!({
         "removed": report.removed,

@@ -329,14 +329,7 @@ fn sigterm_closes_silent_connections_answers_the_request_in_flight_and_exits_0()
     let address = proxy.address;
     let slow = thread::spawn(move || post(address, "/orders", &KEYED, r#"{"item":"tea"}"#));
     // The keyed request reached the upstream: it is in flight.
-    let sent = Instant::now();
-    while upstream.executions("\"k-1\"") == 0 {
-        assert!(
-            sent.elapsed() < Duration::from_secs(10),
-            "the request never reached the upstream"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
+    reached(&upstream, "\"k-1\"");
     let stopping = Instant::now();
     let (code, stderr) = proxy.terminate();
     let took = stopping.elapsed();
@@ -386,14 +379,7 @@ fn a_stop_past_the_drain_bound_fails_only_when_a_claim_is_left() {
     let _slow = thread::spawn(move || {
         let _ = common::http::try_post(address, "/orders", &KEYED, r#"{"item":"tea"}"#);
     });
-    let sent = Instant::now();
-    while upstream.executions("\"k-1\"") == 0 {
-        assert!(
-            sent.elapsed() < Duration::from_secs(10),
-            "the request never reached the upstream"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
+    reached(&upstream, "\"k-1\"");
     let (code, stderr) = proxy.terminate();
     assert_eq!(code, 1, "{stderr}");
     assert!(
@@ -417,14 +403,7 @@ fn a_stop_past_the_drain_bound_fails_only_when_a_claim_is_left() {
     let _unkeyed = thread::spawn(move || {
         let _ = common::http::try_post(address, "/orders", &[], r#"{"item":"cake"}"#);
     });
-    let sent = Instant::now();
-    while upstream.executions("") == 0 {
-        assert!(
-            sent.elapsed() < Duration::from_secs(10),
-            "the request never reached the upstream"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
+    reached(&upstream, "");
     let (code, stderr) = proxy.terminate();
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("no key was left claimed"), "{stderr}");
@@ -442,14 +421,7 @@ fn a_request_slower_than_the_lease_keeps_its_key_until_its_proxy_dies() {
     let mut proxy = Proxy::start(&idem, &upstream.url(), &flags);
     let address = proxy.address;
     let slow = thread::spawn(move || post(address, "/orders", &KEYED, r#"{"item":"tea"}"#));
-    let sent = Instant::now();
-    while upstream.executions("\"k-1\"") == 0 {
-        assert!(
-            sent.elapsed() < Duration::from_secs(10),
-            "the request never reached the upstream"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
+    reached(&upstream, "\"k-1\"");
     // Twice the lease into the upstream's work.
     thread::sleep(Duration::from_millis(2_000));
     let duplicate = post(proxy.address, "/orders", &KEYED, r#"{"item":"tea"}"#);
@@ -463,14 +435,7 @@ fn a_request_slower_than_the_lease_keeps_its_key_until_its_proxy_dies() {
     let _cut = thread::spawn(move || {
         let _ = common::http::try_post(address, "/orders", &second, r#"{"item":"cake"}"#);
     });
-    let sent = Instant::now();
-    while upstream.executions("\"k-2\"") == 0 {
-        assert!(
-            sent.elapsed() < Duration::from_secs(10),
-            "the request never reached the upstream"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
+    reached(&upstream, "\"k-2\"");
     proxy.child.kill().unwrap();
     proxy.child.wait().unwrap();
     let killed = Instant::now();
@@ -480,4 +445,17 @@ fn a_request_slower_than_the_lease_keeps_its_key_until_its_proxy_dies() {
     assert_eq!(retry.status, 503, "{}", retry.body);
     assert_eq!(retry.problem(), "unknown");
     assert_eq!(upstream.executions("\"k-2\""), 1, "not run again");
+}
+
+/// Waits until the request under `key` (an `Idempotency-Key` value, or "" for none) has
+/// reached `upstream`: it is in flight.
+fn reached(upstream: &Upstream, key: &str) {
+    let sent = Instant::now();
+    while upstream.executions(key) == 0 {
+        assert!(
+            sent.elapsed() < Duration::from_secs(10),
+            "the request never reached the upstream"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
 }
