@@ -522,8 +522,9 @@ impl ByHand {
                 client.query_opt(settle, settled).await?
             }
             ByHand::Own => {
+                // The claimant: the engine's mark of the begin (any value will do here).
                 let claimed: &[&(dyn ToSql + Sync)] =
-                    &[&tenant, &operation, &key, &fingerprint, &30_000i64];
+                    &[&tenant, &operation, &key, &fingerprint, &30_000i64, &1i64];
                 let rows = client.query(claim, claimed).await?;
                 let row = rows.first().ok_or("a fresh key found no row")?;
                 if !row.get::<_, bool>(0) {

@@ -164,7 +164,10 @@ impl PgStore {
         // The lock timeout and the claim go out together, in one round trip: polled in
         // this order (`biased`), the connection sends them in this order.
         let timeout = format!("SET LOCAL lock_timeout = {lock_ms}");
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [&t, &o, &k, &fp, &lease];
+        // No claimant: the claim commits with its outcome or not at all, never lost alone.
+        let claimant: Option<i64> = None;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+            [&t, &o, &k, &fp, &lease, &claimant];
         let (timeout, claimed) = tokio::join!(
             biased;
             txn.batch_execute(&timeout),
@@ -260,7 +263,7 @@ impl PgStore {
                 Err(refusal) => return Tried::Done(Err(Error::Refused(refusal).into())),
             };
         match self
-            .replace(&txn, statements, "execute", id, &pending, &settled)
+            .replace(&txn, statements, "execute", id, &pending, &settled, None)
             .await
         {
             Ok(Some(_)) => {}
@@ -318,7 +321,7 @@ impl PgStore {
             Write::Delete => unreachable!("protocol::begin never deletes"),
         };
         let Some(generation) = self
-            .replace(txn, statements, "execute", id, seen, &put)
+            .replace(txn, statements, "execute", id, seen, &put, None)
             .await?
         else {
             return Ok(Existing::Changed);

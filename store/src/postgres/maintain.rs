@@ -356,6 +356,7 @@ impl Reconciling for PgStore {
                 id,
                 record,
                 &unknown,
+                None,
             )
             .await?
             .is_some())

@@ -42,6 +42,7 @@ mod error;
 mod execute;
 mod inbox;
 mod intent;
+mod lost;
 mod maintain;
 mod pool;
 mod receiver;
@@ -82,8 +83,11 @@ struct Inner {
     entities: cache::EntityCache,
     runtime: Handle,
     lock_timeout: Duration,
-    /// The begins left by their callers and the give-ups, running in tasks of their own.
+    /// The begins left by their callers, the give-ups and the lost claims given back,
+    /// running in tasks of their own.
     background: crate::seam::running::Running,
+    /// The marks of this store's claims.
+    claimants: crate::seam::lost::Claimants,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -350,6 +354,7 @@ impl PgStoreBuilder {
                 runtime,
                 lock_timeout: self.lock_timeout,
                 background: crate::seam::running::Running::default(),
+                claimants: crate::seam::lost::Claimants::new(),
             }),
         })
     }

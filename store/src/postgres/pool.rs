@@ -124,6 +124,11 @@ impl Pool {
         }
     }
 
+    /// How long the server lets one statement of this pool's sessions run.
+    pub(super) fn statement_timeout(&self) -> Duration {
+        self.statement_timeout
+    }
+
     /// A connection: an idle one, or a new one.
     pub(super) async fn get(&self) -> Result<Lent<'_>, tokio_postgres::Error> {
         let permit = self

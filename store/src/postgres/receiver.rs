@@ -14,7 +14,7 @@ use idem_core::{
 };
 
 use super::PgStore;
-use super::error::database;
+use super::error::{ambiguous, database};
 use super::row::{PENDING, record_at};
 use super::two_phase::{BEGIN_ATTEMPTS, Fence, key_params, stand_in};
 use crate::error::{Error, ImportError, MaintainError};
@@ -78,10 +78,23 @@ impl PgStore {
         id: &RecordId,
         fingerprint: Fingerprint,
     ) -> Result<Decision, Error> {
+        let claimant = self.inner.claimants.next();
         for _ in 0..BEGIN_ATTEMPTS {
             let connection = self.connection("begin").await?;
-            if let Some(decision) = self.begin_once(&connection, id, fingerprint).await? {
-                return Ok(decision);
+            match self
+                .begin_once(&connection, id, fingerprint, claimant)
+                .await
+            {
+                Ok(Some(decision)) => return Ok(decision),
+                Ok(None) => {}
+                Err(e) => {
+                    if ambiguous(&e) {
+                        // The claim may have landed with nobody to run it: given back
+                        // once the database answers again.
+                        self.give_back_later(id, claimant);
+                    }
+                    return Err(e);
+                }
             }
         }
         Err(Error::Contended {

@@ -8,16 +8,17 @@ use tokio_postgres::error::SqlState;
 use super::ConnectError;
 
 /// The schema this build writes and reads, in `idem_meta.schema_version`: 2 added the
-/// entities, claimed values and tokens, 3 the intents an import carries; an older
+/// entities, claimed values and tokens, 3 the intents an import carries, 4 the claimant
+/// of a claim (a lost claim's mark, docs/design.md §16); an older
 /// database is upgraded by applying [`SCHEMA`] (`testdata/postgres-schema-v*.sql` keep
 /// the older versions).
-pub(super) const SCHEMA_VERSION: i64 = 3;
+pub(super) const SCHEMA_VERSION: i64 = 4;
 
 /// The schema as SQL, every statement safe to run again.
 pub(super) const SCHEMA: &str = include_str!("schema.sql");
 
 /// The columns of `idem_records` this build reads and writes, with their types.
-const RECORD_COLUMNS: [(&str, &str); 14] = [
+const RECORD_COLUMNS: [(&str, &str); 15] = [
     ("tenant", "text"),
     ("operation", "text"),
     ("key", "text"),
@@ -32,6 +33,7 @@ const RECORD_COLUMNS: [(&str, &str); 14] = [
     ("expires_at", "bigint"),
     ("outcome_code", "integer"),
     ("outcome_body", "bytea"),
+    ("claimant", "bigint"),
 ];
 
 /// Makes sure the database holds this build's schema: creates it, or upgrades an older

@@ -1,6 +1,6 @@
--- idem's schema on PostgreSQL, version 3 (docs/postgres.md). Version 1 had no
--- entities, claimed values or tokens, version 2 no intents; applying this text to
--- either upgrades it.
+-- idem's schema on PostgreSQL, version 4 (docs/postgres.md). Version 1 had no
+-- entities, claimed values or tokens, version 2 no intents, version 3 no claimant;
+-- applying this text to any of them upgrades it.
 -- Applied by the first idem that connects with a role allowed to create tables, or by
 -- hand: `idem schema` prints this text. Every statement may run again.
 
@@ -18,7 +18,9 @@ CREATE SEQUENCE IF NOT EXISTS idem_generation AS bigint MINVALUE 1 CACHE 1;
 -- state 0 pending (lease_until), 1 settled (verdict, completed_at, expires_at,
 -- outcome_code, outcome_body), 2 unknown, 3 tombstone (verdict, completed_at,
 -- expires_at); verdict 0 succeeded, 1 failed. Times are milliseconds since the Unix
--- epoch, on the database's clock.
+-- epoch, on the database's clock. claimant marks the begin that wrote the claim, so that
+-- a begin whose answer was lost finds its own claim and gives it back (docs/design.md
+-- §16); null on rows written before version 4 and by an atomic execute.
 CREATE TABLE IF NOT EXISTS idem_records (
   tenant       text COLLATE "C" NOT NULL,
   operation    text COLLATE "C" NOT NULL,
@@ -34,8 +36,11 @@ CREATE TABLE IF NOT EXISTS idem_records (
   expires_at   bigint,
   outcome_code integer,
   outcome_body bytea,
+  claimant     bigint,
   PRIMARY KEY (tenant, operation, key)
 );
+-- Version 4: a nullable column without a default, added without rewriting the table.
+ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS claimant bigint;
 
 -- Sweep finds what is past its time without a scan.
 CREATE INDEX IF NOT EXISTS idem_records_expiry ON idem_records (expires_at)
@@ -112,5 +117,5 @@ CREATE TABLE IF NOT EXISTS idem_intents (
   resolved_at       bigint
 );
 
-INSERT INTO idem_meta (name, value) VALUES ('schema_version', 3)
+INSERT INTO idem_meta (name, value) VALUES ('schema_version', 4)
   ON CONFLICT (name) DO UPDATE SET value = GREATEST(idem_meta.value, EXCLUDED.value);

@@ -17,14 +17,15 @@ const ROW_TIME: &str = "GREATEST(idem_now(), updated_at)";
 /// or the SELECT the row that is there. `idem_now()` is the statement's time (it is
 /// `now()`, fixed for the statement). A row committed after this statement's snapshot
 /// is seen by neither part: then no row. Parameters: tenant, operation, key,
-/// fingerprint, lease (ms).
+/// fingerprint, lease (ms), claimant (the begin's mark, `seam::lost`; null for an
+/// atomic execute, whose claim commits with its outcome or not at all).
 fn claim_sql() -> String {
     let record = columns("");
     let r_record = columns("r.");
     format!(
         "WITH claimed AS ( \
-           INSERT INTO idem_records (tenant, operation, key, fingerprint, generation, state, created_at, updated_at, lease_until) \
-           VALUES ($1, $2, $3, $4, nextval('idem_generation'), 0, idem_now(), idem_now(), idem_now() + $5) \
+           INSERT INTO idem_records (tenant, operation, key, fingerprint, generation, state, created_at, updated_at, lease_until, claimant) \
+           VALUES ($1, $2, $3, $4, nextval('idem_generation'), 0, idem_now(), idem_now(), idem_now() + $5, $6) \
            ON CONFLICT DO NOTHING \
            RETURNING {record}) \
          SELECT true, updated_at, {record} FROM claimed \
@@ -74,6 +75,7 @@ pub(super) struct Statements {
     /// One record: `(record…)`.
     pub(super) get: Statement,
     /// The write a begin decided, conditioned on the record it read: `(generation)`.
+    /// A new generation carries the claimant given; otherwise the row keeps its own.
     pub(super) replace: Statement,
     /// A fenced update (heartbeat, complete, mark unknown, resolve), its times offsets
     /// from the row's time: what it kept and when, `(fingerprint, generation,
@@ -81,6 +83,11 @@ pub(super) struct Statements {
     pub(super) update: Statement,
     /// A fenced delete (release, resolve as not executed): `(generation)`.
     pub(super) delete: Statement,
+    /// The record a claimant's claim wrote: `(record…)`.
+    pub(super) claimed_by: Statement,
+    /// A lost claim given back, conditioned on its claimant, generation and state:
+    /// `(generation)`.
+    pub(super) delete_claimed: Statement,
     /// Records by filter, in key order: `(tenant, operation, key, record…)`.
     pub(super) list: Statement,
     /// An entity and the time a move of it uses: `(time, state, version, updated_at)`.
@@ -151,7 +158,7 @@ impl Statements {
         let record = columns("");
         let claim = claim_sql();
         let claim = client
-            .prepare_typed(&claim, &with(&[Type::BYTEA, Type::INT8]))
+            .prepare_typed(&claim, &with(&[Type::BYTEA, Type::INT8, Type::INT8]))
             .await?;
         let read = format!(
             "SELECT {ROW_TIME}, {record} FROM idem_records \
@@ -166,7 +173,8 @@ impl Statements {
                generation = CASE WHEN $4 THEN nextval('idem_generation') ELSE generation END, \
                fingerprint = $10, state = $11, verdict = $12, created_at = $13, updated_at = $14, \
                lease_until = $15, completed_at = $16, expires_at = $17, \
-               outcome_code = $18, outcome_body = $19 \
+               outcome_code = $18, outcome_body = $19, \
+               claimant = CASE WHEN $4 THEN $20 ELSE claimant END \
              WHERE tenant = $1 AND operation = $2 AND key = $3 \
                AND generation = $5 AND state = $6 AND updated_at = $7 \
                AND lease_until IS NOT DISTINCT FROM $8 AND expires_at IS NOT DISTINCT FROM $9 \
@@ -193,6 +201,7 @@ impl Statements {
                     i8.clone(),
                     Type::INT4,
                     Type::BYTEA,
+                    i8.clone(),
                 ]),
             )
             .await?;
@@ -220,6 +229,20 @@ impl Statements {
         let delete = client
             .prepare_typed(delete, &with(&[i8.clone(), i2.clone()]))
             .await?;
+        let claimed_by = format!(
+            "SELECT {record} FROM idem_records \
+              WHERE tenant = $1 AND operation = $2 AND key = $3 AND claimant = $4"
+        );
+        let claimed_by = client
+            .prepare_typed(&claimed_by, &with(std::slice::from_ref(&i8)))
+            .await?;
+        let delete_claimed = "DELETE FROM idem_records \
+             WHERE tenant = $1 AND operation = $2 AND key = $3 \
+               AND claimant = $4 AND generation = $5 AND state = $6 \
+             RETURNING generation";
+        let delete_claimed = client
+            .prepare_typed(delete_claimed, &with(&[i8.clone(), i8.clone(), i2.clone()]))
+            .await?;
         let list = format!(
             "SELECT tenant, operation, key, {record} FROM idem_records \
               WHERE ($1::text IS NULL OR tenant = $1) AND ($2::text IS NULL OR operation = $2) \
@@ -243,6 +266,8 @@ impl Statements {
             replace,
             update,
             delete,
+            claimed_by,
+            delete_claimed,
             list,
             entity_read,
             entity_move,

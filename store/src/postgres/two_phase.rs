@@ -14,6 +14,7 @@ use super::pool::Lent;
 use super::row::{Columns, UNKNOWN, kept_at, record_at, signed, time_at};
 use super::statements::Statements;
 use crate::error::Error;
+use crate::seam::lost::Claimant;
 
 /// How many times a begin reads and tries to write before it gives up
 /// ([`Error::Contended`]). A begin loses only to a write that changed the record
@@ -63,11 +64,14 @@ impl PgStore {
             .transpose()
     }
 
+    /// One try of a begin, its claim marked by `claimant`: the decision, or `None` when
+    /// the record changed between its read and its write.
     pub(super) async fn begin_once(
         &self,
         connection: &Lent<'_>,
         id: &RecordId,
         fingerprint: Fingerprint,
+        claimant: Claimant,
     ) -> Result<Option<Decision>, Error> {
         let config = &self.inner.config;
         let [t, o, k] = key_params(id);
@@ -75,7 +79,10 @@ impl PgStore {
         let fp = fingerprint.0.as_slice();
         let rows = connection
             .client
-            .query(&connection.statements.claim, &[&t, &o, &k, &fp, &lease])
+            .query(
+                &connection.statements.claim,
+                &[&t, &o, &k, &fp, &lease, &claimant.0],
+            )
             .await
             .map_err(database("begin"))?;
         let (now, seen) = match rows.first() {
@@ -123,6 +130,7 @@ impl PgStore {
                 id,
                 &seen,
                 &put,
+                Some(claimant),
             )
             .await?
         else {
@@ -138,8 +146,10 @@ impl PgStore {
     }
 
     /// Writes `put` in place of `seen`, if the row is still the version `seen` was read
-    /// from; a `put` with another generation than `seen`'s gets the sequence's next one.
-    /// The generation written, or `None` when the row changed meanwhile.
+    /// from; a `put` with another generation than `seen`'s gets the sequence's next one,
+    /// and `claimant` as its mark. The generation written, or `None` when the row
+    /// changed meanwhile.
+    #[allow(clippy::too_many_arguments)] // the statement's inputs, each named
     pub(super) async fn replace(
         &self,
         client: &impl GenericClient,
@@ -148,6 +158,7 @@ impl PgStore {
         id: &RecordId,
         seen: &Record,
         put: &Record,
+        claimant: Option<Claimant>,
     ) -> Result<Option<Generation>, Error> {
         let [t, o, k] = key_params(id);
         let new_generation = put.generation != seen.generation;
@@ -180,6 +191,7 @@ impl PgStore {
                     &to.expires_at,
                     &to.outcome_code,
                     &to.outcome_body,
+                    &claimant.map(|c| c.0),
                 ],
             )
             .await

@@ -8,6 +8,8 @@
 pub(crate) mod clock;
 pub(crate) mod entity;
 pub(crate) mod filter;
+#[cfg(feature = "postgres")]
+pub(crate) mod lost;
 pub(crate) mod poll;
 pub(crate) mod receiver;
 pub(crate) mod reconcile;

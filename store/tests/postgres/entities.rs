@@ -219,7 +219,8 @@ async fn one_receipt_number_under_two_keys_at_once_from_two_replicas_has_one_hol
     // suite's, on every engine.)
 }
 
-/// A database of each older schema version (1 before entities, 2 before intents):
+/// A database of each older schema version (1 before entities, 2 before intents, 3
+/// before the claimant):
 /// refused as older without the right to change it, upgraded by a connection that may,
 /// its records kept, and every table of this version there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,6 +230,7 @@ async fn an_older_schema_is_upgraded_and_keeps_its_records() {
     let goldens = [
         (1, include_str!("../../../testdata/postgres-schema-v1.sql")),
         (2, include_str!("../../../testdata/postgres-schema-v2.sql")),
+        (3, include_str!("../../../testdata/postgres-schema-v3.sql")),
     ];
     for (found, golden) in goldens {
         let name = format!("v{found}");
@@ -252,7 +254,7 @@ async fn an_older_schema_is_upgraded_and_keeps_its_records() {
             .await
             .unwrap_err();
         assert!(
-            matches!(refused, ConnectError::OlderSchema { found: f, supported: 3 } if f == found),
+            matches!(refused, ConnectError::OlderSchema { found: f, supported: 4 } if f == found),
             "{refused:?}"
         );
         let store = PgStore::connect(&url).await.unwrap();
@@ -264,7 +266,7 @@ async fn an_older_schema_is_upgraded_and_keeps_its_records() {
             .await
             .unwrap()
             .get(0);
-        assert_eq!(version, 3);
+        assert_eq!(version, 4);
         assert!(
             store.get(&id("kept")).await.unwrap().is_some(),
             "the record is kept"

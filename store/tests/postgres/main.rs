@@ -21,6 +21,7 @@ mod crash;
 mod entities;
 mod execute;
 mod inbox;
+mod lost;
 mod protocol;
 mod round_trips;
 mod schema;

@@ -49,7 +49,7 @@ async fn the_schema_is_made_once_checked_and_refused_when_newer_or_changed() {
 
     // A newer idem's schema is refused, naming both versions.
     bare.execute(
-        "UPDATE idem_meta SET value = 4 WHERE name = 'schema_version'",
+        "UPDATE idem_meta SET value = 5 WHERE name = 'schema_version'",
         &[],
     )
     .await
@@ -59,18 +59,18 @@ async fn the_schema_is_made_once_checked_and_refused_when_newer_or_changed() {
         matches!(
             newer,
             ConnectError::NewerSchema {
-                found: 4,
-                supported: 3
+                found: 5,
+                supported: 4
             }
         ),
         "{newer:?}"
     );
     assert_eq!(
         newer.to_string(),
-        "the database's idem schema is version 4, newer than this build reads (at most 3); use a newer idem"
+        "the database's idem schema is version 5, newer than this build reads (at most 4); use a newer idem"
     );
     bare.execute(
-        "UPDATE idem_meta SET value = 3 WHERE name = 'schema_version'",
+        "UPDATE idem_meta SET value = 4 WHERE name = 'schema_version'",
         &[],
     )
     .await
