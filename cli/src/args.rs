@@ -441,7 +441,8 @@ Example:
     #[command(after_help = "\
 A POST or PATCH with an Idempotency-Key header (\"key\", an RFC 8941 String, or a bare
 token) is forwarded once; a retry gets the stored answer with Idempotent-Replayed: true,
-a retry while it runs 409 with Retry-After, the key with another request 422, a key
+a retry while it runs 409 with Retry-After (or, with --wait-in-flight, waits for the
+outcome and gets the replay), the key with another request 422, a key
 whose outcome is unknown 503, a key whose outcome is past its retention 410 (only its
 tombstone is kept; the request does not run again). Other requests, and keyless ones
 without --require-key, pass through. Answers of the proxy itself are application/problem+json.
@@ -460,8 +461,13 @@ A fleet: with --db postgres://... (or IDEM_DB) any number of proxies share one d
 and a retry may reach any of them. GET /healthz answers 200 while the store can take
 requests (503 otherwise), for a load balancer; GET /metrics gives Prometheus text
 (idem_proxy_answers_total by answer, request, upstream and store latency, store
-failures, unknown keys; on a file, its commits and group commit batches). --access-log
-writes one JSON line per request.
+failures, unknown keys, waits by how they ended; on a file, its commits and group
+commit batches). --access-log writes one JSON line per request. The operation a request
+is recorded under, which idem resolve and idem list name, is its method and path: POST /orders.
+
+A claim is extended every third of --lease while its request runs (the watchdog), so a
+slow upstream keeps its key; a claim whose answer a database failover lost is given
+back once the database answers, so a retry runs it.
 
 Slow or hostile clients: a request head must arrive within --header-timeout, a keyed
 body within --body-timeout (408), and at most --max-connections are open at once.
@@ -469,6 +475,8 @@ body within --body-timeout (408), and at most --max-connections are open at once
 Examples:
   idem proxy --upstream http://127.0.0.1:8080 --tenant shop --replay-status 200
   idem proxy --db postgres://idem@db/shop --upstream http://app:8080 --tenant-header X-Tenant
+  idem proxy --upstream http://127.0.0.1:8080 --tenant shop --lease 2m --wait-in-flight 10s \\
+    --cors-origin https://shop.example
   curl -X POST localhost:8480/orders -H 'Idempotency-Key: \"k-1\"' -d '{\"item\":\"tea\"}'")]
     Proxy(ProxyArgs),
     /// Measure throughput and latency on this machine, on a temporary file, then count

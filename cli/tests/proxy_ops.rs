@@ -459,3 +459,46 @@ fn reached(upstream: &Upstream, key: &str) {
         thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// With --wait-in-flight, duplicates of a request the upstream is still working on wait
+/// for its answer and get the replay; the metrics count the waits by how they ended.
+#[test]
+fn duplicates_wait_for_the_running_request_and_get_its_replay() {
+    let upstream = Upstream::start(Duration::from_millis(1_500));
+    let idem = Idem::new();
+    let proxy = Proxy::start(
+        &idem,
+        &upstream.url(),
+        &["--tenant", "shop", "--wait-in-flight", "10s"],
+    );
+    let address = proxy.address;
+    let first = thread::spawn(move || post(address, "/orders", &KEYED, r#"{"item":"tea"}"#));
+    reached(&upstream, "\"k-1\"");
+    let duplicates: Vec<_> = (0..5)
+        .map(|_| thread::spawn(move || post(address, "/orders", &KEYED, r#"{"item":"tea"}"#)))
+        .collect();
+    let first = first.join().unwrap();
+    assert_eq!(first.status, 201, "{}", first.body);
+    for duplicate in duplicates {
+        let duplicate = duplicate.join().unwrap();
+        assert_eq!(
+            (duplicate.status, &duplicate.body),
+            (first.status, &first.body)
+        );
+        assert_eq!(
+            duplicate.header("idempotent-replayed").as_deref(),
+            Some("true")
+        );
+    }
+    assert_eq!(upstream.executions("\"k-1\""), 1, "it ran once");
+    let text = get(proxy.address, "/metrics").body;
+    assert_eq!(
+        metric(&text, "idem_proxy_waits_total{ended=\"settled\"}"),
+        5.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "idem_proxy_answers_total{answer=\"replayed\"}"),
+        5.0
+    );
+}

@@ -13,7 +13,7 @@ use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use idem_store::Receiver;
-use idem_store::http::{Answered, ResponseBody};
+use idem_store::http::{Answered, ResponseBody, Waited};
 use tower::Service;
 
 use super::cors::Cors;
@@ -92,6 +92,9 @@ where
             .copied()
             .unwrap_or(Answered::PassedThrough);
         self.metrics.answered(answered, took);
+        if let Some(waited) = response.extensions().get::<Waited>() {
+            self.metrics.waited(*waited);
+        }
         if let Some(log) = &self.log {
             let line = serde_json::json!({
                 "at": idem_store::now().0,

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use idem_store::CommitCounts;
-use idem_store::http::Answered;
+use idem_store::http::{Answered, Waited};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -25,6 +25,11 @@ struct AnswerLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WaitLabel {
+    ended: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabel {
     call: &'static str,
 }
@@ -33,6 +38,8 @@ struct CallLabel {
 pub(super) struct Metrics {
     registry: Registry,
     answers: Family<AnswerLabel, Counter>,
+    waits: Family<WaitLabel, Counter>,
+    wait_seconds: Histogram,
     request_seconds: Histogram,
     upstream_seconds: Histogram,
     store_seconds: Family<CallLabel, Histogram>,
@@ -65,6 +72,18 @@ impl Metrics {
             "answers",
             "Requests by what the proxy made of them: executed (forwarded under a fresh claim), replayed, in_progress, conflict, unknown, forgotten, refused, store_failed, passed_through",
             answers.clone(),
+        );
+        let waits = Family::<WaitLabel, Counter>::default();
+        registry.register(
+            "waits",
+            "Requests whose key was in progress and that waited for its outcome (--wait-in-flight), by how the wait ended: settled (answered with the outcome), claimed (the key was given back, and this request ran), timed_out (409)",
+            waits.clone(),
+        );
+        let wait_seconds = latency();
+        registry.register(
+            "wait_seconds",
+            "Time a request waited for the outcome of its key in progress",
+            wait_seconds.clone(),
         );
         let request_seconds = latency();
         registry.register(
@@ -122,6 +141,8 @@ impl Metrics {
         Metrics {
             registry,
             answers,
+            waits,
+            wait_seconds,
             request_seconds,
             upstream_seconds,
             store_seconds,
@@ -158,6 +179,16 @@ impl Metrics {
             })
             .inc();
         self.request_seconds.observe(took.as_secs_f64());
+    }
+
+    /// One request that waited for the outcome of its key.
+    pub(super) fn waited(&self, waited: Waited) {
+        self.waits
+            .get_or_create(&WaitLabel {
+                ended: waited.ended.name(),
+            })
+            .inc();
+        self.wait_seconds.observe(waited.took.as_secs_f64());
     }
 
     /// One forwarded request's upstream time.

@@ -88,6 +88,12 @@ pub(crate) struct ProxyArgs {
     /// after the lease a retry finds the key Unknown. E.g. --lease 2m.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
     pub(crate) lease: u64,
+    /// How long a request whose key is claimed by a request still running waits for its
+    /// outcome and gets the replay, instead of 409 at once; past it, 409 with
+    /// Retry-After. The waiters of one key share one reader of the store, across replicas
+    /// too (a read every 20 ms to 500 ms). Default 0: 409 at once. E.g. --wait-in-flight 10s.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "0s")]
+    pub(crate) wait_in_flight: u64,
     /// On SIGTERM or Ctrl-C, how long the requests in flight may take to finish before
     /// the proxy exits anyway; connections that have not sent a whole request head are
     /// closed at once. The exit status is 1 only when a claimed key was left unsettled.
@@ -216,6 +222,8 @@ fn settings(args: &ProxyArgs) -> Result<Settings, Failure> {
             replay_status,
             ..AnswerConfig::default()
         },
+        wait_in_flight: (args.wait_in_flight > 0)
+            .then(|| Duration::from_millis(args.wait_in_flight)),
         ..Settings::default()
     })
 }

@@ -68,6 +68,7 @@
 //! protocol says (Unknown by default).
 
 mod service;
+mod wait;
 
 use std::fmt;
 use std::sync::Arc;
@@ -79,6 +80,7 @@ pub use idem_core::http::{AnswerConfig, ReplayStatus, key_field_value};
 use tower_layer::Layer;
 
 pub use service::{Idempotency, RequestBody, ResponseBody};
+pub use wait::{WaitEnded, Waited};
 
 pub use crate::seam::running::Running;
 
@@ -215,6 +217,11 @@ pub struct Settings {
     /// How long a keyed request's body may take to arrive whole; past it the request is
     /// answered 408 and nothing is claimed. Default none (the server's own limits).
     pub body_timeout: Option<std::time::Duration>,
+    /// How long a request whose key is claimed by a request still running waits for
+    /// that one's outcome and gets its replay, instead of 409 at once; past it, 409 with
+    /// `Retry-After` as without a wait. The waiters of one key share one reader of the
+    /// store ([`Waited`] marks their responses). Default none: 409 at once.
+    pub wait_in_flight: Option<std::time::Duration>,
     /// The time of every store call and of `Retry-After`. Default the system clock
     /// ([`crate::now`]); a test gives its own.
     pub clock: Clock,
@@ -240,6 +247,7 @@ impl Default for Settings {
             .into(),
             answers: AnswerConfig::default(),
             body_timeout: None,
+            wait_in_flight: None,
             clock: Arc::new(crate::now),
         }
     }
@@ -257,6 +265,7 @@ impl fmt::Debug for Settings {
             .field("kept_headers", &self.kept_headers)
             .field("answers", &self.answers)
             .field("body_timeout", &self.body_timeout)
+            .field("wait_in_flight", &self.wait_in_flight)
             .finish_non_exhaustive()
     }
 }
@@ -274,6 +283,7 @@ pub struct IdempotencyLayer<R = Store> {
     store: Arc<R>,
     settings: Arc<Settings>,
     running: Running,
+    watches: Arc<wait::Watches>,
 }
 
 impl<R> Clone for IdempotencyLayer<R> {
@@ -282,6 +292,7 @@ impl<R> Clone for IdempotencyLayer<R> {
             store: Arc::clone(&self.store),
             settings: Arc::clone(&self.settings),
             running: self.running.clone(),
+            watches: Arc::clone(&self.watches),
         }
     }
 }
@@ -294,6 +305,7 @@ impl<R: Receiver> IdempotencyLayer<R> {
             store,
             settings: Arc::new(settings),
             running: Running::default(),
+            watches: Arc::default(),
         }
     }
 
@@ -316,6 +328,7 @@ impl<S, R: Receiver> Layer<S> for IdempotencyLayer<R> {
             Arc::clone(&self.store),
             Arc::clone(&self.settings),
             self.running.clone(),
+            Arc::clone(&self.watches),
         )
     }
 }

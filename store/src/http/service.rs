@@ -18,9 +18,10 @@ use idem_core::http::{
 };
 use tower_service::Service;
 
+use super::wait::{WaitEnded, Waited, Watches};
 use super::{Answered, Settings, Settle, Tenant};
 use crate::seam::running::Running;
-use crate::{Decision, Generation, GiveUp, Receiver, RecordId, Store, Verdict};
+use crate::{Decision, Fingerprint, Generation, GiveUp, Receiver, RecordId, Store, Verdict};
 
 /// What the wrapped service receives: a keyed request's body, buffered
 /// ([`Either::Left`]), or a body passed through untouched ([`Either::Right`]).
@@ -39,6 +40,7 @@ pub struct Idempotency<S, R = Store> {
     store: Arc<R>,
     settings: Arc<Settings>,
     running: Running,
+    watches: Arc<Watches>,
 }
 
 impl<S: Clone, R> Clone for Idempotency<S, R> {
@@ -48,6 +50,7 @@ impl<S: Clone, R> Clone for Idempotency<S, R> {
             store: Arc::clone(&self.store),
             settings: Arc::clone(&self.settings),
             running: self.running.clone(),
+            watches: Arc::clone(&self.watches),
         }
     }
 }
@@ -58,12 +61,14 @@ impl<S, R> Idempotency<S, R> {
         store: Arc<R>,
         settings: Arc<Settings>,
         running: Running,
+        watches: Arc<Watches>,
     ) -> Idempotency<S, R> {
         Idempotency {
             inner,
             store,
             settings,
             running,
+            watches,
         }
     }
 }
@@ -94,7 +99,15 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         let store = Arc::clone(&self.store);
         let settings = Arc::clone(&self.settings);
-        Box::pin(serve(inner, store, settings, self.running.clone(), request))
+        let watches = Arc::clone(&self.watches);
+        Box::pin(serve(
+            inner,
+            store,
+            settings,
+            self.running.clone(),
+            watches,
+            request,
+        ))
     }
 }
 
@@ -111,6 +124,7 @@ async fn serve<S, R, B, RB>(
     store: Arc<R>,
     settings: Arc<Settings>,
     running: Running,
+    watches: Arc<Watches>,
     request: Request<B>,
 ) -> Result<Response<ResponseBody<RB>>, S::Error>
 where
@@ -123,45 +137,209 @@ where
     RB: Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
 {
-    match admit(&store, &settings, request).await {
-        Admitted::Answer(answer, answered) => Ok(marked(to_response(answer), answered)),
+    let (admitted, waited) = admit(&store, &settings, &watches, request).await;
+    let response = match admitted {
+        Admitted::Answer(answer, answered) => marked(to_response(answer), answered),
         Admitted::PassThrough(request) => {
             let mut inner = inner;
             let response = inner.call(request.map(Either::Right)).await?;
-            Ok(marked(response.map(Either::Right), Answered::PassedThrough))
+            marked(response.map(Either::Right), Answered::PassedThrough)
         }
-        Admitted::Claimed(claim, request) => run(inner, claim, &settings, &running, request)
-            .await
-            .map(|response| marked(response, Answered::Executed)),
-    }
+        Admitted::Claimed(claim, request) => marked(
+            run(inner, claim, &settings, &running, request).await?,
+            Answered::Executed,
+        ),
+    };
+    Ok(match waited {
+        Some(waited) => {
+            let mut response = response;
+            response.extensions_mut().insert(waited);
+            response
+        }
+        None => response,
+    })
 }
 
 /// Everything before the service runs: key, tenant, operation, body, fingerprint,
-/// begin.
+/// begin, and a wait for the outcome of a key in progress; with how that wait ended.
 async fn admit<B, R: Receiver>(
     store: &Arc<R>,
     settings: &Settings,
+    watches: &Arc<Watches>,
     request: Request<B>,
-) -> Admitted<B, R>
+) -> (Admitted<B, R>, Option<Waited>)
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let (parts, body, id, fingerprint) = match keyed(settings, request).await {
+        Ok(keyed) => keyed,
+        Err(admitted) => return (admitted, None),
+    };
+    // Dropped while it waits (the client hung up), the begin gives back what it
+    // claimed; once it is answered, the claim's guard is made before the next await.
+    let decision = store.begin(&id, fingerprint, (settings.clock)()).await;
+    let (decision, waited) = match (decision, settings.wait_in_flight) {
+        (Ok(in_progress @ Decision::InProgress { .. }), Some(wait)) if !wait.is_zero() => {
+            let (decision, waited) = wait_for_outcome(
+                store,
+                settings,
+                watches,
+                &id,
+                fingerprint,
+                in_progress,
+                wait,
+            )
+            .await;
+            (decision, Some(waited))
+        }
+        (decision, _) => (decision, None),
+    };
+    let decision = match decision {
+        Ok(decision) => decision,
+        Err(e) => {
+            return (
+                Admitted::Answer(store_failed(&e).answer(), Answered::StoreFailed),
+                waited,
+            );
+        }
+    };
+    let admitted = match decision {
+        Decision::Claimed { generation, .. } => {
+            let claim = Claim {
+                store: Arc::clone(store),
+                clock: Arc::clone(&settings.clock),
+                watches: Arc::clone(watches),
+                id,
+                generation,
+                started: false,
+                settled: false,
+            };
+            let request = Request::from_parts(parts, Either::Left(Full::new(body)));
+            Admitted::Claimed(claim, request)
+        }
+        other => {
+            let answered = match other {
+                Decision::Replay { .. } => Answered::Replayed,
+                Decision::InProgress { .. } => Answered::InProgress,
+                Decision::Conflict { .. } => Answered::Conflict,
+                Decision::NeedsReconciliation { .. } => Answered::Unknown,
+                Decision::Forgotten { .. } => Answered::Forgotten,
+                Decision::Claimed { .. } => Answered::StoreFailed,
+            };
+            Admitted::Answer(
+                answer(&other, (settings.clock)(), &settings.answers)
+                    .unwrap_or_else(|| store_failed(&"a claim without a handler").answer()),
+                answered,
+            )
+        }
+    };
+    (admitted, waited)
+}
+
+/// A request whose key is `in_progress` waits up to `wait` for the running request's
+/// outcome (the module `wait` says how): the decision it ends with (a replay, the
+/// key's new state, a claim of its own once the key is free again, or still in
+/// progress when the wait ran out), and how the wait ended.
+async fn wait_for_outcome<R: Receiver>(
+    store: &Arc<R>,
+    settings: &Settings,
+    watches: &Arc<Watches>,
+    id: &RecordId,
+    fingerprint: Fingerprint,
+    in_progress: Decision,
+    wait: Duration,
+) -> (Result<Decision, crate::Error>, Waited) {
+    let started = tokio::time::Instant::now();
+    let deadline = started + wait;
+    let waited = |ended| Waited {
+        ended,
+        took: started.elapsed(),
+    };
+    // The last in-progress answer, given when the wait runs out; and the claim watched
+    // (any claim: the one another waiter's begin is making).
+    let mut decision = in_progress;
+    let mut watched = match &decision {
+        Decision::InProgress { generation, .. } => Some(*generation),
+        _ => None,
+    };
+    loop {
+        let waiting = watches.join(store, id, watched);
+        let mut waiting = waiting;
+        let Some(record) = waiting.moved(deadline).await else {
+            return (Ok(decision), waited(WaitEnded::TimedOut));
+        };
+        let now = (settings.clock)();
+        // idem-core decides on the record read; the next generation is a stand-in, as
+        // nothing is written from this decision.
+        let stand_in = Generation(
+            record
+                .as_ref()
+                .map_or(1, |r| r.generation.0.saturating_add(1)),
+        );
+        let decided =
+            idem_core::protocol::begin(record.as_ref(), fingerprint, stand_in, now, store.config());
+        if decided.write == idem_core::Write::Nothing {
+            match decided.decision {
+                Decision::InProgress { generation, .. } => {
+                    watched = Some(generation);
+                    decision = decided.decision;
+                }
+                other => return (Ok(other), waited(WaitEnded::Settled)),
+            }
+            continue;
+        }
+        // The key is free again: one waiter a round asks the store; the others wait
+        // for what it made of the key.
+        if !waiting.take_begin() {
+            watched = None;
+            continue;
+        }
+        drop(waiting);
+        match store.begin(id, fingerprint, now).await {
+            Ok(claimed @ Decision::Claimed { .. }) => {
+                return (Ok(claimed), waited(WaitEnded::Claimed));
+            }
+            Ok(Decision::InProgress {
+                generation,
+                lease_until,
+            }) => {
+                watched = Some(generation);
+                decision = Decision::InProgress {
+                    generation,
+                    lease_until,
+                };
+            }
+            other => return (other, waited(WaitEnded::Settled)),
+        }
+    }
+}
+
+/// The key, tenant, operation, buffered body and fingerprint of a keyed request; or
+/// what it became without them (passed through, refused).
+async fn keyed<B, R: Receiver>(
+    settings: &Settings,
+    request: Request<B>,
+) -> Result<(Parts, Bytes, RecordId, Fingerprint), Admitted<B, R>>
 where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
     if !settings.methods.contains(request.method()) {
-        return Admitted::PassThrough(request);
+        return Err(Admitted::PassThrough(request));
     }
     let fields = request.headers().get_all(IDEMPOTENCY_KEY);
     let key = match key_from_fields(fields.iter().map(HeaderValue::as_bytes)) {
         Ok(Some(key)) => key,
         Ok(None) if settings.require_key => {
-            return refused(Problem::key_missing());
+            return Err(refused(Problem::key_missing()));
         }
-        Ok(None) => return Admitted::PassThrough(request),
-        Err(e) => return refused(Problem::key_malformed(&e)),
+        Ok(None) => return Err(Admitted::PassThrough(request)),
+        Err(e) => return Err(refused(Problem::key_malformed(&e))),
     };
     let (parts, body) = request.into_parts();
     let Some(tenant) = tenant(&settings.tenant, &parts) else {
-        return refused(tenant_missing(&settings.tenant));
+        return Err(refused(tenant_missing(&settings.tenant)));
     };
     let operation = (settings.operation)(&parts);
     let id = match RecordId::new(&tenant, &operation, &key) {
@@ -172,12 +350,12 @@ where
                 Field::Operation => "operation-malformed",
                 _ => "key-malformed",
             };
-            return refused(Problem::new(400, code, e.to_string()));
+            return Err(refused(Problem::new(400, code, e.to_string())));
         }
     };
     let body = match buffer(&parts, body, settings.body_limit, settings.body_timeout).await {
         Ok(body) => body,
-        Err(problem) => return refused(problem),
+        Err(problem) => return Err(refused(problem)),
     };
     let headers: Vec<(&str, Vec<u8>)> = settings
         .fingerprint_headers
@@ -204,43 +382,9 @@ where
     .fingerprint(&ignored);
     let fingerprint = match fingerprint {
         Ok(fingerprint) => fingerprint,
-        Err(e) => return refused(Problem::body_malformed(&e)),
+        Err(e) => return Err(refused(Problem::body_malformed(&e))),
     };
-    // Dropped while it waits (the client hung up), the begin gives back what it
-    // claimed; once it is answered, the claim's guard is made before the next await.
-    let decision = match store.begin(&id, fingerprint, (settings.clock)()).await {
-        Ok(decision) => decision,
-        Err(e) => return Admitted::Answer(store_failed(&e).answer(), Answered::StoreFailed),
-    };
-    match decision {
-        Decision::Claimed { generation, .. } => {
-            let claim = Claim {
-                store: Arc::clone(store),
-                clock: Arc::clone(&settings.clock),
-                id,
-                generation,
-                started: false,
-                settled: false,
-            };
-            let request = Request::from_parts(parts, Either::Left(Full::new(body)));
-            Admitted::Claimed(claim, request)
-        }
-        other => {
-            let answered = match other {
-                Decision::Replay { .. } => Answered::Replayed,
-                Decision::InProgress { .. } => Answered::InProgress,
-                Decision::Conflict { .. } => Answered::Conflict,
-                Decision::NeedsReconciliation { .. } => Answered::Unknown,
-                Decision::Forgotten { .. } => Answered::Forgotten,
-                Decision::Claimed { .. } => Answered::StoreFailed,
-            };
-            Admitted::Answer(
-                answer(&other, (settings.clock)(), &settings.answers)
-                    .unwrap_or_else(|| store_failed(&"a claim without a handler").answer()),
-                answered,
-            )
-        }
-    }
+    Ok((parts, body, id, fingerprint))
 }
 
 /// Runs the service for a claimed request in a task of its own and settles the key
@@ -349,6 +493,8 @@ where
 struct Claim<R: Receiver> {
     store: Arc<R>,
     clock: super::Clock,
+    /// The duplicates waiting for this key's outcome, woken once it is settled.
+    watches: Arc<Watches>,
     id: RecordId,
     generation: Generation,
     /// The handler's task was polled: from here on it may have acted.
@@ -423,6 +569,7 @@ impl<R: Receiver> Claim<R> {
             Settle::Release => store.release(id, generation, now).await,
             Settle::Unknown => store.mark_unknown(id, generation, now).await.map(drop),
         };
+        self.watches.settled(id);
     }
 
     async fn complete(&mut self, stored: StoredResponse) {
@@ -442,6 +589,7 @@ impl<R: Receiver> Claim<R> {
             .store
             .complete(&self.id, self.generation, verdict, outcome, now)
             .await;
+        self.watches.settled(&self.id);
     }
 
     /// Runs `work` of the handler; if it panics, marks the key Unknown and waits for

@@ -29,6 +29,8 @@ mod schema;
 mod tls;
 mod tokens;
 mod transfer;
+#[cfg(feature = "http")]
+mod waiting;
 
 use idem_core::{Config, Fingerprint, RecordId};
 use idem_store::postgres::PgStore;

@@ -860,3 +860,36 @@ async fn a_handler_slower_than_the_lease_keeps_its_key_while_it_runs() {
         Some(State::Succeeded)
     );
 }
+
+#[allow(unreachable_pub)] // shared with the PostgreSQL tests
+#[path = "../common/waiting.rs"]
+mod waiting;
+
+/// 50 duplicates of a running key wait for its outcome and all get the replay, woken by
+/// the settle of the layer; with a wait shorter than the run, each gets 409 once its
+/// wait ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_of_a_running_key_wait_for_its_outcome() {
+    let harness = Harness::new();
+    let waits = waiting::duplicates_of_a_running_key(
+        &harness.store,
+        &harness.store,
+        "waited-1",
+        std::time::Duration::from_millis(600),
+        50,
+        std::time::Duration::from_secs(10),
+    )
+    .await;
+    waiting::assert_all_replayed(&waits);
+
+    let waits = waiting::duplicates_of_a_running_key(
+        &harness.store,
+        &harness.store,
+        "waited-2",
+        std::time::Duration::from_millis(1_000),
+        5,
+        std::time::Duration::from_millis(200),
+    )
+    .await;
+    waiting::assert_all_timed_out(&waits);
+}
