@@ -21,6 +21,8 @@ mod crash;
 mod entities;
 mod execute;
 mod inbox;
+#[cfg(feature = "http")]
+mod layer;
 mod lost;
 mod protocol;
 mod round_trips;
@@ -29,8 +31,6 @@ mod schema;
 mod tls;
 mod tokens;
 mod transfer;
-#[cfg(feature = "http")]
-mod waiting;
 
 use idem_core::{Config, Fingerprint, RecordId};
 use idem_store::postgres::PgStore;
