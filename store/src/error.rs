@@ -194,9 +194,19 @@ pub enum Error {
         /// The refused operation: the method's name (`begin`, `sweep`, `check`, ...).
         operation: &'static str,
     },
-    /// An earlier commit or I/O failed; reopen the store before writing again.
-    #[error("an earlier commit or I/O error failed this store; drop it and open the file again")]
+    /// An earlier commit or I/O failed; the store reopens itself at its next call (a
+    /// store opened read-only or on a backend that cannot be opened again: drop it and
+    /// open it again).
+    #[error("an earlier commit or I/O error failed this store; it reopens itself at its next call")]
     NeedsReopen,
+    /// The store failed a commit or an I/O call and its reopen failed too (the disk is
+    /// still full, or gone): calls are refused until a reopen succeeds, tried again at
+    /// later calls with a growing pause (at most a second).
+    #[error("{cause}: this store failed and could not reopen yet; it tries again at a later call")]
+    Reopening {
+        /// Why the last reopen failed, with the file.
+        cause: String,
+    },
     /// Bytes in the file do not decode.
     #[error("{what} does not decode")]
     Decode {

@@ -122,6 +122,12 @@ impl Location {
         self.io_failed.load(Ordering::Acquire)
     }
 
+    /// Forgets a failure of the storage, for a reopen: the storage of the next open is
+    /// watched afresh.
+    pub(crate) fn clear_io_failed(&self) {
+        self.io_failed.store(false, Ordering::Release);
+    }
+
     /// The storage for one redb open, read-only (the file opened for reading only) or
     /// not (the file opened for reading and writing, and created when missing, as
     /// [`redb::Builder::create`] does).

@@ -8,7 +8,9 @@
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
-use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, TransactionError};
+use redb::{
+    Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, StorageError, TransactionError,
+};
 
 use crate::error::Error;
 
@@ -19,6 +21,9 @@ pub(crate) enum Handle {
     /// Opened with [`crate::StoreBuilder::read_only`]: it reads the latest commit of
     /// every process and changes no byte of the file.
     ReadOnly(ReadOnlyDatabase),
+    /// Closed after a failure, while the store reopens itself: every read and write
+    /// is refused as redb refuses them after an I/O error.
+    Closed,
 }
 
 impl Handle {
@@ -27,6 +32,7 @@ impl Handle {
         match self {
             Handle::Writable(db) => db.begin_read(),
             Handle::ReadOnly(db) => db.begin_read(),
+            Handle::Closed => Err(TransactionError::Storage(StorageError::PreviousIo)),
         }
     }
 
@@ -34,7 +40,7 @@ impl Handle {
     pub(crate) fn writable(&self) -> Option<&Database> {
         match self {
             Handle::Writable(db) => Some(db),
-            Handle::ReadOnly(_) => None,
+            Handle::ReadOnly(_) | Handle::Closed => None,
         }
     }
 
@@ -42,7 +48,7 @@ impl Handle {
     pub(crate) fn writable_mut(&mut self) -> Option<&mut Database> {
         match self {
             Handle::Writable(db) => Some(db),
-            Handle::ReadOnly(_) => None,
+            Handle::ReadOnly(_) | Handle::Closed => None,
         }
     }
 }

@@ -29,8 +29,10 @@ impl Receiver for Store {
         Some(Store::commit_counts(self))
     }
 
+    /// Reopens a store that failed (a full disk), if it can now: a health check
+    /// follows the store back without a write.
     async fn ready(&self) -> bool {
-        !self.needs_reopen()
+        self.recover().is_ok()
     }
 
     async fn begin(

@@ -24,7 +24,7 @@ use crate::file::writer::Writer;
 
 /// The decision of a begin on `id_key` when it writes nothing, from the replay cache or
 /// a read snapshot; `None` when it would write (or the store needs a reopen: the write
-/// path says so).
+/// path reopens it, or says why it cannot).
 pub(crate) fn begin(
     writer: &Writer,
     cache: &ReplayCache,
@@ -33,11 +33,13 @@ pub(crate) fn begin(
     fingerprint: Fingerprint,
     now: Timestamp,
 ) -> Result<Option<Decision>, Error> {
-    if writer.needs_reopen() {
-        return Ok(None);
-    }
+    // A settled outcome in memory is answered also while the store is failed (the
+    // disk full): it was committed before the failure.
     if let Some(decision) = cached(cache, config, id_key, fingerprint, now) {
         return Ok(Some(decision));
+    }
+    if writer.needs_reopen() {
+        return Ok(None);
     }
     let epoch = cache.epoch();
     let reading = writer.records()?;
@@ -84,9 +86,6 @@ pub(crate) fn before_batch(
 ) -> Result<Option<Decision>, Error> {
     if writer.keeps_snapshot() || !batching {
         return begin(writer, cache, config, id_key, fingerprint, now);
-    }
-    if writer.needs_reopen() {
-        return Ok(None);
     }
     Ok(cached(cache, config, id_key, fingerprint, now))
 }

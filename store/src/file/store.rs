@@ -258,6 +258,7 @@ impl Store {
                     opened.lock_timeout,
                     opened.floored,
                     opened.alone,
+                    opened.reopen,
                 ),
                 committer: Committer::default(),
                 cache: ReplayCache::new(opened.replay_cache),
@@ -280,11 +281,39 @@ impl Store {
     }
 
     /// True after a failed commit, or once the file (or backend) failed a read, a write
-    /// or an fsync: writes are refused with [`Error::NeedsReopen`] until the store is
-    /// dropped and opened again.
+    /// or an fsync, until the store reopened itself: its next call reopens it
+    /// ([`Store::recover`]).
     #[must_use]
     pub fn needs_reopen(&self) -> bool {
         self.shared.writer.needs_reopen()
+    }
+
+    /// Reopens the store if a commit or an I/O call failed it, as every call does first:
+    /// the redb database is opened again on the same file with the options of the
+    /// first open, which decides whether the failed commit's changes are there (never an
+    /// answer that contradicts it: the failed call was answered with its error). Ok at
+    /// once when nothing failed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Reopening`] with the cause when the reopen fails (the disk is still
+    /// full); the next try comes a pause later, 10 ms doubling to 1 s.
+    /// [`Error::NeedsReopen`] for a read-only store, which does not reopen itself.
+    pub fn recover(&self) -> Result<(), Error> {
+        self.shared.writer.recover()
+    }
+
+    /// How many times the store reopened itself after a failure since it was opened.
+    #[must_use]
+    pub fn reopens(&self) -> u64 {
+        self.shared.writer.reopens()
+    }
+
+    /// Why the store's last reopen failed, while it waits to try again (`None` when it
+    /// is open): what a health check shows.
+    #[must_use]
+    pub fn reopen_failure(&self) -> Option<String> {
+        self.shared.writer.reopen_failure()
     }
 
     /// True when the store was opened with [`StoreBuilder::read_only`]: it reads, and

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{
     Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError,
 };
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use std::{fmt, io};
 
 use redb::{CommitError, Durability, ReadOnlyTable, WriteTransaction};
@@ -20,6 +20,7 @@ use crate::error::Error;
 use crate::file::backend::Location;
 use crate::file::handle::Handle;
 use crate::file::lock::{Gate, Turn, begin_write, busy_error};
+use crate::file::open::Reopen;
 use crate::file::schema::{Counters, Known, RECORDS, Tables};
 use crate::file::wait::{Deadline, Tried, retry_until};
 
@@ -49,7 +50,29 @@ pub(crate) struct Writer {
     // commit, carried into the next transaction (see `Snapshot` for why nothing else can
     // change them); `None` in the multi-process modes, and after a failed commit.
     known: Mutex<Option<Known>>,
+    // How a writable store opens its location again after a failure; `None` read-only.
+    reopen: Option<Reopen>,
+    // When the next reopen may be tried, and why the last one failed.
+    recovery: Mutex<Recovery>,
+    // Reopens that succeeded since the store was opened.
+    reopens: AtomicU64,
 }
+
+/// The backoff of a store that reopens itself: a failed reopen waits before the next
+/// try, from 10 ms doubling to a second, so that a disk still full is not hammered.
+#[derive(Debug, Default)]
+struct Recovery {
+    not_before: Option<Instant>,
+    pause: Duration,
+    last_failure: Option<String>,
+}
+
+/// The first pause after a failed reopen.
+const FIRST_REOPEN_PAUSE: Duration = Duration::from_millis(10);
+/// The longest pause between two reopens.
+const LONGEST_REOPEN_PAUSE: Duration = Duration::from_secs(1);
+/// How long a reopen waits for this process's transactions to end.
+const REOPEN_WAIT: Duration = Duration::from_millis(200);
 
 impl fmt::Debug for Writer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -129,6 +152,7 @@ impl Writer {
         lock_timeout: Duration,
         floored: bool,
         alone: bool,
+        reopen: Option<Reopen>,
     ) -> Writer {
         Writer {
             snapshot: Snapshot {
@@ -145,6 +169,9 @@ impl Writer {
             lock_timeout,
             commits: AtomicU64::new(0),
             known: Mutex::new(alone.then_some((None, None))),
+            reopen,
+            recovery: Mutex::default(),
+            reopens: AtomicU64::new(0),
         }
     }
 
@@ -200,17 +227,107 @@ impl Writer {
         Ok(())
     }
 
-    /// [`Writer::ensure_writable`], then refuses a store that needs a reopen.
+    /// [`Writer::ensure_writable`], then reopens a store that failed ([`Writer::recover`]).
     pub(crate) fn ensure_usable(&self, operation: &'static str) -> Result<(), Error> {
         self.ensure_writable(operation)?;
-        if self.needs_reopen() {
-            return Err(Error::NeedsReopen);
-        }
-        Ok(())
+        self.recover()
     }
 
-    /// The database, shared, for a read (never waits for writers).
+    /// Reopens the store when a commit or an I/O call failed it: the redb database is
+    /// dropped and its location opened again with the options of the first open, which
+    /// decides, as an application's own reopen would, whether the failed commit's changes
+    /// are there. Done under the database to itself (every transaction of this process
+    /// finished), once for all callers that meet the failure. A reopen that fails leaves
+    /// the store closed and refuses calls with its cause until the next try, a pause
+    /// later (10 ms, doubling to 1 s). Ok at once when nothing failed.
+    pub(crate) fn recover(&self) -> Result<(), Error> {
+        if !self.needs_reopen() {
+            return Ok(());
+        }
+        let Some(reopen) = &self.reopen else {
+            return Err(Error::NeedsReopen);
+        };
+        let mut recovery = self.recovery.lock().unwrap_or_else(PoisonError::into_inner);
+        // Another caller reopened it meanwhile.
+        if !self.needs_reopen() {
+            return Ok(());
+        }
+        if let Some(not_before) = recovery.not_before
+            && Instant::now() < not_before
+        {
+            return Err(match &recovery.last_failure {
+                Some(cause) => Error::Reopening {
+                    cause: cause.clone(),
+                },
+                None => Error::NeedsReopen,
+            });
+        }
+        // The database to itself, waiting briefly for this process's transactions to end
+        // (a caller that holds a read itself must not wait long for itself): when they
+        // do not, a later call tries again.
+        self.snapshot.drop_kept();
+        let mut db = retry_until(
+            Deadline::after(REOPEN_WAIT.min(self.lock_timeout)),
+            || match self.db.try_write() {
+                Ok(db) => Tried::Done(Ok(db)),
+                Err(TryLockError::Poisoned(poisoned)) => Tried::Done(Ok(poisoned.into_inner())),
+                Err(TryLockError::WouldBlock) => Tried::Held,
+            },
+            |_| Error::NeedsReopen,
+        )?;
+        // The failed database first: the reopen takes the file's lock anew.
+        drop(std::mem::replace(&mut *db, Handle::Closed));
+        self.snapshot.drop_kept();
+        if let Some(known) = self.known().as_mut() {
+            *known = (None, None);
+        }
+        self.location.clear_io_failed();
+        match reopen(&self.location) {
+            Ok(handle) => {
+                *db = handle;
+                self.broken.store(false, Ordering::Release);
+                self.reopens.fetch_add(1, Ordering::Relaxed);
+                *recovery = Recovery::default();
+                Ok(())
+            }
+            Err(e) => {
+                self.broken.store(true, Ordering::Release);
+                let cause = e.to_string();
+                recovery.pause = (recovery.pause * 2)
+                    .max(FIRST_REOPEN_PAUSE)
+                    .min(LONGEST_REOPEN_PAUSE);
+                recovery.not_before = Some(Instant::now() + recovery.pause);
+                recovery.last_failure = Some(cause.clone());
+                Err(Error::Reopening { cause })
+            }
+        }
+    }
+
+    /// Reopens that succeeded since the store was opened.
+    pub(crate) fn reopens(&self) -> u64 {
+        self.reopens.load(Ordering::Relaxed)
+    }
+
+    /// Why the last reopen failed, while the store waits to try again; `None` when it
+    /// is open, or has not tried yet.
+    pub(crate) fn reopen_failure(&self) -> Option<String> {
+        if !self.needs_reopen() {
+            return None;
+        }
+        self.recovery
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .last_failure
+            .clone()
+    }
+
+    /// The database, shared, for a read (never waits for writers); reopened first when
+    /// a failure closed it and it can be now ([`Writer::recover`]), else the read meets
+    /// the failure.
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, Handle> {
+        if !self.read_only && self.needs_reopen() {
+            let _reopened = self.recover();
+        }
         self.db.read().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -220,6 +337,9 @@ impl Writer {
     /// The database stays shared while the table is read, as for every read, so that
     /// check never runs under a live read.
     pub(crate) fn records(&self) -> Result<Reading<'_>, Error> {
+        if !self.read_only {
+            self.recover()?;
+        }
         let db = self.read();
         let open = |db: &Handle| -> Result<Records, Error> {
             let txn = db.begin_read()?;

@@ -238,6 +238,8 @@ struct DiskState {
     // Fail the write or sync with this 0-based number.
     fault: Option<(IoKind, u64)>,
     faulted: bool,
+    // Out of space: every write, growth and sync fails with ENOSPC.
+    full: bool,
     lose_on_failed_sync: bool,
     locks: Vec<(Bound<u64>, Bound<u64>)>,
     // Of a pair's main disk: the journal disk.
@@ -283,6 +285,7 @@ impl SimDisk {
             tag: None,
             fault: None,
             faulted: false,
+            full: false,
             lose_on_failed_sync: false,
             locks: Vec::new(),
             journal: None,
@@ -358,6 +361,18 @@ impl SimDisk {
         self.state().lose_on_failed_sync = true;
     }
 
+    /// Fills the disk: from now on every write, growth and sync fails with ENOSPC, until
+    /// [`SimDisk::free`]. Nothing pending is lost: it stays pending, as a page cache
+    /// keeps it.
+    pub fn fill(&self) {
+        self.state().full = true;
+    }
+
+    /// Frees space on a full disk: writes and syncs succeed again.
+    pub fn free(&self) {
+        self.state().full = false;
+    }
+
     /// True once the fault set with [`SimDisk::fail`] happened.
     pub fn faulted(&self) -> bool {
         self.state().faulted
@@ -428,6 +443,13 @@ impl DiskState {
     }
 }
 
+fn enospc(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::StorageFull,
+        format!("simulated disk: {what} failed: No space left on device (ENOSPC)"),
+    )
+}
+
 fn eio(what: &str) -> io::Error {
     io::Error::other(format!("simulated disk: {what} failed (EIO)"))
 }
@@ -450,6 +472,9 @@ impl StorageBackend for SimDisk {
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut state = self.state();
         let len = usize::try_from(len).unwrap();
+        if state.full && len > state.live.len() {
+            return Err(enospc("growth"));
+        }
         state.live.resize(len, 0);
         state.push(Pending::SetLen(len));
         Ok(())
@@ -461,6 +486,9 @@ impl StorageBackend for SimDisk {
         state.syncs += 1;
         if state.record.is_some() {
             state.record(true);
+        }
+        if state.full && !state.pending.is_empty() {
+            return Err(enospc("sync"));
         }
         if state.fails(IoKind::Sync, n) {
             if state.lose_on_failed_sync {
@@ -481,6 +509,9 @@ impl StorageBackend for SimDisk {
         let mut state = self.state();
         let n = state.writes;
         state.writes += 1;
+        if state.full {
+            return Err(enospc("write"));
+        }
         if state.fails(IoKind::Write, n) {
             return Err(eio("write"));
         }

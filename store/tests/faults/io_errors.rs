@@ -1,10 +1,10 @@
 //! I/O errors under the store: the simulated disk (`common/disk.rs`) fails one chosen
-//! write or sync of a run with EIO. The call that met it returns an error, never a
-//! success; the store then refuses every write with `Error::NeedsReopen` while reads go
-//! on; reopened (on the same disk, and after a power cut of it), it holds exactly the
-//! contents after the last answered step or after the failed one, and passes `check`.
-//! A store with its journal runs on a pair of disks (the store's and the journal's),
-//! and the fault hits one of them.
+//! write or sync of a run with EIO, or fills up (ENOSPC at every write and sync until
+//! space is freed). The call that met it returns an error, never a success; the store
+//! then reopens itself at its next call, without its caller dropping it, and holds
+//! exactly the contents after the last answered step or after the failed one (also after
+//! a power cut of the disk), passes `check`, and writes on. A store with its journal runs
+//! on a pair of disks (the store's and the journal's), and the fault hits one of them.
 
 use std::convert::Infallible;
 use std::time::Instant;
@@ -13,11 +13,8 @@ use crate::common::disk::{IoKind, SimDisk, Survival};
 use crate::common::workload::{self, Contents, START, Workload, contents, ledger};
 use crate::common::{Rng, fp, id, seed};
 use idem_core::protocol::Decision;
-use idem_store::outbox::OutboxError;
 use idem_store::redb::ConcurrencyMode;
-use idem_store::{
-    Error, ExecuteError, Executed, ImportError, MaintainError, Outcome, Store, Timestamp, Verdict,
-};
+use idem_store::{Error, Executed, Outcome, Store, Timestamp, Verdict};
 
 /// Store calls per run.
 const STEPS: usize = 40;
@@ -115,7 +112,7 @@ fn reference(seed: u64, setup: Setup) -> Reference {
 }
 
 #[test]
-fn a_failed_write_or_sync_fails_its_call_and_the_store_until_reopened() {
+fn a_failed_write_or_sync_fails_its_call_and_the_store_reopens_itself() {
     let seed = seed("io_errors");
     let started = Instant::now();
     let (mut runs, mut syncs, mut writes) = (0, 0, 0);
@@ -187,8 +184,6 @@ fn fault_run(seed: u64, setup: Setup, reference: &Reference, kind: IoKind, n: u6
         workload.store.needs_reopen(),
         "{context}: after {failure:?} the store does not ask for a reopen"
     );
-    refuses_writes_and_reads(&mut workload.store, &context);
-    drop(workload);
 
     let allowed = [&reference.contents[step], &reference.contents[step + 1]];
     let mut rng = Rng::new(seed ^ n);
@@ -200,11 +195,22 @@ fn fault_run(seed: u64, setup: Setup, reference: &Reference, kind: IoKind, n: u6
             .unwrap_or_else(|e| panic!("{context}: no store after a power cut: {e}"));
         holds_one_of(&store, &allowed, &format!("{context}, cut ({survival:?})"));
     }
-    // Or the application reopens the store on the same disk and writes on.
-    let store = disks
-        .open(setup)
-        .unwrap_or_else(|e| panic!("{context}: the store does not reopen: {e}"));
-    holds_one_of(&store, &allowed, &format!("{context}, reopened"));
+    // Or the application goes on with the same store, which reopens itself.
+    let store = workload.store;
+    holds_one_of(&store, &allowed, &format!("{context}, reopened by itself"));
+    assert!(!store.needs_reopen(), "{context}: still failed");
+    assert_eq!(store.reopens(), 1, "{context}: reopens");
+    writes_on_and_keeps_it_through_a_cut(&store, &disks, setup, &mut rng, &context);
+}
+
+/// Five writes on `store`, answered; then a power cut of `disks` keeps them all.
+fn writes_on_and_keeps_it_through_a_cut(
+    store: &Store,
+    disks: &Disks,
+    setup: Setup,
+    rng: &mut Rng,
+    context: &str,
+) {
     for k in 0..5 {
         let key = format!("after-the-reopen-{k}");
         let ran = store.execute(
@@ -218,12 +224,10 @@ fn fault_run(seed: u64, setup: Setup, reference: &Reference, kind: IoKind, n: u6
             "{context}: a write after the reopen: {ran:?}"
         );
     }
-    let answered = contents(&store);
-    drop(store);
-    // Then the power fails: everything answered since the reopen is there.
+    let answered = contents(store);
     for survival in [Survival::Nothing, Survival::Random] {
         let store = disks
-            .after_a_cut(setup, survival, &mut rng)
+            .after_a_cut(setup, survival, rng)
             .open(setup)
             .unwrap_or_else(|e| panic!("{context}: no store after the reopen and a cut: {e}"));
         holds_one_of(
@@ -232,6 +236,69 @@ fn fault_run(seed: u64, setup: Setup, reference: &Reference, kind: IoKind, n: u6
             &format!("{context}, reopened, written, cut ({survival:?})"),
         );
     }
+}
+
+/// A disk that fills up under a workload: every write and sync fails with ENOSPC. The
+/// call that met it fails; while the disk stays full, every write fails and nothing it
+/// tried lands; once space comes back, the same store (never dropped by its caller)
+/// reopens itself within its backoff, holds what it answered, and writes on.
+#[test]
+fn a_full_disk_fails_writes_until_space_comes_back_and_the_store_recovers_by_itself() {
+    let seed = seed("full_disk");
+    let mut runs = 0;
+    for setup in [
+        Setup::Alone(ConcurrencyMode::MultiWriter),
+        Setup::Alone(ConcurrencyMode::ExclusiveWriter),
+        Setup::Journaled { on_journal: true },
+        Setup::Journaled { on_journal: false },
+    ] {
+        let reference = reference(seed, setup);
+        for fill_at in [0, 7, 19, 31] {
+            let context =
+                format!("seed {seed} (IDEM_SEED={seed}), {setup:?}, full at step {fill_at}");
+            let disks = Disks::new(setup);
+            let mut workload = Workload::new(disks.open(setup).unwrap(), seed);
+            for step in 0..fill_at {
+                workload
+                    .step()
+                    .unwrap_or_else(|f| panic!("{context}: step {step}: {f:?}"));
+            }
+            let disk = disks.faulty(setup);
+            disk.fill();
+            // Steps that write nothing (replays) still answer; the first that writes fails.
+            let mut step = fill_at;
+            loop {
+                assert!(step < STEPS, "{context}: no step wrote");
+                if workload.step().is_err() {
+                    break;
+                }
+                step += 1;
+            }
+            let store = workload.store;
+            // While the disk stays full, a write fails, with the cause named once the
+            // reopen was tried, and runs nothing.
+            for k in 0..3 {
+                let key = format!("while-full-{k}");
+                let ran = store.execute(
+                    &id("shop", "full", &key),
+                    fp(&key),
+                    Timestamp(START + 5_000_000 + k),
+                    |txn| workload::credit(txn, &key, false),
+                );
+                assert!(ran.is_err(), "{context}: a write on a full disk: {ran:?}");
+            }
+            disk.free();
+            // Within the longest pause between two reopens, the next call reopens it.
+            std::thread::sleep(std::time::Duration::from_millis(1_100));
+            let allowed = [&reference.contents[step], &reference.contents[step + 1]];
+            holds_one_of(&store, &allowed, &format!("{context}, space back"));
+            assert!(!store.needs_reopen(), "{context}: still failed");
+            let mut rng = Rng::new(seed ^ fill_at as u64);
+            writes_on_and_keeps_it_through_a_cut(&store, &disks, setup, &mut rng, &context);
+            runs += 1;
+        }
+    }
+    eprintln!("full disk: {runs} runs, each store recovered by itself");
 }
 
 fn holds_one_of(store: &Store, allowed: &[&Contents], context: &str) {
@@ -248,75 +315,6 @@ fn holds_one_of(store: &Store, allowed: &[&Contents], context: &str) {
     );
 }
 
-/// After a failed commit: every kind of write is refused with `NeedsReopen` (work is
-/// not run), reads answer.
-fn refuses_writes_and_reads(store: &mut Store, context: &str) {
-    let key = id("shop", "after", "refused");
-    let now = Timestamp(START + 10_000_000);
-    let reopen = |what: &str, refused: bool| assert!(refused, "{context}: {what} not refused");
-    reopen(
-        "begin",
-        matches!(store.begin(&key, fp("x"), now), Err(Error::NeedsReopen)),
-    );
-    let ran = store.execute(
-        &key,
-        fp("x"),
-        now,
-        |_| -> Result<(Verdict, Outcome, ()), Infallible> {
-            panic!("{context}: a store that needs a reopen ran work")
-        },
-    );
-    reopen(
-        "execute",
-        matches!(ran, Err(ExecuteError::Store(Error::NeedsReopen))),
-    );
-    let outbox = store.outbox(ledger()).unwrap();
-    reopen(
-        "enqueue",
-        matches!(
-            outbox.enqueue("sale.forward", b"x".to_vec(), fp("x"), now, [1; 16]),
-            Err(OutboxError::Store(Error::NeedsReopen))
-        ),
-    );
-    reopen(
-        "due",
-        matches!(outbox.due(now, 10), Err(Error::NeedsReopen)),
-    );
-    reopen(
-        "sweep",
-        matches!(store.sweep(now, 10, false), Err(Error::NeedsReopen)),
-    );
-    reopen(
-        "import",
-        matches!(
-            store.import(&b"\n"[..]),
-            Err(ImportError::Store(Error::NeedsReopen))
-        ),
-    );
-    reopen(
-        "compact",
-        matches!(
-            store.compact(),
-            Err(MaintainError::Store(Error::NeedsReopen))
-        ),
-    );
-    // A read answers from what redb still holds, or is refused the same way: redb
-    // stops using a storage that failed.
-    let read = |what: &str, result: Result<(), Error>| {
-        assert!(
-            matches!(result, Ok(()) | Err(Error::NeedsReopen)),
-            "{context}: {what}: {result:?}"
-        );
-    };
-    read("get", store.get(&key).map(drop));
-    read("generation", store.generation().map(drop));
-    read("dry-run sweep", store.sweep(now, 10, true).map(drop));
-    match store.stats(now) {
-        Ok(_) | Err(MaintainError::Store(Error::NeedsReopen)) => {}
-        Err(e) => panic!("{context}: stats: {e:?}"),
-    }
-}
-
 /// The simplest case, step by step: a begin whose commit fails to sync.
 #[test]
 fn a_commit_that_fails_to_sync_is_not_answered_and_nothing_answered_is_lost() {
@@ -325,7 +323,7 @@ fn a_commit_that_fails_to_sync_is_not_answered_and_nothing_answered_is_lost() {
         ConcurrencyMode::ExclusiveWriter,
     ] {
         let disk = SimDisk::default();
-        let mut store = workload::open(disk.clone(), mode).unwrap();
+        let store = workload::open(disk.clone(), mode).unwrap();
         let settled = id("shop", "credit", "settled");
         let Executed::Ran { record, .. } = store
             .execute(&settled, fp("a"), Timestamp(START), |_| {
@@ -346,17 +344,8 @@ fn a_commit_that_fails_to_sync_is_not_answered_and_nothing_answered_is_lost() {
             "{mode:?}: {err:?}"
         );
         assert!(store.needs_reopen());
-        refuses_writes_and_reads(&mut store, &format!("{mode:?}"));
-        // Even a replay, which writes nothing, waits for the reopen.
-        assert!(matches!(
-            store.begin(&settled, fp("a"), Timestamp(START + 2)),
-            Err(Error::NeedsReopen)
-        ));
-        drop(store);
-        let store = workload::open(disk.clone(), mode).unwrap();
-        assert!(!store.needs_reopen());
-        assert_eq!(store.get(&settled).unwrap(), Some(record));
-        // The claim in doubt is there or not; either way the key answers.
+        // The next call reopens the store by itself. The claim in doubt is there or
+        // not; either way the key answers.
         let again = store
             .begin(&claimed, fp("b"), Timestamp(START + 3))
             .unwrap();
@@ -367,6 +356,10 @@ fn a_commit_that_fails_to_sync_is_not_answered_and_nothing_answered_is_lost() {
             ),
             "{mode:?}: {again:?}"
         );
+        assert!(!store.needs_reopen());
+        assert_eq!(store.reopens(), 1);
+        // What was answered is there.
+        assert_eq!(store.get(&settled).unwrap(), Some(record));
         // The failed writes are pending still; a power cut now loses nothing answered.
         let image = disk.cut_now().image(Survival::Nothing, &mut Rng::new(1));
         let store = workload::open(SimDisk::from_image(image), mode).unwrap();

@@ -123,6 +123,10 @@ async fn a_handler_three_times_slower_than_the_lease_keeps_its_key() {
         .unwrap();
     let first = tokio::spawn(service.oneshot(request));
     let id = RecordId::new("shop", "POST /orders", "slow-1").unwrap();
+    // The handler runs: the key is claimed.
+    while executions.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let mut looked = 0;
     while !first.is_finished() {
         // A begin under the key, on the database's clock, as a request on another

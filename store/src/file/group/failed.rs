@@ -25,6 +25,9 @@ fn replicate(error: &Error) -> Error {
     match error {
         Error::Busy { waited } => Error::Busy { waited: *waited },
         Error::NeedsReopen => Error::NeedsReopen,
+        Error::Reopening { cause } => Error::Reopening {
+            cause: cause.clone(),
+        },
         Error::CommitFailed(CommitError::TransactionPoisoned) => {
             Error::CommitFailed(CommitError::TransactionPoisoned)
         }
@@ -81,6 +84,9 @@ mod tests {
                 waited: Duration::from_millis(7),
             },
             Error::NeedsReopen,
+            Error::Reopening {
+                cause: "idem.redb: no space left on device".into(),
+            },
             Error::CommitFailed(CommitError::Storage(StorageError::Io(io()))),
             Error::CommitFailed(CommitError::TransactionPoisoned),
             Error::Storage(redb::Error::Io(io())),

@@ -108,9 +108,9 @@ impl Store {
     /// # Errors
     ///
     /// [`MaintainError::CompactionBusy`] while any transaction is open in this or
-    /// another process; [`Error::NeedsReopen`] after a failed commit or I/O error;
-    /// storage errors (a compaction that meets an I/O error leaves the store needing a
-    /// reopen, as a failed commit does).
+    /// another process; [`Error::Reopening`] while a store that failed cannot reopen
+    /// yet; storage errors (a compaction that meets an I/O error leaves the store to
+    /// reopen itself, as a failed commit does).
     pub fn compact(&mut self) -> Result<bool, MaintainError> {
         steps::compact(&self.shared.writer)
     }

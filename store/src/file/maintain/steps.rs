@@ -326,7 +326,7 @@ pub(crate) fn generation(writer: &Writer) -> Result<Generation, Error> {
 
 /// Verifies the file; see [`crate::Store::check`].
 pub(crate) fn check(writer: &Writer) -> Result<CheckReport, Error> {
-    writer.ensure_writable("check")?;
+    writer.ensure_usable("check")?;
     let mut db = writer.exclusive()?;
     let redb_repaired = match db.writable_mut() {
         Some(writable) => !writable.check_integrity()?,

@@ -41,6 +41,9 @@ mod checks;
 /// A file opened and checked by a [`StoreBuilder`], with the settings the store keeps.
 pub(crate) struct Opened {
     pub(crate) handle: Handle,
+    /// Opens the same location again, for writing, as this open did: how a writable
+    /// store reopens itself after a failure. `None` for a read-only store.
+    pub(crate) reopen: Option<Reopen>,
     pub(crate) location: Location,
     pub(crate) config: Config,
     pub(crate) durability: Durability,
@@ -50,6 +53,9 @@ pub(crate) struct Opened {
     // Opened for writing in ConcurrencyMode::ExclusiveWriter: no other process writes.
     pub(crate) alone: bool,
 }
+
+/// Opens a store's location again for writing, with the options of its first open.
+pub(crate) type Reopen = Box<dyn Fn(&Location) -> Result<Handle, OpenError> + Send + Sync>;
 
 /// The default bound on waiting for another process's lock: 5 s.
 pub(crate) const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -322,8 +328,19 @@ impl StoreBuilder {
     }
 
     fn opened(self, handle: Handle, location: Location, concurrency: ConcurrencyMode) -> Opened {
+        let reopen = handle.writable().is_some().then(|| {
+            let builder = self.clone();
+            let reopen: Reopen = Box::new(move |location: &Location| {
+                let deadline = Deadline::after(builder.lock_timeout);
+                let current = builder.precheck(location, concurrency, deadline)?;
+                let db = builder.writable(location, current, concurrency, deadline)?;
+                Ok(Handle::Writable(db))
+            });
+            reopen
+        });
         Opened {
             alone: handle.writable().is_some() && concurrency == ConcurrencyMode::ExclusiveWriter,
+            reopen,
             handle,
             location,
             config: self.config,
