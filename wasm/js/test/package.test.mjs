@@ -179,7 +179,7 @@ test("an expired intent is forgotten only once resolved, with a reason", () => {
   client.due(0);
   assert.equal(client.onTransportError(key, 9_000).state, "expired");
   assert.throws(() => client.forget(key), {
-    message: `key ${key}: intent expired without a definitive answer, its effect may or may not have happened; resolve it first (as completed, failed or not executed, with a reason)`,
+    message: `key ${key}: intent has no definitive answer (expired, or unknown at the receiver), its effect may or may not have happened; resolve it first (as completed, failed or not executed, with a reason)`,
   });
   assert.throws(() => client.resolve(key, "done", "x", 9_001), /^Error: resolvedAs: "done", expected "completed"/);
   assert.throws(() => client.resolve(key, "completed", "", 9_001), { message: "reason: 0 bytes, empty, say why (who confirmed it, where)" });

@@ -116,7 +116,7 @@ test("an expired intent stays stored until it is resolved, then may be forgotten
     now = 10_000; // the deadline: no answer came
     await sender.flush();
     assert.equal((await sender.settled(key)).state, "expired");
-    await assert.rejects(sender.forget(key), /intent expired without a definitive answer.*resolve it first/);
+    await assert.rejects(sender.forget(key), /intent has no definitive answer.*resolve it first/);
     assert.equal((await stored(storage)).get(key).state, "expired", "its record stays");
     await assert.rejects(sender.resolve(key, "not_executed", " "), /reason: 1 bytes, empty/);
 
