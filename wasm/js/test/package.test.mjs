@@ -206,7 +206,7 @@ test("errors are Error objects with the Rust message", () => {
   assert.throws(() => client.begin("op", "x", 1, new Uint8Array(3)), { message: "random: 3 bytes, expected 16" });
   assert.throws(() => client.onResponse("nope", { status: 200 }, 1), { message: "key nope: no intent with this key" });
   assert.throws(() => IdemClient.restore(new Uint8Array([9])), {
-    message: "encoded value: format version 9 is newer than this build reads (at most 2)",
+    message: "encoded value: format version 9 is newer than this build reads (at most 3)",
   });
   const { key } = client.begin("op", "x", 1, new Uint8Array(16).fill(1));
   assert.throws(() => client.begin("op", "y", 1, new Uint8Array(16).fill(1)), {
