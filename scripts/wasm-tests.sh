@@ -10,11 +10,17 @@
 #      (tests/examples/e2e-server.rs): lost replies, reloads, several tabs, a leading tab
 #      closed or crashed, the service worker sending with every page closed, and the upgrade
 #      of a version 0.1 database
-#   6. a benchmark, printed and not asserted: bytes written per change and the time of
+#   6. the Vite app of wasm/js/README.md (wasm/e2e/vite), built with Vite and served by
+#      `vite preview` in front of `idem proxy` and an upstream that counts executions:
+#      orders placed offline, reloaded offline from the service worker's shell, each
+#      executed once back online (10 runs); an order unknown at the proxy stops as
+#      `unknown`; and a page of an origin named by `idem proxy --cors-origin` reads a 409's
+#      Retry-After and a 422's problem document
+#   7. a benchmark, printed and not asserted: bytes written per change and the time of
 #      `submit` with 0 and 2,000 intents queued
 # Builds the package with scripts/wasm-package.sh first (which prints the .wasm size).
 # Installs what is missing: Debian's chromium and chromium-driver, and from npm
-# typescript and playwright-core into the scratch folder (pinned below).
+# typescript, playwright-core and vite into the scratch folder (pinned below).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -22,6 +28,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 TYPESCRIPT_VERSION=5.9.3
 PLAYWRIGHT_VERSION=1.64.1
+VITE_VERSION=8.4.1
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -57,7 +64,7 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/idem-wasm-npm.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 printf '{ "name": "idem-wasm-scratch", "private": true, "type": "module" }\n' >"$scratch/package.json"
 (cd "$scratch" && npm install --no-audit --no-fund --loglevel=error \
-  "$tarball" "typescript@$TYPESCRIPT_VERSION" "playwright-core@$PLAYWRIGHT_VERSION")
+  "$tarball" "typescript@$TYPESCRIPT_VERSION" "playwright-core@$PLAYWRIGHT_VERSION" "vite@$VITE_VERSION")
 mkdir -p "$scratch/test"
 cp wasm/js/test/* "$scratch/test/"
 (cd "$scratch" && IDEM_VECTORS="$repo/testdata/fingerprints.json" \
@@ -74,7 +81,15 @@ cp wasm/e2e/e2e.test.mjs wasm/e2e/bench.mjs "$scratch/test/"
 export IDEM_E2E_SERVER="$target_dir/debug/examples/e2e-server" IDEM_E2E_SITE="$site" CHROMIUM="$chromium_bin"
 (cd "$scratch" && node --test --test-concurrency=1 test/e2e.test.mjs)
 
-step "6. benchmark: a queue of 2,000 intents in Chromium (printed, not asserted)"
+step "6. the README's Vite app: vite preview, idem proxy, offline and back (Playwright in Chromium)"
+cargo build -p idem-cli --bin idem
+# The app sits in the scratch folder, whose node_modules holds idem-wasm and vite.
+cp -r wasm/e2e/vite "$scratch/vite-app"
+cp wasm/e2e/vite.test.mjs "$scratch/test/"
+(cd "$scratch" && IDEM_BIN="$target_dir/debug/idem" IDEM_VITE_APP="$scratch/vite-app" \
+  node --test --test-concurrency=1 test/vite.test.mjs)
+
+step "7. benchmark: a queue of 2,000 intents in Chromium (printed, not asserted)"
 (cd "$scratch" && node test/bench.mjs)
 
 step "idem-wasm: all test layers passed"

@@ -352,7 +352,7 @@ Example:
     #[command(subcommand)]
     Token(TokenCommand),
     /// The outbox's intents (what this terminal sends): list them, show one, resolve an
-    /// expired one.
+    /// expired one or one unknown at the receiver.
     #[command(subcommand)]
     Intents(IntentsCommand),
     /// Counts by state, expired leases, the oldest pending and unknown, file size.

@@ -220,6 +220,13 @@ fn detail(printer: &Printer, intent: &Intent) -> String {
             ),
             None => "expired: no definitive answer before the deadline; ask the receiver, then `idem intents resolve`".into(),
         },
+        IntentState::Unknown => match &intent.resolution {
+            Some(resolution) => format!(
+                "unknown at the receiver, resolved as {}: {}",
+                resolution.resolved_as, resolution.reason
+            ),
+            None => "unknown at the receiver (503, outcome unknown): reconcile the key there, then `idem intents resolve`".into(),
+        },
         state => match &intent.outcome {
             Some(outcome) => format!("{state}, code {}", outcome.code),
             None => state.name().to_string(),

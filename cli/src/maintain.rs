@@ -130,6 +130,7 @@ fn intents_note(counts: &IntentCounts) -> String {
         (counts.failed, "failed"),
         (counts.conflict, "conflict"),
         (counts.expired, "expired, to reconcile"),
+        (counts.unknown, "unknown at the receiver, to reconcile"),
     ]
     .into_iter()
     .filter(|(n, _)| *n > 0)

@@ -199,7 +199,7 @@ fn resolve_refuses_bad_input_with_its_exit_status_and_changes_nothing() {
     };
     resolve(&queued, "completed", "seen")
         .code(6)
-        .one_error_line(&["intent is queued, only an expired intent is resolved"]);
+        .one_error_line(&["intent is queued, only an expired or unknown intent is resolved"]);
     resolve("0190b7c2-0000-7000-8000-000000000000", "failed", "seen")
         .code(7)
         .one_error_line(&["no intent under this key"]);

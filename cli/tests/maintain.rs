@@ -163,7 +163,7 @@ fn stats_count_by_state() {
                "expired": 1, "oldest_pending_age_ms": HOUR + 2, "oldest_unknown_age_ms": HOUR - 4,
                "file_bytes": file_bytes, "generation": 5, "clock_floor": T0 + 8,
                "intents": {"queued": 0, "in_flight": 0, "completed": 0, "failed": 0,
-                           "conflict": 0, "expired": 0}})
+                           "conflict": 0, "expired": 0, "unknown": 0}})
     );
     let text = idem.run(&["--now", &(T0 + HOUR + 2).to_string(), "stats"]);
     let pending = text.stdout.lines().next().unwrap_or_default();

@@ -4,8 +4,8 @@
 //! bytes on every target, so a file written by a terminal today decodes on any build
 //! later. Every persisted value starts with its format version: [`FORMAT_VERSION`] for a
 //! value whose layout never changed, its own newer version for one that did
-//! ([`RECORD_VERSION`]; an intent and a ledger snapshot are at version 2, which added the
-//! resolution of an expired intent); a value written by a newer format is refused with
+//! ([`RECORD_VERSION`]; an intent and a ledger snapshot are at version 3: 2 added the
+//! resolution of an expired intent, 3 the state Unknown); a value written by a newer format is refused with
 //! [`DecodeError::NewerFormat`], never misread, and every older version is still read.
 //!
 //! Record ids are keys of ordered tables, so they have their own encoding,
@@ -130,23 +130,27 @@ pub fn decode_body<T: DeserializeOwned>(body: &[u8], what: &'static str) -> Resu
     }
 }
 
-/// The postcard bytes of a value whose version 2 added one last field to version 1: the
-/// bytes after the version byte, and for version 1 those bytes with a 0 after them, so
-/// that they read as version 2 with that field absent (postcard writes a `None` and an
-/// empty list as the byte 0).
+/// The postcard bytes of a value whose version 2 added one last field to version 1,
+/// with the version: the bytes after the version byte, and for version 1 those bytes
+/// with a 0 after them, so that they read as version 2 with that field absent (postcard
+/// writes a `None` and an empty list as the byte 0). Versions from 2 to `newest` share
+/// the layout of version 2.
 ///
 /// # Errors
 ///
-/// As [`split_version`], with 2 the newest version.
-pub(crate) fn body_with_last_field(bytes: &[u8]) -> Result<Cow<'_, [u8]>, DecodeError> {
-    match split_version(bytes, 2)? {
+/// As [`split_version`].
+pub(crate) fn body_with_last_field(
+    bytes: &[u8],
+    newest: u8,
+) -> Result<(u8, Cow<'_, [u8]>), DecodeError> {
+    match split_version(bytes, newest)? {
         (1, body) => {
             let mut out = Vec::with_capacity(body.len() + 1);
             out.extend_from_slice(body);
             out.push(0);
-            Ok(Cow::Owned(out))
+            Ok((1, Cow::Owned(out)))
         }
-        (_, body) => Ok(Cow::Borrowed(body)),
+        (version, body) => Ok((version, Cow::Borrowed(body))),
     }
 }
 

@@ -65,7 +65,7 @@ export interface SenderOptions {
   /** The clock, in ms since the epoch. Default: Date.now. */
   now?: () => number;
   /** Called in every tab with an intent each time its state, attempts or next attempt time changes. */
-  onChange?: (intent: IntentView) => void;
+  onChange?: (intent: SenderIntentView) => void;
   /** Called when this sender starts or stops leading (sending for every tab). */
   onLeader?: (leading: boolean) => void;
   /** Called with errors of the background loop (a failed write). Default: console.error. */
@@ -83,6 +83,28 @@ export interface SenderOptions {
   locks?: LockManager | null;
 }
 
+/**
+ * What an operator needs to settle, at the receiver, the key of an intent it answered
+ * "outcome unknown" (503, problem `unknown`).
+ */
+export interface Reconcile {
+  /** The idempotency key. */
+  key: string;
+  /**
+   * The operation the receiver records: the method and the path of the request sent,
+   * `POST /orders`, as `idem proxy` and idem's tower layer name it by default.
+   */
+  operation: string;
+  /** The receiver's problem document (RFC 9457), when its body held one. */
+  problem?: { type?: string; title?: string; status?: number; detail?: string; idempotency?: string; [member: string]: unknown };
+}
+
+/** An intent as the sender shows it: an `unknown` one also carries `reconcile`. */
+export interface SenderIntentView extends IntentView {
+  /** Present only in the state `unknown`: what an operator needs to look. */
+  reconcile?: Reconcile;
+}
+
 export class IdemSender {
   /** Reads the client from storage (or makes a new one) and starts sending. */
   static open(options: SenderOptions): Promise<IdemSender>;
@@ -93,20 +115,24 @@ export class IdemSender {
   readonly leading: boolean;
   /** Starts a new intent; resolves once its record is durable, before the first send. */
   submit(operation: string, payload: Uint8Array | string): Promise<BeginResult>;
-  get(key: string): IntentView | undefined;
-  list(): IntentView[];
-  /** Resolves once the intent is completed, failed, conflict or expired. */
-  settled(key: string): Promise<IntentView>;
+  get(key: string): SenderIntentView | undefined;
+  list(): SenderIntentView[];
   /**
-   * Removes a settled intent: completed, failed, conflict, or expired and resolved. An
-   * expired intent nobody resolved is refused (throws): its effect may or may not have happened.
+   * Resolves once the intent is completed, failed, conflict, expired or unknown (the
+   * receiver does not know the outcome either: see `reconcile`).
    */
-  forget(key: string): Promise<IntentView>;
+  settled(key: string): Promise<SenderIntentView>;
   /**
-   * Records what happened to an expired intent, as someone who asked the receiver found, with
-   * their reason (1-1024 bytes, one line); resolves with the intent once durable. Any tab may.
+   * Removes a settled intent: completed, failed, conflict, or expired or unknown and
+   * resolved. One nobody resolved is refused (throws): its effect may or may not have happened.
    */
-  resolve(key: string, resolvedAs: ResolvedAs, reason: string): Promise<IntentView>;
+  forget(key: string): Promise<SenderIntentView>;
+  /**
+   * Records what happened to an expired or unknown intent, as someone who asked the receiver
+   * found, with their reason (1-1024 bytes, one line); resolves with the intent once durable.
+   * Any tab may.
+   */
+  resolve(key: string, resolvedAs: ResolvedAs, reason: string): Promise<SenderIntentView>;
   /** Joins the senders of this storage: sends while leading. */
   start(): void;
   /** Stops sending and leaves the lead to another tab or the service worker. */

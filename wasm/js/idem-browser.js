@@ -11,7 +11,8 @@
 //   and sends again, under their keys, the intents that were in flight.
 // - Sending: due intents are POSTed with their key in the `Idempotency-Key` header as an
 //   RFC 8941 String; the reply goes to the client (2xx completes, 409 waits for the lease or
-//   Retry-After, 422 is a conflict, 408/425/429/5xx and network errors back off), and a
+//   Retry-After, 422 is a conflict, a 503 "outcome unknown" from idem's receivers stops the
+//   intent as `unknown` for a person to look, 408/425/429/5xx and network errors back off), and a
 //   timer wakes the loop at the client's next wake-up. While the browser says it is offline
 //   nothing is sent; the `online` event resumes at once, and the `offline` event aborts the
 //   requests in flight (their replies may never come; they are sent again, same key).

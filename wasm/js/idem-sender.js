@@ -22,7 +22,7 @@ import { indexedDbStorage } from "./idem-storage.js";
 export { indexedDbStorage, memoryStorage } from "./idem-storage.js";
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
-const TERMINAL = new Set(["completed", "failed", "conflict", "expired"]);
+const TERMINAL = new Set(["completed", "failed", "conflict", "expired", "unknown"]);
 
 /**
  * When a Retry-After header (seconds or an HTTP date) asks for the next attempt, in ms
@@ -48,6 +48,16 @@ function equalBytes(a, b) {
   if (a === undefined || b === undefined || a.length !== b.length) return false;
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
   return true;
+}
+
+/** The problem document (RFC 9457) in `body`, or undefined when it holds none. */
+function problemIn(body) {
+  try {
+    const problem = JSON.parse(new TextDecoder().decode(body));
+    return problem !== null && typeof problem === "object" && !Array.isArray(problem) ? problem : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 function signature(intent) {
@@ -207,17 +217,35 @@ export function senderKit({ init, IdemClient }) {
 
     /** The intent with `key`, or undefined. */
     get(key) {
-      return this.client.get(key);
+      return this.#view(this.client.get(key));
     }
 
     /** Every intent, oldest first. */
     list() {
-      return this.client.list();
+      return this.client.list().map((intent) => this.#view(intent));
     }
 
-    /** Resolves with the intent once it is completed, failed, conflict or expired. */
+    /**
+     * `intent` as the application sees it: an intent unknown at the receiver also carries
+     * `reconcile`, what an operator needs to settle its key there: the key, the operation
+     * the receiver records (`POST /orders`: the method and the path of the request sent)
+     * and the receiver's problem document.
+     */
+    #view(intent) {
+      if (intent?.state !== "unknown") return intent;
+      const attempt = { key: intent.key, operation: intent.operation, payload: intent.payload, attempt: intent.attempts };
+      const url = new URL(this.#url(attempt), globalThis.location?.href ?? "http://localhost/");
+      const reconcile = { key: intent.key, operation: `${this.#method.toUpperCase()} ${url.pathname}` };
+      const problem = problemIn(intent.body ?? new Uint8Array());
+      return { ...intent, reconcile: problem === undefined ? reconcile : { ...reconcile, problem } };
+    }
+
+    /**
+     * Resolves with the intent once it is completed, failed, conflict, expired or unknown
+     * (the receiver does not know the outcome either: see `reconcile`).
+     */
     settled(key) {
-      const intent = this.client.get(key);
+      const intent = this.get(key);
       if (intent === undefined) return Promise.reject(new Error(`key ${key}: no intent with this key`));
       if (TERMINAL.has(intent.state)) return Promise.resolve(intent);
       return new Promise((resolve) => {
@@ -229,25 +257,25 @@ export function senderKit({ init, IdemClient }) {
 
     /**
      * Removes a settled intent once the application took its outcome: completed, failed,
-     * conflict, or expired and resolved (`resolve`). An unresolved expired intent is
-     * refused: its effect may or may not have happened.
+     * conflict, or expired or unknown and resolved (`resolve`). An unresolved expired or
+     * unknown intent is refused: its effect may or may not have happened.
      */
     async forget(key) {
       const intent = this.client.forget(key);
       await this.#write({ remove: key });
-      return intent;
+      return this.#view(intent);
     }
 
     /**
-     * Records what happened to an expired intent, as someone who asked the receiver found
-     * ("completed", "failed" or "not_executed"), with their reason. Any tab may: an expired
-     * intent is not the leader's to change. Resolves with the intent once the record is
-     * durable.
+     * Records what happened to an expired or unknown intent, as someone who asked the
+     * receiver found ("completed", "failed" or "not_executed"), with their reason. Any tab
+     * may: such an intent is not the leader's to change. Resolves with the intent once the
+     * record is durable.
      */
     async resolve(key, resolvedAs, reason) {
       const intent = this.client.resolve(key, resolvedAs, reason, this.#now());
       await this.#write({ resolve: [key, this.client.intent(key)] });
-      return intent;
+      return this.#view(intent);
     }
 
     /**
@@ -489,7 +517,7 @@ export function senderKit({ init, IdemClient }) {
 
     #notify(keys) {
       for (const key of new Set(keys)) {
-        const intent = this.client.get(key);
+        const intent = this.get(key);
         if (intent === undefined) continue;
         try {
           this.#onChange(intent);

@@ -171,7 +171,9 @@ impl IdemClient {
 
     /// The server answered the attempt for `key`: 2xx completes, 422 is a conflict, 409
     /// and 408/425/429/5xx retry (at `retryAt` when given, else after a backoff), other
-    /// 3xx/4xx fail. A late or duplicate reply is ignored.
+    /// 3xx/4xx fail; a 503 whose body is idem's problem `unknown` (the receiver does not
+    /// know the outcome either) stops the intent as `unknown`, for a person to look. A
+    /// late or duplicate reply is ignored.
     ///
     /// # Errors
     ///
@@ -256,29 +258,30 @@ impl IdemClient {
         self.ledger.next_wakeup().map(|t| t.as_millis() as f64)
     }
 
-    /// Removes a settled intent (completed, failed, conflict, or expired and resolved)
-    /// once the application took its outcome, and returns it. An expired intent is
-    /// resolved first (`resolve`): its effect may or may not have happened.
+    /// Removes a settled intent (completed, failed, conflict, or expired or unknown and
+    /// resolved) once the application took its outcome, and returns it. An expired or
+    /// unknown intent is resolved first (`resolve`): its effect may or may not have
+    /// happened.
     ///
     /// # Errors
     ///
-    /// No intent with `key`, the intent is still queued or in flight, or it expired and
-    /// nobody resolved it.
+    /// No intent with `key`, the intent is still queued or in flight, or it is expired
+    /// or unknown and nobody resolved it.
     pub fn forget(&mut self, key: &JsString) -> Result<IntentView, JsError> {
         let intent = self.ledger.forget(&js::string("key", key)?)?;
         self.changes.push(intent.key.clone());
         Ok(view(&intent))
     }
 
-    /// Records what happened to an expired intent, as someone who asked the receiver
-    /// found (`"completed"`, `"failed"` or `"not_executed"`), with their reason (1–1024
-    /// bytes, one line). It stays `expired`, now with its `resolution`, and may then be
-    /// forgotten. Returns the intent.
+    /// Records what happened to an expired or unknown intent, as someone who asked the
+    /// receiver found (`"completed"`, `"failed"` or `"not_executed"`), with their reason
+    /// (1–1024 bytes, one line). It keeps its state, now with its `resolution`, and may
+    /// then be forgotten. Returns the intent.
     ///
     /// # Errors
     ///
-    /// A malformed argument, no intent with `key`, an intent that is not expired or is
-    /// resolved already, or a reason that breaks its rule.
+    /// A malformed argument, no intent with `key`, an intent that is neither expired nor
+    /// unknown or is resolved already, or a reason that breaks its rule.
     pub fn resolve(
         &mut self,
         key: &JsString,

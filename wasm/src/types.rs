@@ -46,12 +46,12 @@ export type MachineDecision =
   | { decision: "version_mismatch"; expected: number; current: number };
 
 /** Where an intent is in its life. */
-export type IntentState = "queued" | "in_flight" | "completed" | "failed" | "conflict" | "expired";
+export type IntentState = "queued" | "in_flight" | "completed" | "failed" | "conflict" | "expired" | "unknown";
 
-/** What happened to an expired intent, as someone who asked the receiver found. */
+/** What happened to an expired or unknown intent, as someone who asked the receiver found. */
 export type ResolvedAs = "completed" | "failed" | "not_executed";
 
-/** The resolution of an expired intent, recorded by `IdemClient.resolve`. */
+/** The resolution of an expired or unknown intent, recorded by `IdemClient.resolve`. */
 export interface IntentResolution {
   resolvedAs: ResolvedAs;
   /** How they know (who confirmed it, where). */
@@ -114,13 +114,16 @@ export interface IntentView {
   payload: Uint8Array;
   /** Status of the most recent reply, absent before any and after a transport error. */
   lastStatus?: number;
-  /** The definitive reply's status (completed, failed, conflict). */
+  /**
+   * The definitive reply's status (completed, failed, conflict; 503 for unknown: the
+   * receiver does not know the outcome either).
+   */
   status?: number;
-  /** The definitive reply's body (completed, failed, conflict). */
+  /** The definitive reply's body (completed, failed, conflict; unknown: the receiver's problem document). */
   body?: Uint8Array;
   /**
-   * An expired intent's resolution; absent until someone resolves it. An expired intent
-   * without one cannot be forgotten: its effect may or may not have happened.
+   * An expired or unknown intent's resolution; absent until someone resolves it. Such an
+   * intent without one cannot be forgotten: its effect may or may not have happened.
    */
   resolution?: IntentResolution;
 }

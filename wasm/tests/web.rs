@@ -340,7 +340,7 @@ fn an_expired_intent_is_forgotten_only_once_resolved() {
     assert_eq!(
         message(err),
         format!(
-            "key {key}: intent expired without a definitive answer, its effect may or may not have happened; resolve it first (as completed, failed or not executed, with a reason)"
+            "key {key}: intent has no definitive answer (expired, or unknown at the receiver), its effect may or may not have happened; resolve it first (as completed, failed or not executed, with a reason)"
         )
     );
     assert_eq!(client.size(), 1);
@@ -601,7 +601,7 @@ fn client_errors_are_js_errors_with_the_rust_message() {
     assert_eq!(
         message(err),
         format!(
-            "key {key}: intent is queued, only completed, failed, conflict or resolved expired intents may be forgotten"
+            "key {key}: intent is queued, only completed, failed, conflict or resolved expired or unknown intents may be forgotten"
         )
     );
     let err = client

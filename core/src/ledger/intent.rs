@@ -32,20 +32,28 @@ pub enum IntentState {
     /// No definitive answer before the deadline: never sent again. Terminal, but not
     /// settled until [`Intent::resolve`] records what happened (its `resolution`).
     Expired,
+    /// The receiver does not know the outcome under this key either: it claimed the key,
+    /// its handler may have acted, and nobody has settled the key yet (idem's 503 problem
+    /// `unknown`, see [`ReplyClass::of_reply`]). Never sent again: a person must look.
+    /// The reply is its outcome; terminal, but not settled until [`Intent::resolve`]
+    /// records what they found. Format version 3 added it.
+    Unknown,
 }
 
 impl IntentState {
     /// Every state, in a fixed order.
-    pub const ALL: [IntentState; 6] = [
+    pub const ALL: [IntentState; 7] = [
         IntentState::Queued,
         IntentState::InFlight,
         IntentState::Completed,
         IntentState::Failed,
         IntentState::Conflict,
         IntentState::Expired,
+        IntentState::Unknown,
     ];
 
-    /// Lower-case name: `queued`, `in_flight`, `completed`, `failed`, `conflict`, `expired`.
+    /// Lower-case name: `queued`, `in_flight`, `completed`, `failed`, `conflict`,
+    /// `expired`, `unknown`.
     #[must_use]
     pub const fn name(self) -> &'static str {
         match self {
@@ -55,6 +63,7 @@ impl IntentState {
             IntentState::Failed => "failed",
             IntentState::Conflict => "conflict",
             IntentState::Expired => "expired",
+            IntentState::Unknown => "unknown",
         }
     }
 
@@ -65,10 +74,18 @@ impl IntentState {
     }
 
     /// True for the states no reply changes any more: completed, failed, conflict,
-    /// expired. An expired intent still awaits its resolution: see [`Intent::is_settled`].
+    /// expired, unknown. An expired or unknown intent still awaits its resolution: see
+    /// [`Intent::is_settled`].
     #[must_use]
     pub const fn is_terminal(self) -> bool {
         !matches!(self, IntentState::Queued | IntentState::InFlight)
+    }
+
+    /// True for the states whose effect may or may not have happened, which a person
+    /// resolves ([`Intent::resolve`]): expired, unknown.
+    #[must_use]
+    pub const fn is_unsettled_end(self) -> bool {
+        matches!(self, IntentState::Expired | IntentState::Unknown)
     }
 }
 
@@ -78,7 +95,8 @@ impl fmt::Display for IntentState {
     }
 }
 
-/// What an operator or a checker found about an expired intent: did its effect happen?
+/// What an operator or a checker found about an expired or unknown intent: did its
+/// effect happen?
 ///
 /// The variant order is part of the persisted format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -122,7 +140,7 @@ impl fmt::Display for ResolvedAs {
     }
 }
 
-/// The resolution of an expired intent, recorded by [`Intent::resolve`].
+/// The resolution of an expired or unknown intent, recorded by [`Intent::resolve`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IntentResolution {
     /// What happened to the effect.
@@ -166,20 +184,27 @@ pub struct Intent {
     /// Status of the most recent reply taken into account; `None` before any reply and
     /// after a transport error.
     pub last_status: Option<u16>,
-    /// The definitive reply (status code and body) of a completed, failed or conflict
-    /// intent; `None` otherwise.
+    /// The definitive reply (status code and body) of a completed, failed, conflict or
+    /// unknown intent (and of one expired by a 410); `None` otherwise.
     pub outcome: Option<Outcome>,
-    /// What an expired intent was resolved as; `None` for every other state and for an
-    /// expired intent nobody resolved yet. Not in the serde form (see above).
+    /// What an expired or unknown intent was resolved as; `None` for every other state
+    /// and for one nobody resolved yet. Not in the serde form (see above).
     #[serde(skip)]
     pub resolution: Option<IntentResolution>,
 }
 
-/// The format version [`Intent::encode`] writes: 2 added `resolution`.
-pub(super) const INTENT_VERSION: u8 = 2;
+/// The format version [`Intent::encode`] writes: 2 added `resolution`, 3 the state
+/// [`IntentState::Unknown`] (the layout of 2, one more variant).
+pub(super) const INTENT_VERSION: u8 = 3;
 // The decoders read version 1 as version 2 without its last field
-// (`encoding::body_with_last_field`); a version 3 needs its own reader.
-const _: () = assert!(INTENT_VERSION == 2);
+// (`encoding::body_with_last_field`), and refuse Unknown in bytes older than 3; a version
+// 4 needs its own reader.
+const _: () = assert!(INTENT_VERSION == 3);
+
+/// True when bytes of format `version` may hold `state`: Unknown came with version 3.
+pub(super) fn state_in_version(state: IntentState, version: u8) -> bool {
+    version >= 3 || state != IntentState::Unknown
+}
 
 /// One send to perform: put `key` in the `Idempotency-Key` header and send `payload`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,7 +227,8 @@ pub struct Reply {
     /// The response body.
     pub body: Vec<u8>,
     /// When the receiver asks for the next attempt: the lease end of a 409, or a
-    /// `Retry-After` of a 429 or 503. Honoured for every retryable reply, capped by the
+    /// `Retry-After` of a 429 or 503 (not one that says the outcome is unknown: that
+    /// intent is not sent again). Honoured for every retryable reply, capped by the
     /// deadline; `None` falls back to the backoff.
     pub retry_at: Option<Timestamp>,
 }
@@ -295,7 +321,7 @@ impl Intent {
     /// Takes the receiver's `reply` into account.
     ///
     /// In flight: a definitive reply settles the intent (keeping status and body as its
-    /// outcome); 409 and retryable replies queue it again, at `reply.retry_at` when given
+    /// outcome), a receiver's "outcome unknown" among them ([`ReplyClass::of_reply`]); 409 and retryable replies queue it again, at `reply.retry_at` when given
     /// or after a backoff, never past the deadline (at or past it, the intent expires).
     /// Queued after a transport error or a restart: a definitive reply is a late answer
     /// to an earlier attempt and settles it; any other reply is ignored. Terminal, or
@@ -307,7 +333,7 @@ impl Intent {
         config: &LedgerConfig,
         rng: &mut BackoffRng,
     ) -> Effect {
-        let class = ReplyClass::of(reply.status);
+        let class = ReplyClass::of_reply(reply.status, &reply.body);
         let settles_as = class.settles_as();
         let applies = match self.state {
             IntentState::InFlight => true,
@@ -368,22 +394,22 @@ impl Intent {
         })
     }
 
-    /// Records what happened to an expired intent, as an operator or a checker found
-    /// out (asking the receiver, reading a statement), with the reason they give. Only
-    /// then is it settled: [`super::Ledger::forget`] and retention may remove it.
+    /// Records what happened to an expired or unknown intent, as an operator or a checker
+    /// found out (asking the receiver, reading a statement), with the reason they give.
+    /// Only then is it settled: [`super::Ledger::forget`] and retention may remove it.
     ///
     /// # Errors
     ///
     /// [`LedgerError::Reason`] for a reason that breaks its rule,
-    /// [`LedgerError::NotExpired`] when the intent is not expired, or already resolved.
-    /// The intent is unchanged.
+    /// [`LedgerError::NotExpired`] when the intent is neither expired nor unknown, or
+    /// already resolved. The intent is unchanged.
     pub fn resolve(
         &mut self,
         resolved_as: ResolvedAs,
         reason: &str,
         now: Timestamp,
     ) -> Result<(), LedgerError> {
-        if self.state != IntentState::Expired || self.resolution.is_some() {
+        if !self.state.is_unsettled_end() || self.resolution.is_some() {
             return Err(LedgerError::NotExpired {
                 key: self.key.clone(),
                 state: self.state,
@@ -400,7 +426,7 @@ impl Intent {
     }
 
     /// True when nothing is left to learn about this intent: completed, failed,
-    /// conflict, or expired and resolved. Only a settled intent may be forgotten.
+    /// conflict, or expired or unknown and resolved. Only a settled intent may be forgotten.
     #[must_use]
     pub fn is_settled(&self) -> bool {
         self.state.is_terminal() && !self.needs_resolution()
@@ -412,7 +438,7 @@ impl Intent {
     /// # Errors
     ///
     /// [`LedgerError::NotTerminal`] for a queued or in-flight intent,
-    /// [`LedgerError::Unresolved`] for an expired one nobody resolved.
+    /// [`LedgerError::Unresolved`] for an expired or unknown one nobody resolved.
     pub fn check_forget(&self) -> Result<(), LedgerError> {
         if !self.state.is_terminal() {
             return Err(LedgerError::NotTerminal {
@@ -428,14 +454,14 @@ impl Intent {
         Ok(())
     }
 
-    /// True for an expired intent nobody resolved yet: its effect may or may not have
-    /// happened.
+    /// True for an expired or unknown intent nobody resolved yet: its effect may or may
+    /// not have happened.
     #[must_use]
     pub fn needs_resolution(&self) -> bool {
-        self.state == IntentState::Expired && self.resolution.is_none()
+        self.state.is_unsettled_end() && self.resolution.is_none()
     }
 
-    /// The persisted bytes of this intent: a version byte (2), then postcard of the
+    /// The persisted bytes of this intent: a version byte (3), then postcard of the
     /// intent's serde form and its resolution.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
@@ -445,19 +471,22 @@ impl Intent {
     /// Decodes bytes made by [`Intent::encode`] and checks the operation and key rules,
     /// so a damaged file cannot smuggle in an invalid intent.
     ///
+    /// Version 1 (before resolutions) is read as an intent without one; version 2 as it
+    /// is (it cannot hold the state Unknown).
+    ///
     /// # Errors
     ///
-    /// Version 1 (before resolutions) is read as an intent without one.
-    ///
-    /// # Errors
-    ///
-    /// [`DecodeError`] for empty, newer-format, malformed or invalid bytes.
+    /// [`DecodeError`] for empty, newer-format, malformed or invalid bytes, and for
+    /// bytes older than version 3 that hold the state Unknown.
     pub fn decode(bytes: &[u8]) -> Result<Intent, DecodeError> {
         const WHAT: &str = "intent";
         // Version 1 is version 2 without its last field, the resolution.
-        let body = encoding::body_with_last_field(bytes)?;
+        let (version, body) = encoding::body_with_last_field(bytes, INTENT_VERSION)?;
         let (mut intent, resolution): (Intent, Option<IntentResolution>) =
             encoding::decode_body(&body, WHAT)?;
+        if !state_in_version(intent.state, version) {
+            return Err(DecodeError::Malformed { what: WHAT });
+        }
         intent.resolution = resolution;
         if intent.check().is_err() {
             return Err(DecodeError::Invalid { what: WHAT });
@@ -466,7 +495,7 @@ impl Intent {
     }
 
     /// The rules of a decoded or imported intent: operation and key, and a resolution
-    /// only on an expired intent, with a reason that keeps its rule.
+    /// only on an expired or unknown intent, with a reason that keeps its rule.
     ///
     /// # Errors
     ///
@@ -477,7 +506,7 @@ impl Intent {
         check_operation(&self.operation).map_err(LedgerError::Operation)?;
         id::check_key(&self.key).map_err(LedgerError::Operation)?;
         if let Some(resolution) = &self.resolution {
-            if self.state != IntentState::Expired {
+            if !self.state.is_unsettled_end() {
                 return Err(LedgerError::NotExpired {
                     key: self.key.clone(),
                     state: self.state,

@@ -21,13 +21,14 @@
 //! | Queued | [`Ledger::due`], now ≥ `next_attempt_at` | InFlight, attempts + 1, an [`Attempt`] to send |
 //! | InFlight | reply 2xx / 422 / 3xx or other 4xx | Completed / Conflict / Failed, with the reply as outcome |
 //! | InFlight | reply 410 (the receiver ran it but keeps only a tombstone) | Expired, with the reply as outcome: reconcile |
+//! | InFlight | reply 503 with idem's problem `unknown` (the receiver does not know the outcome) | Unknown, with the reply as outcome: a person must look |
 //! | InFlight | reply 409, 408, 425, 429, 5xx, non-final status; transport error | Queued at `retry_at` or after backoff, capped by the deadline; Expired if now ≥ deadline |
 //! | Queued (sent before) | definitive reply (late) | as from InFlight |
 //! | Queued | any other reply; transport error | ignored |
 //! | InFlight | [`Ledger::restart`], [`Ledger::restore`] | Queued, same key, due at once |
-//! | Expired, unresolved | [`Ledger::resolve`] (completed, failed or not executed, a reason) | Expired with its `resolution` |
-//! | Expired, unresolved | [`Ledger::forget`] | refused ([`LedgerError::Unresolved`]): resolve it first |
-//! | Completed, Failed, Conflict; Expired resolved | [`Ledger::forget`] | removed |
+//! | Expired or Unknown, unresolved | [`Ledger::resolve`] (completed, failed or not executed, a reason) | the same state with its `resolution` |
+//! | Expired or Unknown, unresolved | [`Ledger::forget`] | refused ([`LedgerError::Unresolved`]): resolve it first |
+//! | Completed, Failed, Conflict; Expired or Unknown resolved | [`Ledger::forget`] | removed |
 //! | terminal | anything else | ignored |
 //! | absent, Queued or InFlight | [`Ledger::put`] (a copy persisted elsewhere) | the copy |
 //!
@@ -38,6 +39,14 @@
 //! a reason, when), so the state still says how the intent ended and the resolution says
 //! what was learned after. Until resolved it cannot be forgotten; a sender that shows or
 //! cleans up intents asks [`Intent::needs_resolution`].
+//!
+//! **Unknown.** The receiver itself does not know whether the intent took effect: it
+//! claimed the key and its handler may have acted (it crashed, timed out or failed
+//! mid-way), and nobody has settled the key since. idem's receivers answer such a key
+//! with 503 and the problem `unknown` until an operator reconciles it, so resending
+//! tells nothing new: the intent stops, keeps that answer as its outcome, and waits
+//! like an expired one for someone to look and record a `resolution`. Its key and
+//! operation, with the receiver's problem, are what that person needs.
 //!
 //! **Deadline.** `deadline = created_at + server_retention − safety_margin`. An intent is
 //! sent only while `now < deadline`: after it the receiver may have forgotten the key and
@@ -102,19 +111,19 @@ pub enum LedgerError {
         /// The intent's state.
         state: IntentState,
     },
-    /// An expired intent nobody resolved cannot be forgotten: its effect may or may not
-    /// have happened, and dropping it would lose that question.
+    /// An expired or unknown intent nobody resolved cannot be forgotten: its effect may or
+    /// may not have happened, and dropping it would lose that question.
     Unresolved {
         /// The key given.
         key: String,
     },
-    /// Only an expired intent not yet resolved can be resolved.
+    /// Only an expired or unknown intent not yet resolved can be resolved.
     NotExpired {
         /// The key given.
         key: String,
         /// The intent's state.
         state: IntentState,
-        /// What it was resolved as already, for an expired one.
+        /// What it was resolved as already, for an expired or unknown one.
         resolved: Option<ResolvedAs>,
     },
     /// The reason of a resolution breaks its rule (1–[`MAX_REASON_LEN`] bytes, not
@@ -138,11 +147,11 @@ impl fmt::Display for LedgerError {
             ),
             LedgerError::NotTerminal { key, state } => write!(
                 f,
-                "key {key}: intent is {state}, only completed, failed, conflict or resolved expired intents may be forgotten"
+                "key {key}: intent is {state}, only completed, failed, conflict or resolved expired or unknown intents may be forgotten"
             ),
             LedgerError::Unresolved { key } => write!(
                 f,
-                "key {key}: intent expired without a definitive answer, its effect may or may not have happened; resolve it first (as completed, failed or not executed, with a reason)"
+                "key {key}: intent has no definitive answer (expired, or unknown at the receiver), its effect may or may not have happened; resolve it first (as completed, failed or not executed, with a reason)"
             ),
             LedgerError::NotExpired {
                 key,
@@ -154,7 +163,7 @@ impl fmt::Display for LedgerError {
             ),
             LedgerError::NotExpired { key, state, .. } => write!(
                 f,
-                "key {key}: intent is {state}, only an expired intent is resolved (the others get their answer from the receiver)"
+                "key {key}: intent is {state}, only an expired or unknown intent is resolved (the others get their answer from the receiver)"
             ),
             LedgerError::Reason { len, problem } => write!(f, "reason: {len} bytes, {problem}"),
         }
@@ -364,7 +373,8 @@ impl Ledger {
         Ok(self.intents.remove(at))
     }
 
-    /// Records what happened to the expired intent `key`; see [`Intent::resolve`].
+    /// Records what happened to the expired or unknown intent `key`; see
+    /// [`Intent::resolve`].
     ///
     /// # Errors
     ///
@@ -386,14 +396,14 @@ impl Ledger {
     /// browser tab, a service worker) and already persisted there: inserts it, or
     /// replaces the intent with its key, unless that one is terminal (a terminal intent
     /// never changes, so a late copy of an earlier state cannot bring it back), the one
-    /// exception being the resolution of an expired intent. Returns whether the ledger
-    /// changed.
+    /// exception being the resolution of an expired or unknown intent. Returns whether
+    /// the ledger changed.
     pub fn put(&mut self, intent: Intent) -> bool {
         match position(&self.intents, &intent.key) {
             Ok(at) => {
                 let held = &mut self.intents[at];
                 let resolves = held.needs_resolution()
-                    && intent.state == IntentState::Expired
+                    && intent.state == held.state
                     && intent.resolution.is_some();
                 if (held.state.is_terminal() && !resolves) || *held == intent {
                     return false;
@@ -478,13 +488,22 @@ impl Ledger {
     /// [`DecodeError::Invalid`] when the settings cannot work, an operation or key breaks
     /// its rule, the intents are not in strictly ascending key order (as `snapshot`
     /// writes them; two intents sharing a key are out of order), or a resolution names
-    /// no expired intent, or one twice. Version 1 (before resolutions) is read too.
+    /// no expired or unknown intent, or one twice; [`DecodeError::Malformed`] for bytes
+    /// older than version 3 that hold the state Unknown. Versions 1 (before resolutions)
+    /// and 2 (before Unknown) are read too.
     pub fn restore(bytes: &[u8]) -> Result<Ledger, DecodeError> {
         const WHAT: &str = "ledger snapshot";
         let invalid = DecodeError::Invalid { what: WHAT };
         // Version 1 is version 2 without its last field, the resolutions.
-        let body = encoding::body_with_last_field(bytes)?;
+        let (version, body) = encoding::body_with_last_field(bytes, INTENT_VERSION)?;
         let mut snapshot: Snapshot = encoding::decode_body(&body, WHAT)?;
+        if !snapshot
+            .intents
+            .iter()
+            .all(|i| intent::state_in_version(i.state, version))
+        {
+            return Err(DecodeError::Malformed { what: WHAT });
+        }
         for (key, resolution) in snapshot.resolutions {
             match position(&snapshot.intents, &key) {
                 Ok(at) if snapshot.intents[at].resolution.is_none() => {

@@ -303,7 +303,7 @@ fn an_expired_intent_is_forgotten_only_once_resolved() {
     assert_eq!(
         err.to_string(),
         alloc::format!(
-            "key {key}: intent expired without a definitive answer, its effect may or may not have happened; resolve it first (as completed, failed or not executed, with a reason)"
+            "key {key}: intent has no definitive answer (expired, or unknown at the receiver), its effect may or may not have happened; resolve it first (as completed, failed or not executed, with a reason)"
         )
     );
     assert!(ledger.get(&key).unwrap().needs_resolution());
@@ -372,7 +372,7 @@ fn an_expired_intent_is_forgotten_only_once_resolved() {
     assert_eq!(
         err.to_string(),
         alloc::format!(
-            "key {live}: intent is queued, only an expired intent is resolved (the others get their answer from the receiver)"
+            "key {live}: intent is queued, only an expired or unknown intent is resolved (the others get their answer from the receiver)"
         )
     );
     assert!(matches!(
@@ -693,7 +693,7 @@ fn forget_takes_only_terminal_intents() {
     assert_eq!(
         err.to_string(),
         alloc::format!(
-            "key {key}: intent is in_flight, only completed, failed, conflict or resolved expired intents may be forgotten"
+            "key {key}: intent is in_flight, only completed, failed, conflict or resolved expired or unknown intents may be forgotten"
         )
     );
     ledger.on_reply(&key, reply(404), CREATED).unwrap();

@@ -61,7 +61,8 @@ fn state_names_round_trip() {
             "completed",
             "failed",
             "conflict",
-            "expired"
+            "expired",
+            "unknown"
         ]
     );
     for state in IntentState::ALL {
@@ -178,16 +179,19 @@ fn snapshot_golden_bytes() {
         Ledger::restore(&bytes).unwrap().snapshot().len(),
         bytes.len()
     );
-    // Version 1, written before resolutions, still restores: to the same ledger.
-    let old = unhex(GOLDEN_SNAPSHOT_V1);
-    assert_eq!(
-        Ledger::restore(&old).unwrap(),
-        Ledger::restore(&bytes).unwrap()
-    );
-    assert_eq!(
-        Ledger::restore(&old).unwrap().snapshot(),
-        Ledger::restore(&bytes).unwrap().snapshot()
-    );
+    // Versions 1, written before resolutions, and 2, before the state Unknown, still
+    // restore: to the same ledger.
+    for old in [GOLDEN_SNAPSHOT_V1, GOLDEN_SNAPSHOT_V2] {
+        let old = unhex(old);
+        assert_eq!(
+            Ledger::restore(&old).unwrap(),
+            Ledger::restore(&bytes).unwrap()
+        );
+        assert_eq!(
+            Ledger::restore(&old).unwrap().snapshot(),
+            Ledger::restore(&bytes).unwrap().snapshot()
+        );
+    }
 }
 
 fn unhex(text: &str) -> Vec<u8> {
@@ -197,10 +201,21 @@ fn unhex(text: &str) -> Vec<u8> {
         .collect()
 }
 
-/// Version 2; config (100000, 10000, 100, 1600, seed 7, then the ignored switch byte 0);
+/// Version 3; config (100000, 10000, 100, 1600, seed 7, then the ignored switch byte 0);
 /// jitter state; two intents: `pay` completed with 200 "ok", `refund` in flight (attempt
 /// 2, last status 503); then the resolutions by key, none (00).
 const GOLDEN_SNAPSHOT: &str = concat!(
+    "03a08d06904e64c00c07009cf8a9fa97b7de9b9e01022430303030303030302d303365382d373130",
+    "312d383130312d30313031303130313031303103706179027031cbc7bae751ed7b3e1538634d7361",
+    "e85a2e583a00c1677b954598773c2741167a0201e807e807f8c60501c801019003026f6b24303030",
+    "30303030302d303365382d373230322d383230322d30323032303230323032303206726566756e64",
+    "027032cbc7bae751ed7b3e1538634d7361e85a2e583a00c1677b954598773c2741167a0102e8078f",
+    "08f8c60501f7030000",
+);
+
+/// The same ledger in format version 2, which had no state Unknown: the same bytes
+/// behind another version byte.
+const GOLDEN_SNAPSHOT_V2: &str = concat!(
     "02a08d06904e64c00c07009cf8a9fa97b7de9b9e01022430303030303030302d303365382d373130",
     "312d383130312d30313031303130313031303103706179027031cbc7bae751ed7b3e1538634d7361",
     "e85a2e583a00c1677b954598773c2741167a0201e807e807f8c60501c801019003026f6b24303030",
@@ -247,8 +262,10 @@ fn intent_golden_bytes_and_checked_decode() {
     let intent = ledger.iter().next().unwrap();
     assert_eq!(hex(&intent.encode()), GOLDEN_INTENT);
     assert_eq!(&Intent::decode(&intent.encode()).unwrap(), intent);
-    // Version 1, before resolutions, decodes to the same intent.
+    // Version 1, before resolutions, and 2, before the state Unknown, decode to the
+    // same intent.
     assert_eq!(&Intent::decode(&unhex(GOLDEN_INTENT_V1)).unwrap(), intent);
+    assert_eq!(&Intent::decode(&unhex(GOLDEN_INTENT_V2)).unwrap(), intent);
 
     let bad = Intent {
         operation: "p\u{0}".into(),
@@ -293,20 +310,28 @@ fn intent_golden_bytes_and_checked_decode() {
         Err(DecodeError::Invalid { what: "intent" })
     );
     let mut newer = intent.encode();
-    newer[0] = 3;
+    newer[0] = 4;
     assert_eq!(
         Intent::decode(&newer),
         Err(DecodeError::NewerFormat {
-            found: 3,
-            supported: 2
+            found: 4,
+            supported: 3
         })
     );
 }
 
-/// Version 2; key, operation, payload, fingerprint (32 bytes), state 2 (completed),
+/// Version 3; key, operation, payload, fingerprint (32 bytes), state 2 (completed),
 /// attempts 1, created 1000, next attempt 1000, deadline 91000, last status 200, outcome
 /// (200, "ok"), no resolution (00).
 const GOLDEN_INTENT: &str = concat!(
+    "032430303030303030302d303365382d373130312d383130312d3031303130313031303130310370",
+    "6179027031cbc7bae751ed7b3e1538634d7361e85a2e583a00c1677b954598773c2741167a0201e8",
+    "07e807f8c60501c801019003026f6b00",
+);
+
+/// The same intent in format version 2: the bytes of version 3 behind another version
+/// byte (version 2 had no state Unknown).
+const GOLDEN_INTENT_V2: &str = concat!(
     "022430303030303030302d303365382d373130312d383130312d3031303130313031303130310370",
     "6179027031cbc7bae751ed7b3e1538634d7361e85a2e583a00c1677b954598773c2741167a0201e8",
     "07e807f8c60501c801019003026f6b00",
@@ -407,11 +432,11 @@ fn a_snapshot_carries_resolutions_and_refuses_one_that_names_no_expired_intent()
     );
 }
 
-/// Version 2; key, `pay`, payload, fingerprint, state 5 (expired), attempts 0, created
+/// Version 3; key, `pay`, payload, fingerprint, state 5 (expired), attempts 0, created
 /// 1000, next attempt 1000, deadline 91000, no status, no outcome; resolution 01, variant
 /// 2 (not executed), reason (20 bytes), resolved at 91000.
 const GOLDEN_RESOLVED_INTENT: &str = concat!(
-    "022430303030303030302d303365382d373130312d383130312d3031303130313031303130310370",
+    "032430303030303030302d303365382d373130312d383130312d3031303130313031303130310370",
     "6179027031cbc7bae751ed7b3e1538634d7361e85a2e583a00c1677b954598773c2741167a0500e8",
     "07e807f8c60500000102146e6f74206f6e207468652073746174656d656e74f8c605",
 );
@@ -538,3 +563,109 @@ fn restore_refuses_damaged_snapshots() {
         Err(DecodeError::Invalid { what: WHAT })
     );
 }
+
+/// A ledger whose one intent got idem's 503 `unknown`: the intent stops as Unknown.
+fn unknown_ledger() -> (Ledger, String) {
+    let mut ledger = Ledger::new(config()).unwrap();
+    let key = ledger
+        .begin("pay", b"p1".to_vec(), fingerprint(), CREATED, [1; 16])
+        .unwrap()
+        .key
+        .clone();
+    assert_eq!(ledger.due(CREATED).len(), 1);
+    let problem = crate::http::Problem::unknown(60).to_json().into_bytes();
+    let effect = ledger
+        .on_reply(
+            &key,
+            Reply {
+                status: 503,
+                body: problem.clone(),
+                retry_at: Some(CREATED.plus_millis(60_000)),
+            },
+            CREATED,
+        )
+        .unwrap();
+    assert_eq!(effect, Effect::Finished(IntentState::Unknown));
+    let intent = ledger.get(&key).unwrap();
+    assert_eq!(intent.state, IntentState::Unknown);
+    assert_eq!(intent.last_status, Some(503));
+    assert_eq!(intent.outcome, Some(crate::Outcome::new(503, problem)));
+    (ledger, key)
+}
+
+#[test]
+fn an_unknown_intent_is_never_sent_again_and_waits_for_a_resolution() {
+    let (mut ledger, key) = unknown_ledger();
+    assert_eq!(ledger.next_wakeup(), None, "nothing to wake up for");
+    assert!(ledger.due(DEADLINE).is_empty(), "not sent, not expired");
+    assert_eq!(ledger.get(&key).unwrap().state, IntentState::Unknown);
+    assert!(ledger.get(&key).unwrap().needs_resolution());
+    assert_eq!(
+        ledger.forget(&key),
+        Err(LedgerError::Unresolved { key: key.clone() })
+    );
+    // A late reply changes nothing: the intent is terminal.
+    assert_eq!(
+        ledger.on_reply(&key, reply(200), CREATED).unwrap(),
+        Effect::Ignored
+    );
+    let resolved = ledger
+        .resolve(
+            &key,
+            ResolvedAs::Completed,
+            "order 7 is in the books",
+            DEADLINE,
+        )
+        .unwrap();
+    assert_eq!(resolved.state, IntentState::Unknown);
+    assert!(resolved.is_settled());
+    assert_eq!(Intent::decode(&resolved.encode()).unwrap(), *resolved);
+    assert_eq!(Ledger::restore(&ledger.snapshot()).unwrap(), ledger);
+    assert!(ledger.forget(&key).is_ok());
+}
+
+#[test]
+fn unknown_intent_golden_bytes_and_no_unknown_before_version_3() {
+    let (ledger, _) = unknown_ledger();
+    let intent = ledger.iter().next().unwrap();
+    let bytes = intent.encode();
+    assert_eq!(hex(&bytes), GOLDEN_UNKNOWN_INTENT);
+    assert_eq!(&Intent::decode(&bytes).unwrap(), intent);
+    // Versions 1 and 2 had no state Unknown: such bytes are damage, never misread.
+    let mut v2 = bytes.clone();
+    v2[0] = 2;
+    assert_eq!(
+        Intent::decode(&v2),
+        Err(DecodeError::Malformed { what: "intent" })
+    );
+    let mut v1 = bytes[..bytes.len() - 1].to_vec();
+    v1[0] = 1;
+    assert_eq!(
+        Intent::decode(&v1),
+        Err(DecodeError::Malformed { what: "intent" })
+    );
+    let mut snapshot = ledger.snapshot();
+    assert_eq!(snapshot[0], 3);
+    assert_eq!(Ledger::restore(&snapshot).unwrap(), ledger);
+    snapshot[0] = 2;
+    assert_eq!(
+        Ledger::restore(&snapshot),
+        Err(DecodeError::Malformed {
+            what: "ledger snapshot"
+        })
+    );
+}
+
+/// Version 3; key, `pay`, payload, fingerprint, state 6 (unknown), attempts 1, created
+/// 1000, next attempt 1000, deadline 91000, last status 503, outcome (503, idem's
+/// problem `unknown`), no resolution (00).
+const GOLDEN_UNKNOWN_INTENT: &str = concat!(
+    "032430303030303030302d303365382d373130312d383130312d3031303130313031303130310370",
+    "6179027031cbc7bae751ed7b3e1538634d7361e85a2e583a00c1677b954598773c2741167a0601e8",
+    "07e807f8c60501f70301ee07c8017b2274797065223a2261626f75743a626c616e6b222c22746974",
+    "6c65223a225365727669636520556e617661696c61626c65222c22737461747573223a3530332c22",
+    "64657461696c223a22746865206f7574636f6d65206f662074686520726571756573742077697468",
+    "2074686973204964656d706f74656e63792d4b657920697320756e6b6e6f776e20756e74696c2069",
+    "74206973207265636f6e63696c65643b207265747279206c61746572222c226964656d706f74656e",
+    "6379223a22756e6b6e6f776e227d00",
+);

@@ -155,13 +155,21 @@ pub struct IntentCounts {
     pub conflict: u64,
     /// No definitive answer before their deadline: each needs reconciling.
     pub expired: u64,
+    /// The receiver does not know their outcome either: each needs a person to look.
+    pub unknown: u64,
 }
 
 impl IntentCounts {
     /// The number of intents in every state.
     #[must_use]
     pub fn total(&self) -> u64 {
-        self.queued + self.in_flight + self.completed + self.failed + self.conflict + self.expired
+        self.queued
+            + self.in_flight
+            + self.completed
+            + self.failed
+            + self.conflict
+            + self.expired
+            + self.unknown
     }
 }
 

@@ -285,7 +285,7 @@ fn resolve_refuses_what_is_not_an_unresolved_expired_intent_and_writes_nothing()
         (
             live.key.as_str(),
             "x",
-            "intent is queued, only an expired intent is resolved",
+            "intent is queued, only an expired or unknown intent is resolved",
         ),
         ("no-such-key", "x", "no intent with this key"),
         (expired.key.as_str(), "", "reason: 0 bytes, empty"),
@@ -745,7 +745,7 @@ fn a_version_1_export_still_imports_and_bad_intent_lines_are_named() {
         ),
         (
             intent(r#","resolved_as":"failed","resolution_reason":"r","resolved_at":9"#),
-            "intent is queued, only an expired intent is resolved",
+            "intent is queued, only an expired or unknown intent is resolved",
         ),
         (
             intent(r#","resolved_as":"failed","resolution_reason":" ","resolved_at":9"#)

@@ -105,7 +105,7 @@ pub(crate) fn check<S: Outbox, R: Receiver>(world: &mut World<S, R>) -> Tally {
                         tally.failed += 1;
                     }
                 }
-                IntentState::Expired => {
+                IntentState::Expired | IntentState::Unknown => {
                     if run.is_some() {
                         tally.expired_ran += 1;
                     } else {

@@ -179,7 +179,7 @@ test("an expired intent is forgotten only once resolved, with a reason", () => {
   client.due(0);
   assert.equal(client.onTransportError(key, 9_000).state, "expired");
   assert.throws(() => client.forget(key), {
-    message: `key ${key}: intent expired without a definitive answer, its effect may or may not have happened; resolve it first (as completed, failed or not executed, with a reason)`,
+    message: `key ${key}: intent has no definitive answer (expired, or unknown at the receiver), its effect may or may not have happened; resolve it first (as completed, failed or not executed, with a reason)`,
   });
   assert.throws(() => client.resolve(key, "done", "x", 9_001), /^Error: resolvedAs: "done", expected "completed"/);
   assert.throws(() => client.resolve(key, "completed", "", 9_001), { message: "reason: 0 bytes, empty, say why (who confirmed it, where)" });
@@ -206,7 +206,7 @@ test("errors are Error objects with the Rust message", () => {
   assert.throws(() => client.begin("op", "x", 1, new Uint8Array(3)), { message: "random: 3 bytes, expected 16" });
   assert.throws(() => client.onResponse("nope", { status: 200 }, 1), { message: "key nope: no intent with this key" });
   assert.throws(() => IdemClient.restore(new Uint8Array([9])), {
-    message: "encoded value: format version 9 is newer than this build reads (at most 2)",
+    message: "encoded value: format version 9 is newer than this build reads (at most 3)",
   });
   const { key } = client.begin("op", "x", 1, new Uint8Array(16).fill(1));
   assert.throws(() => client.begin("op", "y", 1, new Uint8Array(16).fill(1)), {

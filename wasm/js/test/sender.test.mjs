@@ -116,7 +116,7 @@ test("an expired intent stays stored until it is resolved, then may be forgotten
     now = 10_000; // the deadline: no answer came
     await sender.flush();
     assert.equal((await sender.settled(key)).state, "expired");
-    await assert.rejects(sender.forget(key), /intent expired without a definitive answer.*resolve it first/);
+    await assert.rejects(sender.forget(key), /intent has no definitive answer.*resolve it first/);
     assert.equal((await stored(storage)).get(key).state, "expired", "its record stays");
     await assert.rejects(sender.resolve(key, "not_executed", " "), /reason: 1 bytes, empty/);
 
@@ -126,6 +126,50 @@ test("an expired intent stays stored until it is resolved, then may be forgotten
     assert.equal(srv.seen.executed.length, 0);
     assert.equal((await sender.forget(key)).key, key);
     assert.equal((await storage.load()).intents.length, 0, "its record is gone");
+  } finally {
+    sender.stop();
+  }
+});
+
+test("503 with the problem unknown: the intent stops as unknown, with what an operator needs", async () => {
+  // What idem proxy answers first when its upstream timed out (504, the key becomes
+  // Unknown), then to every retry (503, problem "unknown") until the key is reconciled.
+  const problem = {
+    type: "about:blank",
+    title: "Service Unavailable",
+    status: 503,
+    detail: "the outcome of the request with this Idempotency-Key is unknown until it is reconciled; retry later",
+    idempotency: "unknown",
+  };
+  const sent = [];
+  const fetch = async (url, init) => {
+    sent.push(url);
+    if (sent.length === 1) return new Response("upstream timed out", { status: 504 });
+    if (sent.length === 2) return new Response("busy", { status: 503, headers: { "Retry-After": "0" } });
+    return new Response(JSON.stringify(problem), {
+      status: 503,
+      headers: { "Content-Type": "application/problem+json", "Retry-After": "60" },
+    });
+  };
+  const storage = memoryStorage();
+  const sender = await IdemSender.open({ url: "https://shop.example/orders?via=app", storage, fetch, client: FAST });
+  try {
+    const { key } = await sender.submit("order", '{"sku":"D-4"}');
+    const intent = await sender.settled(key);
+    assert.equal(sent.length, 3, "a 504 and a plain 503 are retried; the unknown answer is not");
+    assert.equal(intent.state, "unknown");
+    assert.equal(intent.status, 503);
+    assert.deepEqual(intent.reconcile, { key, operation: "POST /orders", problem });
+    assert.equal(sender.client.nextWakeup(), undefined, "nothing more to send");
+    await sender.flush();
+    assert.equal(sent.length, 3);
+    assert.deepEqual(sender.list().map((i) => i.reconcile?.operation), ["POST /orders"]);
+    assert.equal((await stored(storage)).get(key).state, "unknown", "the state is durable");
+    await assert.rejects(sender.forget(key), /intent has no definitive answer.*resolve it first/);
+    const resolved = await sender.resolve(key, "completed", "reconciled at the shop: order 7 exists");
+    assert.equal(resolved.state, "unknown");
+    assert.equal(resolved.resolution.resolvedAs, "completed");
+    assert.equal((await sender.forget(key)).key, key);
   } finally {
     sender.stop();
   }

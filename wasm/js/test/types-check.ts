@@ -19,6 +19,8 @@ import {
   indexedDbStorage,
   memoryStorage,
   type LedgerStorage,
+  type Reconcile,
+  type SenderIntentView,
 } from "idem-wasm/browser";
 import { backgroundSync, sendQueued, type SendQueuedResult } from "idem-wasm/worker";
 
@@ -57,7 +59,10 @@ export async function check(): Promise<string> {
     onLeader: (leading: boolean) => leading,
     backgroundSync: false,
   });
-  const done = await sender.settled((await sender.submit("order", "{}")).key);
+  const done: SenderIntentView = await sender.settled((await sender.submit("order", "{}")).key);
+  const reconcile: Reconcile | undefined = done.state === "unknown" ? done.reconcile : undefined;
+  const operation: string | undefined = reconcile?.operation;
+  const code: string | undefined = reconcile?.problem?.idempotency;
   const leading: boolean = sender.leading;
   const resolvedAs: ResolvedAs = "not_executed";
   const resolved: IntentView = await sender.resolve(done.key, resolvedAs, "checked with the receiver").catch(() => done);

@@ -292,8 +292,15 @@ fn stats_guarded(writer: &Writer, now: Timestamp) -> Result<Stats, Error> {
         file_bytes: 0,
         generation: index.generation()?,
         intents: {
-            let [queued, in_flight, completed, failed, conflict, expired] =
-                count_intents_by_state(&txn)?;
+            let [
+                queued,
+                in_flight,
+                completed,
+                failed,
+                conflict,
+                expired,
+                unknown,
+            ] = count_intents_by_state(&txn)?;
             IntentCounts {
                 queued,
                 in_flight,
@@ -301,6 +308,7 @@ fn stats_guarded(writer: &Writer, now: Timestamp) -> Result<Stats, Error> {
                 failed,
                 conflict,
                 expired,
+                unknown,
             }
         },
     })

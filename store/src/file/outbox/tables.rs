@@ -134,6 +134,7 @@ pub(super) fn state_byte(state: IntentState) -> u8 {
         IntentState::Failed => 3,
         IntentState::Conflict => 4,
         IntentState::Expired => 5,
+        IntentState::Unknown => 6,
     }
 }
 
@@ -165,8 +166,8 @@ pub(super) fn split_due_key(bytes: &[u8]) -> Result<(Timestamp, &[u8]), Error> {
 
 /// Intents per state, in the order of [`IntentState::ALL`]; zeros when no intent was
 /// ever written.
-pub(crate) fn count_by_state(txn: &ReadTransaction) -> Result<[u64; 6], Error> {
-    let mut counts = [0u64; 6];
+pub(crate) fn count_by_state(txn: &ReadTransaction) -> Result<[u64; 7], Error> {
+    let mut counts = [0u64; 7];
     let Some(states) = open_read(txn, STATES)? else {
         return Ok(counts);
     };

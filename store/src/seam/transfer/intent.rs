@@ -22,7 +22,7 @@ pub struct IntentView {
     pub key: String,
     /// What kind of action.
     pub operation: String,
-    /// `queued`, `in_flight`, `completed`, `failed`, `conflict` or `expired`.
+    /// `queued`, `in_flight`, `completed`, `failed`, `conflict`, `expired` or `unknown`.
     pub state: String,
     /// Sends so far.
     pub attempts: u32,
@@ -100,7 +100,7 @@ impl IntentView {
             view_error(
                 "state",
                 format!(
-                    "{:?}, expected one of queued, in_flight, completed, failed, conflict, expired",
+                    "{:?}, expected one of queued, in_flight, completed, failed, conflict, expired, unknown",
                     self.state
                 ),
             )
