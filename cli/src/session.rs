@@ -79,9 +79,8 @@ impl Session {
         config: Config,
         access: Access,
     ) -> Result<BlockingStore, Failure> {
-        self.builder(config, access)?
-            .open_blocking(&self.db)
-            .map_err(|e| match e {
+        let builder = self.builder(config, access)?;
+        recovering(builder, &self.db).map_err(|e| match e {
                 AnyOpenError::Missing { path } => Failure::runtime(format!(
                     "{}: no store file here (begin, exec and import create one; --db or $IDEM_DB choose another)",
                     path.display()
@@ -99,7 +98,7 @@ impl Session {
         access: Access,
     ) -> Result<BlockingStore, Failure> {
         let builder = self.builder(config, access)?.create(false);
-        match builder.open_blocking(&self.db) {
+        match recovering(builder, &self.db) {
             Err(AnyOpenError::Missing { path }) => {
                 Err(not_found(id).with_note(&format!("no store file at {}", path.display())))
             }
@@ -145,6 +144,31 @@ impl Session {
             self.check_now(access)?;
         }
         store_builder(config, access)
+    }
+}
+
+/// Opens `db` with `builder`. A read of a file whose last writer died without closing it
+/// (a `kill -9`, a power cut) cannot be done read-only: the file needs the recovery only
+/// a writable open does. When nobody holds the file, that open is made here, which
+/// recovers it (as `idem check` would), and the read goes on, with a note on stderr; a
+/// file another process holds is its writer's to recover, and the error says so.
+pub(crate) fn recovering(
+    builder: AnyStoreBuilder,
+    db: &std::path::Path,
+) -> Result<BlockingStore, AnyOpenError> {
+    match builder.clone().open_blocking(db) {
+        Err(AnyOpenError::File(OpenError::NeedsRecovery { path })) => {
+            let recovered = builder.read_only(false).create(false).open_blocking(db);
+            if recovered.is_ok() {
+                eprintln!(
+                    "idem: {}: its last writer did not close it cleanly; recovered it before reading",
+                    path.display()
+                );
+                return recovered;
+            }
+            Err(AnyOpenError::File(OpenError::NeedsRecovery { path }))
+        }
+        other => other,
     }
 }
 

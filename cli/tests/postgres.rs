@@ -210,7 +210,7 @@ fn a_newer_schema_is_refused_naming_both_versions() {
     ));
     idem.run(&["get", "t", "o", "k"]).code(1).one_error_line(&[
         "schema is version 7",
-        "at most 3",
+        "at most 4",
         "newer idem",
     ]);
     idem.run(&["begin", "t", "o", "k2"])

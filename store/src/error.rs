@@ -199,6 +199,20 @@ pub enum Error {
     /// open it again).
     #[error("an earlier commit or I/O error failed this store; it reopens itself at its next call")]
     NeedsReopen,
+    /// A claim was refused: the free space of the store file's filesystem is below the
+    /// reserve kept for settling the claims already made. Nothing was written; a retry
+    /// claims once there is room.
+    #[error(
+        "{dir}: {free} bytes free, below the reserve of {reserve} bytes kept for settling the claims already made; new claims are refused until there is room"
+    )]
+    NoRoom {
+        /// The directory of the store file.
+        dir: String,
+        /// The bytes free there.
+        free: u64,
+        /// The reserve.
+        reserve: u64,
+    },
     /// The store failed a commit or an I/O call and its reopen failed too (the disk is
     /// still full, or gone): calls are refused until a reopen succeeds, tried again at
     /// later calls with a growing pause (at most a second).

@@ -13,7 +13,7 @@ use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use idem_store::Receiver;
-use idem_store::http::{Answered, ResponseBody, Waited};
+use idem_store::http::{Answered, ResponseBody, Unsettled, Waited};
 use tower::Service;
 
 use super::cors::Cors;
@@ -31,6 +31,8 @@ pub(super) struct Front<K, R> {
     pub(super) metrics: Arc<Metrics>,
     pub(super) log: Option<AccessLog>,
     pub(super) cors: Arc<Cors>,
+    /// The layer's settlements kept until the store takes them.
+    pub(super) unsettled: Arc<dyn Fn() -> Unsettled + Send + Sync>,
 }
 
 impl<K: Clone, R> Clone for Front<K, R> {
@@ -41,6 +43,7 @@ impl<K: Clone, R> Clone for Front<K, R> {
             metrics: Arc::clone(&self.metrics),
             log: self.log.clone(),
             cors: Arc::clone(&self.cors),
+            unsettled: Arc::clone(&self.unsettled),
         }
     }
 }
@@ -114,20 +117,24 @@ where
         Ok(response)
     }
 
-    /// 200 when the store can take requests, 503 otherwise.
+    /// 200 when the store can take requests, 503 with the cause otherwise (a full
+    /// disk, a database that does not answer).
     async fn healthz(&self) -> Answer {
-        let (status, body) = if self.store.ready().await {
-            (200, "ready\n")
-        } else {
-            (503, "the store cannot take requests\n")
-        };
-        own(status, "text/plain; charset=utf-8", body.to_owned())
+        match self.store.unready().await {
+            None => own(200, "text/plain; charset=utf-8", "ready\n".to_owned()),
+            Some(cause) => own(
+                503,
+                "text/plain; charset=utf-8",
+                format!("the store cannot take requests: {cause}\n"),
+            ),
+        }
     }
 
     async fn metrics(&self) -> Answer {
         if let Some(counts) = self.store.commit_counts() {
             self.metrics.commit_counts(counts);
         }
+        self.metrics.unsettled((self.unsettled)());
         if self.metrics.unknown_keys_due()
             && let Ok(count) = self.store.unknown_keys().await
         {

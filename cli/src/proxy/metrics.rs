@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use idem_store::CommitCounts;
-use idem_store::http::{Answered, Waited};
+use idem_store::http::{Answered, Unsettled, Waited};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -34,6 +34,23 @@ struct CallLabel {
     call: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabel {
+    call: &'static str,
+    cause: &'static str,
+}
+
+/// The cause of a store failure, as the metric names it: `disk_full` when the disk had
+/// no space left (ENOSPC, in the error or in its reopen's, as the system words it),
+/// `other` for the rest.
+pub(super) fn cause_of(error: &dyn std::fmt::Display) -> &'static str {
+    if error.to_string().contains("No space left on device") {
+        "disk_full"
+    } else {
+        "other"
+    }
+}
+
 /// Every metric of one proxy.
 pub(super) struct Metrics {
     registry: Registry,
@@ -43,8 +60,11 @@ pub(super) struct Metrics {
     request_seconds: Histogram,
     upstream_seconds: Histogram,
     store_seconds: Family<CallLabel, Histogram>,
-    store_failures: Family<CallLabel, Counter>,
+    store_failures: Family<FailureLabel, Counter>,
     unknown_keys: Gauge,
+    unsettled_keys: Gauge,
+    unsettled_bytes: Gauge,
+    unsettled_dropped: Counter,
     unknown_read: Mutex<Option<Instant>>,
     /// A store file's commits, batches and batched inputs, as last read; none on a
     /// database, whose statements commit on their own.
@@ -103,11 +123,29 @@ impl Metrics {
             "Time of each call to the store (the file or the database), by call",
             store_seconds.clone(),
         );
-        let store_failures = Family::<CallLabel, Counter>::default();
+        let store_failures = Family::<FailureLabel, Counter>::default();
         registry.register(
             "store_failures",
-            "Calls to the store that failed, by call",
+            "Calls to the store that failed, by call and cause: disk_full (no space left on the store's disk), other",
             store_failures.clone(),
+        );
+        let unsettled_keys = Gauge::default();
+        registry.register(
+            "unsettled_keys",
+            "Keys whose upstream answered and whose outcome the store could not take yet (a full disk): kept in memory and stored once it can",
+            unsettled_keys.clone(),
+        );
+        let unsettled_bytes = Gauge::default();
+        registry.register(
+            "unsettled_bytes",
+            "The bytes of the outcomes kept for unsettled keys (at most 64 MiB)",
+            unsettled_bytes.clone(),
+        );
+        let unsettled_dropped = Counter::default();
+        registry.register(
+            "unsettled_dropped",
+            "Outcomes the store could not take when 64 MiB were kept already: their keys turn Unknown at their leases",
+            unsettled_dropped.clone(),
         );
         let unknown_keys = Gauge::default();
         registry.register(
@@ -148,6 +186,9 @@ impl Metrics {
             store_seconds,
             store_failures,
             unknown_keys,
+            unsettled_keys,
+            unsettled_bytes,
+            unsettled_dropped,
             unknown_read: Mutex::new(None),
             commits,
         }
@@ -196,15 +237,34 @@ impl Metrics {
         self.upstream_seconds.observe(took.as_secs_f64());
     }
 
-    /// One call to the store.
-    pub(super) fn store_call(&self, call: &'static str, took: Duration, ok: bool) {
-        let label = CallLabel { call };
+    /// One call to the store; `failed` with its cause when it failed.
+    pub(super) fn store_call(
+        &self,
+        call: &'static str,
+        took: Duration,
+        failed: Option<&'static str>,
+    ) {
         self.store_seconds
-            .get_or_create(&label)
+            .get_or_create(&CallLabel { call })
             .observe(took.as_secs_f64());
-        if !ok {
-            self.store_failures.get_or_create(&label).inc();
+        if let Some(cause) = failed {
+            self.store_failures
+                .get_or_create(&FailureLabel { call, cause })
+                .inc();
         }
+    }
+
+    /// The settlements the layer keeps until the store takes them, read at a scrape.
+    pub(super) fn unsettled(&self, unsettled: Unsettled) {
+        self.unsettled_keys
+            .set(i64::try_from(unsettled.keys).unwrap_or(i64::MAX));
+        self.unsettled_bytes
+            .set(i64::try_from(unsettled.bytes).unwrap_or(i64::MAX));
+        self.unsettled_dropped.inc_by(
+            unsettled
+                .dropped
+                .saturating_sub(self.unsettled_dropped.get()),
+        );
     }
 
     /// True when the count of unknown keys is old enough to be read again; the caller

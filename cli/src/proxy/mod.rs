@@ -91,14 +91,20 @@ pub(crate) struct ProxyArgs {
     /// How long a request whose key is claimed by a request still running waits for its
     /// outcome and gets the replay, instead of 409 at once; past it, 409 with
     /// Retry-After. The waiters of one key share one reader of the store, across replicas
-    /// too (a read every 20 ms to 500 ms). Default 0: 409 at once. E.g. --wait-in-flight 10s.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "0s")]
-    pub(crate) wait_in_flight: u64,
+    /// too (a read every 20 ms to 500 ms). Without it, 409 at once. E.g. --wait-in-flight 10s.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub(crate) wait_in_flight: Option<u64>,
     /// On SIGTERM or Ctrl-C, how long the requests in flight may take to finish before
     /// the proxy exits anyway; connections that have not sent a whole request head are
     /// closed at once. The exit status is 1 only when a claimed key was left unsettled.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
     pub(crate) drain_timeout: u64,
+    /// With a store file, the free space kept on its filesystem for settling the
+    /// requests already claimed: while less is free, new claims are answered 503 (nothing
+    /// forwarded) and /healthz says why; replays and settles go on. Bytes, or with KiB,
+    /// MiB or GiB: 4MiB, 512KiB. 0 keeps none.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "4MiB")]
+    pub(crate) space_reserve: u64,
     /// With a postgres:// --db, the most database connections this replica opens.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub(crate) pool: usize,
@@ -149,6 +155,7 @@ pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
         // A file is opened on this thread, which waits for its lock.
         let store = session
             .builder(config, Access::Create)?
+            .space_reserve(args.space_reserve)
             .open_blocking(&session.db)
             .map_err(open_failure)?;
         runtime.block_on(serving.serve(Arc::new(store.into_store())))?;
@@ -222,8 +229,7 @@ fn settings(args: &ProxyArgs) -> Result<Settings, Failure> {
             replay_status,
             ..AnswerConfig::default()
         },
-        wait_in_flight: (args.wait_in_flight > 0)
-            .then(|| Duration::from_millis(args.wait_in_flight)),
+        wait_in_flight: args.wait_in_flight.map(Duration::from_millis),
         ..Settings::default()
     })
 }
@@ -231,4 +237,39 @@ fn settings(args: &ProxyArgs) -> Result<Settings, Failure> {
 fn header_name(flag: &str, name: &str) -> Result<HeaderName, Failure> {
     HeaderName::from_bytes(name.as_bytes())
         .map_err(|_| Failure::usage(format!("{flag}: {name:?} is not an HTTP header name")))
+}
+
+/// Parses a size: bytes, or a number with KiB, MiB or GiB.
+fn parse_size(text: &str) -> Result<u64, String> {
+    const RULE: &str = "bytes, or a number with KiB, MiB or GiB (512KiB, 4MiB)";
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let scale: u64 = match unit {
+        "" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        _ => return Err(format!("expected {RULE}")),
+    };
+    let value: u64 = number.parse().map_err(|_| format!("expected {RULE}"))?;
+    value
+        .checked_mul(scale)
+        .ok_or_else(|| format!("too large; expected {RULE}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_take_binary_units_and_refuse_the_rest() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("4MiB"), Ok(4 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        for bad in ["", "MiB", "4MB", "4 MiB", "-1", "99999999999GiB"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -65,12 +65,17 @@ impl Serving<'_> {
         let layer = IdempotencyLayer::new(timed, settings);
         let running = layer.running();
         let keyed = layer.layer(forward);
+        let unsettled = {
+            let layer = layer.clone();
+            Arc::new(move || layer.unsettled())
+        };
         let front = Front {
             keyed,
             store: Arc::clone(&store),
             metrics,
             log,
             cors: Arc::new(cors),
+            unsettled,
         };
         println!("listening http://{local}");
         let graceful = GracefulShutdown::new();

@@ -22,15 +22,18 @@ pub(super) struct Timed<R> {
 }
 
 impl<R: Receiver> Timed<R> {
-    async fn timed<T, E>(
+    async fn timed<T, E: std::fmt::Display>(
         &self,
         call: &'static str,
         work: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
         let started = Instant::now();
         let result = work.await;
-        self.metrics
-            .store_call(call, started.elapsed(), result.is_ok());
+        self.metrics.store_call(
+            call,
+            started.elapsed(),
+            result.as_ref().err().map(|e| super::metrics::cause_of(e)),
+        );
         result
     }
 }
@@ -42,6 +45,10 @@ impl<R: Receiver> Receiver for Timed<R> {
 
     async fn ready(&self) -> bool {
         self.inner.ready().await
+    }
+
+    async fn unready(&self) -> Option<String> {
+        self.inner.unready().await
     }
 
     async fn idle(&self) {

@@ -19,7 +19,7 @@ pub(crate) struct Counts {
 }
 
 /// A small HTTP/1.1 backend: `POST /orders` counts one execution per key and answers
-/// 201 with the order number after `work`; `/hang` counts and then never answers, and
+/// 201 with the order number after `work` (`/receipt` with a 20 KB receipt too); `/hang` counts and then never answers, and
 /// `/stall` sends its head and the start of its body and then nothing (until the proxy
 /// hangs up, at most 10 s). One connection per request (`Connection: close`).
 pub(crate) struct Upstream {
@@ -111,7 +111,13 @@ pub(crate) fn serve_upstream(stream: TcpStream, counts: &Mutex<Counts>, work: Du
         return;
     }
     thread::sleep(work);
-    let body = format!("{{\"order\":{number},\"path\":\"{path}\"}}");
+    // `/receipt` answers with a 20 KB receipt, to fill a disk.
+    let receipt = if path == "/receipt" {
+        format!(",\"receipt\":\"{}\"", "r".repeat(20_000))
+    } else {
+        String::new()
+    };
+    let body = format!("{{\"order\":{number},\"path\":\"{path}\"{receipt}}}");
     let answer = format!(
         "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nLocation: /orders/{number}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()

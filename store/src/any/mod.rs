@@ -64,6 +64,7 @@ pub struct AnyStoreBuilder {
     read_only: bool,
     lock_timeout: Option<Duration>,
     pool_size: Option<usize>,
+    space_reserve: Option<u64>,
     #[cfg(feature = "postgres-tls")]
     tls_roots: Option<Vec<u8>>,
 }
@@ -198,6 +199,7 @@ impl Default for AnyStoreBuilder {
             read_only: false,
             lock_timeout: None,
             pool_size: None,
+            space_reserve: None,
             #[cfg(feature = "postgres-tls")]
             tls_roots: None,
         }
@@ -226,6 +228,13 @@ impl AnyStoreBuilder {
     #[must_use]
     pub fn read_only(mut self, read_only: bool) -> AnyStoreBuilder {
         self.read_only = read_only;
+        self
+    }
+
+    /// The free space a file keeps for settles ([`StoreBuilder::space_reserve`]).
+    #[must_use]
+    pub fn space_reserve(mut self, bytes: u64) -> AnyStoreBuilder {
+        self.space_reserve = Some(bytes);
         self
     }
 
@@ -278,6 +287,9 @@ impl AnyStoreBuilder {
             .read_only(self.read_only);
         if let Some(timeout) = self.lock_timeout {
             builder = builder.lock_timeout(timeout);
+        }
+        if let Some(bytes) = self.space_reserve {
+            builder = builder.space_reserve(bytes);
         }
         Ok(builder.open(path)?)
     }

@@ -40,6 +40,10 @@ impl Receiver for AnyStore {
         on!(self, store => Receiver::ready(store).await)
     }
 
+    async fn unready(&self) -> Option<String> {
+        on!(self, store => Receiver::unready(store).await)
+    }
+
     async fn idle(&self) {
         on!(self, store => Receiver::idle(store).await);
     }

@@ -43,6 +43,7 @@ pub(crate) mod outbox;
 pub(crate) mod read;
 mod receiver;
 pub(crate) mod reconcile;
+pub(crate) mod room;
 pub(crate) mod schema;
 pub(crate) mod snapshot;
 pub(crate) mod store;

@@ -32,7 +32,22 @@ impl Receiver for Store {
     /// Reopens a store that failed (a full disk), if it can now: a health check
     /// follows the store back without a write.
     async fn ready(&self) -> bool {
-        self.recover().is_ok()
+        self.unready().await.is_none()
+    }
+
+    /// The cause a reopen failed with, named with the file (a full disk). Once open
+    /// again, the claims whose commit failed and that landed are given back.
+    async fn unready(&self) -> Option<String> {
+        if let Err(e) = self.recover() {
+            return Some(e.to_string());
+        }
+        if self.is_read_only() {
+            return None;
+        }
+        self.give_back_in_doubt(crate::now());
+        // Below the reserve, claims are refused: a load balancer sends them elsewhere.
+        let room = self.shared.room.as_ref()?;
+        room.for_claim().err().map(|e| e.to_string())
     }
 
     async fn begin(
@@ -43,16 +58,24 @@ impl Receiver for Store {
     ) -> Result<Decision, Error> {
         let shared = self.shared();
         shared.writer.ensure_writable("begin")?;
+        self.give_back_in_doubt(now);
         let id_key = id.to_key_bytes();
         if let Some(decision) = self.answer_before_batch(&id_key, fingerprint, now)? {
             return Ok(decision);
         }
         let epoch = shared.cache.epoch();
-        let step = two_phase::begin_reading(fingerprint);
-        let answered = shared
-            .committer
-            .input_async(shared, id, now, step, Some(give_back(shared, id, now)))?
-            .await?;
+        let (step, tried) = self.claim_step(fingerprint);
+        let answered = match shared.committer.input_async(
+            shared,
+            id,
+            now,
+            step,
+            Some(give_back(shared, id, now)),
+        ) {
+            Ok(answer) => answer.await,
+            Err(e) => Err(e),
+        };
+        let answered = self.noting_in_doubt(id, &tried, answered)?;
         Ok(self.begun(&id_key, answered, epoch))
     }
 

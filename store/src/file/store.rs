@@ -144,6 +144,11 @@ pub(crate) struct Shared {
     // Settled records in memory, for answers without a redb transaction (`cache.rs`).
     pub(crate) cache: ReplayCache,
     pub(crate) config: Config,
+    // Claims whose commit failed, which the reopen may show landed: given back once
+    // the store is open again (`two_phase/mod.rs`).
+    pub(crate) in_doubt: crate::file::two_phase::InDoubt,
+    // The free space kept for settles; `None` on a backend, read-only, or a reserve of 0.
+    pub(crate) room: Option<Arc<crate::file::room::Room>>,
 }
 
 impl Batches for Shared {
@@ -263,6 +268,8 @@ impl Store {
                 committer: Committer::default(),
                 cache: ReplayCache::new(opened.replay_cache),
                 config: opened.config,
+                in_doubt: crate::file::two_phase::InDoubt::default(),
+                room: opened.room.map(Arc::new),
             }),
         }
     }

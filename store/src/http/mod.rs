@@ -68,6 +68,7 @@
 //! protocol says (Unknown by default).
 
 mod service;
+mod settling;
 mod wait;
 
 use std::fmt;
@@ -80,6 +81,7 @@ pub use idem_core::http::{AnswerConfig, ReplayStatus, key_field_value};
 use tower_layer::Layer;
 
 pub use service::{Idempotency, RequestBody, ResponseBody};
+pub use settling::Unsettled;
 pub use wait::{WaitEnded, Waited};
 
 pub use crate::seam::running::Running;
@@ -283,7 +285,7 @@ pub struct IdempotencyLayer<R = Store> {
     store: Arc<R>,
     settings: Arc<Settings>,
     running: Running,
-    watches: Arc<wait::Watches>,
+    keys: service::Keys,
 }
 
 impl<R> Clone for IdempotencyLayer<R> {
@@ -292,7 +294,7 @@ impl<R> Clone for IdempotencyLayer<R> {
             store: Arc::clone(&self.store),
             settings: Arc::clone(&self.settings),
             running: self.running.clone(),
-            watches: Arc::clone(&self.watches),
+            keys: self.keys.clone(),
         }
     }
 }
@@ -305,7 +307,7 @@ impl<R: Receiver> IdempotencyLayer<R> {
             store,
             settings: Arc::new(settings),
             running: Running::default(),
-            watches: Arc::default(),
+            keys: service::Keys::default(),
         }
     }
 
@@ -316,6 +318,13 @@ impl<R: Receiver> IdempotencyLayer<R> {
     #[must_use]
     pub fn running(&self) -> Running {
         self.running.clone()
+    }
+
+    /// The settlements the store failed (a full disk) that this layer keeps in memory
+    /// until it takes them: what a metric shows.
+    #[must_use]
+    pub fn unsettled(&self) -> Unsettled {
+        self.keys.settling.unsettled()
     }
 }
 
@@ -328,7 +337,7 @@ impl<S, R: Receiver> Layer<S> for IdempotencyLayer<R> {
             Arc::clone(&self.store),
             Arc::clone(&self.settings),
             self.running.clone(),
-            Arc::clone(&self.watches),
+            self.keys.clone(),
         )
     }
 }

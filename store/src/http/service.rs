@@ -18,10 +18,11 @@ use idem_core::http::{
 };
 use tower_service::Service;
 
+use super::settling::Settling;
 use super::wait::{WaitEnded, Waited, Watches};
 use super::{Answered, Settings, Settle, Tenant};
 use crate::seam::running::Running;
-use crate::{Decision, Fingerprint, Generation, GiveUp, Receiver, RecordId, Store, Verdict};
+use crate::{Decision, Fingerprint, Generation, GiveUp, Receiver, RecordId, State, Store, Verdict};
 
 /// What the wrapped service receives: a keyed request's body, buffered
 /// ([`Either::Left`]), or a body passed through untouched ([`Either::Right`]).
@@ -40,7 +41,15 @@ pub struct Idempotency<S, R = Store> {
     store: Arc<R>,
     settings: Arc<Settings>,
     running: Running,
-    watches: Arc<Watches>,
+    keys: Keys,
+}
+
+/// What a layer knows of keys beyond the store, shared by every service it makes: the
+/// duplicates waiting for an outcome, and the settlements the store could not take yet.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Keys {
+    pub(super) watches: Arc<Watches>,
+    pub(super) settling: Arc<Settling>,
 }
 
 impl<S: Clone, R> Clone for Idempotency<S, R> {
@@ -50,7 +59,7 @@ impl<S: Clone, R> Clone for Idempotency<S, R> {
             store: Arc::clone(&self.store),
             settings: Arc::clone(&self.settings),
             running: self.running.clone(),
-            watches: Arc::clone(&self.watches),
+            keys: self.keys.clone(),
         }
     }
 }
@@ -61,14 +70,14 @@ impl<S, R> Idempotency<S, R> {
         store: Arc<R>,
         settings: Arc<Settings>,
         running: Running,
-        watches: Arc<Watches>,
+        keys: Keys,
     ) -> Idempotency<S, R> {
         Idempotency {
             inner,
             store,
             settings,
             running,
-            watches,
+            keys,
         }
     }
 }
@@ -99,13 +108,12 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         let store = Arc::clone(&self.store);
         let settings = Arc::clone(&self.settings);
-        let watches = Arc::clone(&self.watches);
         Box::pin(serve(
             inner,
             store,
             settings,
             self.running.clone(),
-            watches,
+            self.keys.clone(),
             request,
         ))
     }
@@ -124,7 +132,7 @@ async fn serve<S, R, B, RB>(
     store: Arc<R>,
     settings: Arc<Settings>,
     running: Running,
-    watches: Arc<Watches>,
+    keys: Keys,
     request: Request<B>,
 ) -> Result<Response<ResponseBody<RB>>, S::Error>
 where
@@ -137,7 +145,7 @@ where
     RB: Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
 {
-    let (admitted, waited) = admit(&store, &settings, &watches, request).await;
+    let (admitted, waited) = admit(&store, &settings, &keys, &running, request).await;
     let response = match admitted {
         Admitted::Answer(answer, answered) => marked(to_response(answer), answered),
         Admitted::PassThrough(request) => {
@@ -165,7 +173,8 @@ where
 async fn admit<B, R: Receiver>(
     store: &Arc<R>,
     settings: &Settings,
-    watches: &Arc<Watches>,
+    keys: &Keys,
+    running: &Running,
     request: Request<B>,
 ) -> (Admitted<B, R>, Option<Waited>)
 where
@@ -176,9 +185,20 @@ where
         Ok(keyed) => keyed,
         Err(admitted) => return (admitted, None),
     };
-    // Dropped while it waits (the client hung up), the begin gives back what it
-    // claimed; once it is answered, the claim's guard is made before the next await.
-    let decision = store.begin(&id, fingerprint, (settings.clock)()).await;
+    let watches = &keys.watches;
+    // A key whose outcome this layer keeps until the store takes it is in progress, as
+    // far as any request can tell: it is never run again, nor answered unknown.
+    let decision = if let Some(generation) = keys.settling.waiting(&id) {
+        Ok(Decision::InProgress {
+            generation,
+            lease_until: (settings.clock)().plus_millis(1_000),
+        })
+    } else {
+        // Dropped while it waits (the client hung up), the begin gives back what it
+        // claimed; once it is answered, the claim's guard is made before the next
+        // await.
+        store.begin(&id, fingerprint, (settings.clock)()).await
+    };
     let (decision, waited) = match (decision, settings.wait_in_flight) {
         (Ok(in_progress @ Decision::InProgress { .. }), Some(wait)) if !wait.is_zero() => {
             let (decision, waited) = wait_for_outcome(
@@ -210,6 +230,8 @@ where
                 store: Arc::clone(store),
                 clock: Arc::clone(&settings.clock),
                 watches: Arc::clone(watches),
+                settling: Arc::clone(&keys.settling),
+                running: running.clone(),
                 id,
                 generation,
                 started: false,
@@ -495,6 +517,10 @@ struct Claim<R: Receiver> {
     clock: super::Clock,
     /// The duplicates waiting for this key's outcome, woken once it is settled.
     watches: Arc<Watches>,
+    /// Where a settlement the store failed waits to be stored.
+    settling: Arc<Settling>,
+    /// The layer's running work, which a settlement stored later counts in.
+    running: Running,
     id: RecordId,
     generation: Generation,
     /// The handler's task was polled: from here on it may have acted.
@@ -562,14 +588,7 @@ impl<R: Receiver> Claim<R> {
     }
 
     async fn settle(&mut self, settle: Settle) {
-        self.settled = true;
-        let (store, id, generation, now) = (&self.store, &self.id, self.generation, (self.clock)());
-        // An error leaves the claim Pending; after its lease a retry finds it Unknown.
-        let _ = match settle {
-            Settle::Release => store.release(id, generation, now).await,
-            Settle::Unknown => store.mark_unknown(id, generation, now).await.map(drop),
-        };
-        self.watches.settled(id);
+        self.finish(Finish::Settle(settle)).await;
     }
 
     async fn complete(&mut self, stored: StoredResponse) {
@@ -578,18 +597,45 @@ impl<R: Receiver> Claim<R> {
             // The handler acted and its answer cannot be kept.
             return self.settle(Settle::Unknown).await;
         }
-        self.settled = true;
         let verdict = if (200..300).contains(&stored.status) {
             Verdict::Succeeded
         } else {
             Verdict::Failed
         };
-        let now = (self.clock)();
-        let _ = self
-            .store
-            .complete(&self.id, self.generation, verdict, outcome, now)
-            .await;
-        self.watches.settled(&self.id);
+        self.finish(Finish::Complete(verdict, outcome)).await;
+    }
+
+    /// Ends the claim with `finish`. When the store fails it (a full disk), the
+    /// settlement is kept and stored later, in a task of its own counted as running,
+    /// tried again with a growing pause until the store takes it (`settling.rs`); past
+    /// the bound on what is kept, the claim is left to its lease.
+    async fn finish(&mut self, finish: Finish) {
+        self.settled = true;
+        let ending = Ending {
+            store: Arc::clone(&self.store),
+            clock: Arc::clone(&self.clock),
+            id: self.id.clone(),
+            generation: self.generation,
+            finish,
+        };
+        if ending.store_once().await != Stored::Failed {
+            self.watches.settled(&self.id);
+            return;
+        }
+        if !self
+            .settling
+            .keep(&self.id, self.generation, ending.bytes())
+        {
+            return;
+        }
+        let (settling, watches) = (Arc::clone(&self.settling), Arc::clone(&self.watches));
+        let entered = self.running.enter();
+        tokio::spawn(async move {
+            let _entered = entered;
+            ending.until_stored().await;
+            settling.stored(&ending.id);
+            watches.settled(&ending.id);
+        });
     }
 
     /// Runs `work` of the handler; if it panics, marks the key Unknown and waits for
@@ -612,6 +658,96 @@ impl<R: Receiver> Claim<R> {
         };
         self.settle(Settle::Unknown).await;
         std::panic::resume_unwind(panicked)
+    }
+}
+
+/// How a claim ends: settled with the handler's outcome, or released or Unknown.
+#[derive(Clone)]
+enum Finish {
+    Complete(Verdict, idem_core::Outcome),
+    Settle(Settle),
+}
+
+/// What became of one try to store a claim's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stored {
+    /// Stored (or found stored: the failed commit had landed after all).
+    Yes,
+    /// The key moved on (an operator resolved it, another claim took it over): not
+    /// this claim's to store any more.
+    Gone,
+    /// The store failed: try again later.
+    Failed,
+}
+
+/// A claim's end, to store now or later.
+struct Ending<R: Receiver> {
+    store: Arc<R>,
+    clock: super::Clock,
+    id: RecordId,
+    generation: Generation,
+    finish: Finish,
+}
+
+impl<R: Receiver> Ending<R> {
+    /// The outcome's bytes, what keeping it costs.
+    fn bytes(&self) -> usize {
+        match &self.finish {
+            Finish::Complete(_, outcome) => outcome.body.len() + 64,
+            Finish::Settle(_) => 64,
+        }
+    }
+
+    async fn store_once(&self) -> Stored {
+        let (store, id, generation, now) = (&self.store, &self.id, self.generation, (self.clock)());
+        let stored = match &self.finish {
+            Finish::Complete(verdict, outcome) => store
+                .complete(id, generation, *verdict, outcome.clone(), now)
+                .await
+                .map(drop),
+            Finish::Settle(Settle::Release) => store.release(id, generation, now).await,
+            Finish::Settle(Settle::Unknown) => {
+                store.mark_unknown(id, generation, now).await.map(drop)
+            }
+        };
+        match stored {
+            Ok(()) => Stored::Yes,
+            // Refused: an earlier try that failed may have landed; else the key moved on.
+            Err(crate::Error::Refused(_)) => match store.get(id).await {
+                Ok(record) if self.landed(record.as_ref()) => Stored::Yes,
+                Ok(_) => Stored::Gone,
+                Err(_) => Stored::Failed,
+            },
+            Err(_) => Stored::Failed,
+        }
+    }
+
+    /// Whether `record` is what this end wrote.
+    fn landed(&self, record: Option<&idem_core::Record>) -> bool {
+        let ours = record.filter(|r| r.generation == self.generation);
+        match (&self.finish, ours) {
+            (Finish::Complete(verdict, _), Some(record)) => matches!(
+                (verdict, record.state()),
+                (Verdict::Succeeded, State::Succeeded) | (Verdict::Failed, State::Failed)
+            ),
+            (Finish::Settle(Settle::Unknown), Some(record)) => record.state() == State::Unknown,
+            // Released: the claim's record is gone.
+            (Finish::Settle(Settle::Release), ours) => ours.is_none(),
+            (_, None) => false,
+        }
+    }
+
+    /// Tries again, 10 ms doubling to 1 s apart, until the store takes it or the key
+    /// moved on.
+    async fn until_stored(&self) {
+        let mut pause = Duration::from_millis(10);
+        loop {
+            tokio::time::sleep(pause).await;
+            if self.store_once().await != Stored::Failed {
+                return;
+            }
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
     }
 }
 

@@ -213,10 +213,8 @@ async fn watcher<R: Receiver>(
 ) {
     let mut pause = FIRST_PAUSE;
     loop {
-        tokio::select! {
-            () = watch.settled.notified() => {}
-            () = tokio::time::sleep(pause) => {}
-        }
+        // A settle of this layer, or the pause.
+        let _woken = tokio::time::timeout(pause, watch.settled.notified()).await;
         if watches.remove_unwatched(&id, &watch) {
             return;
         }

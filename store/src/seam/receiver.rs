@@ -59,6 +59,19 @@ pub trait Receiver: Send + Sync + 'static {
     /// database answers): what a load balancer's health check asks.
     fn ready(&self) -> impl Future<Output = bool> + Send;
 
+    /// Why the engine cannot take inputs now (the disk is full, the database does not
+    /// answer), or `None` when it can: what a health check shows. By default, from
+    /// [`Receiver::ready`] without a cause.
+    fn unready(&self) -> impl Future<Output = Option<String>> + Send {
+        async {
+            if self.ready().await {
+                None
+            } else {
+                Some("the store cannot take requests".to_owned())
+            }
+        }
+    }
+
     /// Ready once nothing this engine started in the background is still running (a
     /// claim given back after its caller left, a give-up): what a server waits for
     /// before it exits. An engine that finishes such work before it is dropped (the

@@ -237,6 +237,8 @@ struct DiskState {
     tag: Option<Arc<AtomicU64>>,
     // Fail the write or sync with this 0-based number.
     fault: Option<(IoKind, u64)>,
+    // The fault is ENOSPC rather than EIO.
+    fault_enospc: bool,
     faulted: bool,
     // Out of space: every write, growth and sync fails with ENOSPC.
     full: bool,
@@ -284,6 +286,7 @@ impl SimDisk {
             cuts: Vec::new(),
             tag: None,
             fault: None,
+            fault_enospc: false,
             faulted: false,
             full: false,
             lose_on_failed_sync: false,
@@ -351,7 +354,14 @@ impl SimDisk {
     pub fn fail(&self, kind: IoKind, nth: u64) {
         let mut state = self.state();
         state.fault = Some((kind, nth));
+        state.fault_enospc = false;
         state.faulted = false;
+    }
+
+    /// [`SimDisk::fail`] with ENOSPC, as a disk that is full at that call.
+    pub fn fail_full(&self, kind: IoKind, nth: u64) {
+        self.fail(kind, nth);
+        self.state().fault_enospc = true;
     }
 
     /// From now on, a failed sync loses the writes pending before it: they never reach
@@ -495,7 +505,11 @@ impl StorageBackend for SimDisk {
                 state.pending.clear();
                 state.pending_shared = None;
             }
-            return Err(eio("sync"));
+            return Err(if state.fault_enospc {
+                enospc("sync")
+            } else {
+                eio("sync")
+            });
         }
         if !state.pending.is_empty() {
             state.durable = Arc::new(state.live.clone());
@@ -513,7 +527,11 @@ impl StorageBackend for SimDisk {
             return Err(enospc("write"));
         }
         if state.fails(IoKind::Write, n) {
-            return Err(eio("write"));
+            return Err(if state.fault_enospc {
+                enospc("write")
+            } else {
+                eio("write")
+            });
         }
         let offset = usize::try_from(offset).unwrap();
         write_at(&mut state.live, offset, data);

@@ -8,6 +8,8 @@ mod common;
 
 mod backend;
 mod crash;
+#[cfg(feature = "http")]
+mod full_disk;
 mod io_errors;
 mod journal;
 mod power_loss;

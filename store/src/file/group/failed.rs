@@ -28,6 +28,11 @@ fn replicate(error: &Error) -> Error {
         Error::Reopening { cause } => Error::Reopening {
             cause: cause.clone(),
         },
+        Error::NoRoom { dir, free, reserve } => Error::NoRoom {
+            dir: dir.clone(),
+            free: *free,
+            reserve: *reserve,
+        },
         Error::CommitFailed(CommitError::TransactionPoisoned) => {
             Error::CommitFailed(CommitError::TransactionPoisoned)
         }

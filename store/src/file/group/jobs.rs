@@ -271,6 +271,8 @@ impl<R: Send + 'static, S: Step<R>> Job for Input<R, S> {
             Ok(Ok((false, answer))) => (Ran::Unchanged, Ok(Ok(answer))),
             // The core refuses before anything is written.
             Ok(Err(refused @ Error::Refused(_))) => (Ran::Unchanged, Ok(Err(refused))),
+            // A claim refused for want of room, before anything is written.
+            Ok(Err(no_room @ Error::NoRoom { .. })) => (Ran::Unchanged, Ok(Err(no_room))),
             Ok(Err(error)) => (Ran::Failed, Ok(Err(error))),
             Err(panicked) => (Ran::Failed, Err(panicked)),
         };

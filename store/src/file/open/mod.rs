@@ -41,6 +41,8 @@ mod checks;
 /// A file opened and checked by a [`StoreBuilder`], with the settings the store keeps.
 pub(crate) struct Opened {
     pub(crate) handle: Handle,
+    /// The reserve of a writable store file.
+    pub(crate) room: Option<crate::file::room::Room>,
     /// Opens the same location again, for writing, as this open did: how a writable
     /// store reopens itself after a failure. `None` for a read-only store.
     pub(crate) reopen: Option<Reopen>,
@@ -88,6 +90,7 @@ pub struct StoreBuilder {
     floored: bool,
     journal: bool,
     journal_limit: u64,
+    space_reserve: u64,
 }
 
 impl Default for StoreBuilder {
@@ -104,6 +107,7 @@ impl Default for StoreBuilder {
             floored: true,
             journal: true,
             journal_limit: DEFAULT_JOURNAL_LIMIT,
+            space_reserve: crate::file::room::DEFAULT_RESERVE,
         }
     }
 }
@@ -204,6 +208,17 @@ impl StoreBuilder {
     /// single-input commits. At least 64 KiB, at most 4 GiB.
     pub fn journal_limit(mut self, bytes: u64) -> StoreBuilder {
         self.journal_limit = bytes;
+        self
+    }
+
+    /// The free space kept on the store file's filesystem for settling the claims
+    /// already made: a claim is refused ([`crate::Error::NoRoom`]) while less is free,
+    /// so that a disk that fills up still lets every claimed request settle, release or
+    /// turn Unknown, and settles never compete with new claims for the last bytes.
+    /// Replays and other answers go on. Default 4 MiB; 0 keeps none. A store on a
+    /// backend keeps none (its space is the backend's business).
+    pub fn space_reserve(mut self, bytes: u64) -> StoreBuilder {
+        self.space_reserve = bytes;
         self
     }
 
@@ -338,8 +353,13 @@ impl StoreBuilder {
             });
             reopen
         });
+        let room = match (location.path(), handle.writable()) {
+            (Some(path), Some(_)) => crate::file::room::Room::of(path, self.space_reserve),
+            _ => None,
+        };
         Opened {
             alone: handle.writable().is_some() && concurrency == ConcurrencyMode::ExclusiveWriter,
+            room,
             reopen,
             handle,
             location,

@@ -2,11 +2,42 @@
 
 pub(crate) mod steps;
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
 
 use crate::error::Error;
 use crate::file::store::Store;
+
+/// Claims whose commit failed: the reopen decides whether each landed, and one that
+/// did is given back ([`Store::give_back_in_doubt`]).
+#[derive(Debug, Default)]
+pub(crate) struct InDoubt {
+    any: AtomicBool,
+    claims: Mutex<Vec<(RecordId, Generation)>>,
+}
+
+impl InDoubt {
+    fn add(&self, id: &RecordId, generation: Generation) {
+        self.claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((id.clone(), generation));
+        self.any.store(true, Ordering::Release);
+    }
+
+    fn any(&self) -> bool {
+        self.any.load(Ordering::Acquire)
+    }
+
+    fn take(&self) -> Vec<(RecordId, Generation)> {
+        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        self.any.store(false, Ordering::Release);
+        std::mem::take(&mut *claims)
+    }
+}
 
 impl Store {
     /// A request with `fingerprint` arrives for `id`: the first step of the two-phase
@@ -30,6 +61,7 @@ impl Store {
         now: Timestamp,
     ) -> Result<Decision, Error> {
         self.shared.writer.ensure_writable("begin")?;
+        self.give_back_in_doubt(now);
         let id_key = id.to_key_bytes();
         let answered = self.answer_before_batch(&id_key, fingerprint, now)?;
         if let Some(decision) = answered {
@@ -37,12 +69,61 @@ impl Store {
         }
         // Read before the batch reads the record.
         let epoch = self.shared.cache.epoch();
-        let step = steps::begin_reading(fingerprint);
+        let (step, tried) = self.claim_step(fingerprint);
         let answered =
             self.shared
                 .committer
-                .input(&self.shared.writer, &self.shared.config, id, now, step)?;
+                .input(&self.shared.writer, &self.shared.config, id, now, step);
+        let answered = self.noting_in_doubt(id, &tried, answered)?;
         Ok(self.begun(&id_key, answered, epoch))
+    }
+
+    /// A begin's step for the batch, which refuses a claim below the reserve, and
+    /// where it notes the generation of a claim it made: a commit that fails leaves
+    /// that claim in doubt until the reopen.
+    pub(crate) fn claim_step(
+        &self,
+        fingerprint: Fingerprint,
+    ) -> (
+        impl crate::file::group::Step<(Decision, Option<Record>)> + use<>,
+        Arc<AtomicU64>,
+    ) {
+        let tried = Arc::new(AtomicU64::new(0));
+        let step = steps::begin_noting(fingerprint, Arc::clone(&tried), self.shared.room.clone());
+        (step, tried)
+    }
+
+    /// `answered`, a begin's batch answer; when it failed in a way that needs the
+    /// reopen after the step claimed, the claim is noted in doubt.
+    pub(crate) fn noting_in_doubt<T>(
+        &self,
+        id: &RecordId,
+        tried: &AtomicU64,
+        answered: Result<T, Error>,
+    ) -> Result<T, Error> {
+        if answered.is_err() {
+            let generation = tried.load(Ordering::Relaxed);
+            if generation != 0 && self.needs_reopen() {
+                self.shared.in_doubt.add(id, Generation(generation));
+            }
+        }
+        answered
+    }
+
+    /// Gives back the claims whose commit failed and that the reopen shows landed
+    /// (docs/design.md §16): their begin was answered with its error, so nobody runs
+    /// them. Each is released by its generation, which refuses anything else under the
+    /// key; one the store fails to release stays in doubt for a later call.
+    pub(crate) fn give_back_in_doubt(&self, now: Timestamp) {
+        if !self.shared.in_doubt.any() || self.recover().is_err() {
+            return;
+        }
+        for (id, generation) in self.shared.in_doubt.take() {
+            match self.release(&id, generation, now) {
+                Ok(()) | Err(Error::Refused(_)) => {}
+                Err(_) => self.shared.in_doubt.add(&id, generation),
+            }
+        }
     }
 
     /// The executor holding `generation` extends its lease to `now + lease`.

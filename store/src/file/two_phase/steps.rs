@@ -9,10 +9,14 @@
 //! that failed after writing), so each takes everything from its arguments and
 //! captures, and does nothing outside the transaction.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use idem_core::protocol::{self, Decision, Resolution};
 use idem_core::{Fingerprint, Generation, Outcome, Record, Transition, Verdict, Write};
 
 use crate::file::group::Step;
+use crate::file::room::Room;
 
 /// A request with `fingerprint` arrives: claim, or answer.
 pub(crate) fn begin(fingerprint: Fingerprint) -> impl Step<Decision> {
@@ -40,6 +44,34 @@ pub(crate) fn begin_reading(fingerprint: Fingerprint) -> impl Step<(Decision, Op
             _ => None,
         };
         Ok((write, (decision, read)))
+    }
+}
+
+/// [`begin_reading`], noting in `tried` the generation of a claim it decides (the
+/// last run's, as group commit may run a step again): what a commit that fails leaves
+/// in doubt. Nothing else leaves the transaction.
+///
+/// A claim is refused ([`crate::Error::NoRoom`]) while the filesystem's free space is
+/// below `room`'s reserve; every other answer is given as ever.
+pub(crate) fn begin_noting(
+    fingerprint: Fingerprint,
+    tried: Arc<AtomicU64>,
+    room: Option<Arc<Room>>,
+) -> impl Step<(Decision, Option<Record>)> {
+    let mut begin = begin_reading(fingerprint);
+    move |tables, current: Option<&Record>, config, now| {
+        let ran = begin(tables, current, config, now)?;
+        let claimed = match &ran.1.0 {
+            Decision::Claimed { generation, .. } => generation.0,
+            _ => 0,
+        };
+        if claimed != 0
+            && let Some(room) = &room
+        {
+            room.for_claim()?;
+        }
+        tried.store(claimed, Ordering::Relaxed);
+        Ok(ran)
     }
 }
 

@@ -1,0 +1,239 @@
+//! `idem proxy` on a store file on a small filesystem that fills up (a tmpfs the test
+//! mounts; it needs root, as the test command has): fresh keys with 20 KB receipts from
+//! 16 clients until claims are refused, then the filesystem grown without restarting
+//! anything. Every order answered 2xx replays byte for byte, no answered key is left
+//! Pending or Unknown, new keys are claimed again within a second or so of the space
+//! coming back, nothing runs twice, and `idem check` is clean. Once with the reserve
+//! kept for settles (claims refused before the disk is full, `/healthz` saying why), once
+//! without (the disk really full: ENOSPC, and the store reopens itself).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::Idem;
+use common::http::{Answer, Proxy, Upstream, get, try_post};
+
+/// A tmpfs mounted on a directory of its own, unmounted when dropped.
+struct Tmpfs {
+    dir: PathBuf,
+    _parent: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("small");
+        std::fs::create_dir(&dir).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "idem-test"])
+            .arg(&dir)
+            .status()
+            .expect("mount runs");
+        assert!(
+            mounted.success(),
+            "mounting a tmpfs failed: this test needs root (the test command runs as root)"
+        );
+        Tmpfs {
+            dir,
+            _parent: parent,
+        }
+    }
+
+    fn resize(&self, size: &str) {
+        let resized = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.dir)
+            .status()
+            .unwrap();
+        assert!(resized.success(), "remount to {size}");
+    }
+
+    fn path(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+fn order(address: std::net::SocketAddr, key: &str) -> Option<Answer> {
+    try_post(
+        address,
+        "/receipt",
+        &[("Idempotency-Key", &format!("\"{key}\""))],
+        "{\"item\":\"tea\"}",
+    )
+    .ok()
+}
+
+#[test]
+fn below_the_reserve_claims_are_refused_and_come_back_with_the_space() {
+    fill_and_grow("256KiB", Some("below the reserve"));
+}
+
+#[test]
+fn a_disk_full_to_the_last_byte_recovers_by_itself_when_space_comes_back() {
+    fill_and_grow("0", None);
+}
+
+/// Fills a 2 MiB tmpfs through a proxy keeping `reserve`, then grows it; `cause`: what
+/// `/healthz` names while claims are refused, when it must.
+fn fill_and_grow(reserve: &str, cause: Option<&str>) {
+    let disk = Tmpfs::mount("2m");
+    let idem = Idem {
+        db: disk.path().join("idem.redb"),
+        ..Idem::new()
+    };
+    let upstream = Upstream::start(Duration::ZERO);
+    let proxy = Proxy::start(
+        &idem,
+        &upstream.url(),
+        &["--tenant", "shop", "--space-reserve", reserve],
+    );
+    let address = proxy.address;
+
+    // 16 clients, fresh keys, until the store has refused enough of them.
+    let next = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered: Arc<Mutex<BTreeMap<String, Answer>>> = Arc::default();
+    let clients: Vec<_> = (0..16)
+        .map(|_| {
+            let (next, refused, stop, answered) = (
+                Arc::clone(&next),
+                Arc::clone(&refused),
+                Arc::clone(&stop),
+                Arc::clone(&answered),
+            );
+            thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let key = format!("k{}", next.fetch_add(1, Ordering::SeqCst));
+                    match order(address, &key) {
+                        Some(answer) if (200..300).contains(&answer.status) => {
+                            answered.lock().unwrap().insert(key, answer);
+                        }
+                        Some(answer) => {
+                            assert_eq!(answer.status, 503, "{key}: {}", answer.body);
+                            refused.fetch_add(1, Ordering::SeqCst);
+                        }
+                        None => {}
+                    }
+                }
+            })
+        })
+        .collect();
+    let filling = Instant::now();
+    while refused.load(Ordering::SeqCst) < 50 {
+        assert!(
+            filling.elapsed() < Duration::from_secs(120),
+            "the disk never filled: {} answered",
+            answered.lock().unwrap().len()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for client in clients {
+        client.join().unwrap();
+    }
+    let answered = std::mem::take(&mut *answered.lock().unwrap());
+    println!(
+        "reserve {reserve}: {} orders answered 2xx, {} refused with 503 before the disk was grown",
+        answered.len(),
+        refused.load(Ordering::SeqCst)
+    );
+    assert!(!answered.is_empty(), "some orders went through first");
+    if let Some(cause) = cause {
+        let health = get(address, "/healthz");
+        assert_eq!(health.status, 503, "{}", health.body);
+        assert!(
+            health.body.contains(cause),
+            "the health check names the cause: {}",
+            health.body
+        );
+    }
+
+    // Space comes back, nothing restarted: new keys are claimed again within the
+    // store's backoff.
+    disk.resize("64m");
+    let grown = Instant::now();
+    let mut fresh = 0;
+    loop {
+        match order(address, &format!("after-{fresh}")) {
+            Some(answer) if answer.status == 201 => break,
+            _ => fresh += 1,
+        }
+        assert!(
+            grown.elapsed() < Duration::from_secs(5),
+            "no claim within 5 s of the space coming back"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    println!(
+        "a fresh key claimed {:?} after the space came back",
+        grown.elapsed()
+    );
+    let health = get(address, "/healthz");
+    assert_eq!(health.status, 200, "{}", health.body);
+
+    // The outcomes the store could not take while it was full are stored by the
+    // proxy itself: none is left waiting in its memory.
+    let stored = Instant::now();
+    loop {
+        let metrics = get(address, "/metrics").body;
+        let waiting = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix("idem_proxy_unsettled_keys "))
+            .map(|n| n.trim().to_owned());
+        if waiting.as_deref() == Some("0") {
+            break;
+        }
+        assert!(
+            stored.elapsed() < Duration::from_secs(5),
+            "outcomes still waiting to be stored: {waiting:?}"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+
+    // Every answered order replays byte for byte, and ran once.
+    for (key, first) in &answered {
+        let replay = order(address, key).expect("an answer");
+        assert_eq!(replay.status, first.status, "{key}");
+        assert!(replay.body == first.body, "{key}: the replay differs");
+        assert_eq!(
+            replay.header("idempotent-replayed").as_deref(),
+            Some("true"),
+            "{key}"
+        );
+    }
+    let counts = upstream.counts.lock().unwrap();
+    for (key, runs) in &counts.executions {
+        assert!(*runs <= 1, "{key} ran {runs} times");
+    }
+    drop(counts);
+    let (code, stderr) = proxy.terminate();
+    assert_eq!(code, 0, "{stderr}");
+
+    // No answered key is left Pending or Unknown, and the file is sound.
+    for state in ["pending", "unknown"] {
+        let listed = idem.run(&["list", "--state", state, "--json"]);
+        listed.code(0);
+        for line in listed.json_lines() {
+            let key = line["key"].as_str().unwrap().to_owned();
+            assert!(
+                !answered.contains_key(&key),
+                "{key} was answered and is {state}"
+            );
+        }
+    }
+    idem.run(&["check"]).code(0);
+}
