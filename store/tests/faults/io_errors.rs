@@ -162,7 +162,7 @@ fn fault_run(seed: u64, setup: Setup, reference: &Reference, kind: IoKind, n: u6
     let mut workload = Workload::new(disks.open(setup).unwrap(), seed);
     let disk = disks.faulty(setup);
     // Every other fault is a full disk at that call (ENOSPC), the rest EIO.
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         disk.fail_full(kind, n);
     } else {
         disk.fail(kind, n);
