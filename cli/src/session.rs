@@ -12,9 +12,15 @@ use crate::exit::{Exit, Failure, with_causes};
 use crate::output::Printer;
 use crate::time::Clock;
 
-/// How long the CLI waits for another process that holds the store's lock. Generous:
-/// the CLI runs next to a live application and a few dozen scripts may start at once.
+/// How long a command that writes waits for another process that holds the store's
+/// lock. Generous: the CLI runs next to a live application and a few dozen scripts may
+/// start at once.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a command that only reads waits for a process that holds the file
+/// exclusively (an application in `ExclusiveWriter` mode keeps it for as long as it
+/// runs): the library's default bound, after which the read fails with the lock named.
+const READ_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How a command opens the store file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,7 +184,11 @@ pub(crate) fn recovering(
 pub(crate) fn store_builder(config: Config, access: Access) -> Result<AnyStoreBuilder, Failure> {
     let builder = AnyStore::builder()
         .config(config)
-        .lock_timeout(LOCK_TIMEOUT)
+        .lock_timeout(if access == Access::Read {
+            READ_LOCK_TIMEOUT
+        } else {
+            LOCK_TIMEOUT
+        })
         .read_only(access == Access::Read)
         .create(access == Access::Create)
         .pool_size(2);

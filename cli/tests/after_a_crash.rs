@@ -94,3 +94,45 @@ fn a_killed_writer_leaves_a_file_the_read_commands_read() {
         );
     }
 }
+
+/// An application in `ExclusiveWriter` mode holds the file while it runs: a read of
+/// the CLI fails with the lock named within the documented bound (5 s), and does not
+/// wait for the application to exit.
+#[test]
+fn a_file_held_exclusively_fails_a_read_within_the_lock_timeout() {
+    let idem = Idem::new();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "crash_writer_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("IDEM_CRASH_DB", &idem.db)
+        .env("IDEM_CRASH_MODE", "exclusive")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while !lines
+        .next()
+        .expect("the writer claims")
+        .unwrap()
+        .starts_with("claimed ")
+    {}
+    let started = Instant::now();
+    let listed = idem.run(&["list"]);
+    let took = started.elapsed();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    listed
+        .code(1)
+        .one_error_line(&["locked exclusively", "ExclusiveWriter", "lock timeout"]);
+    assert!(
+        took >= Duration::from_secs(4) && took < Duration::from_secs(8),
+        "failed after {took:?}"
+    );
+}

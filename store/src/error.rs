@@ -36,7 +36,7 @@ pub enum OpenError {
     },
     /// Another process kept the file locked for longer than the lock timeout.
     #[error(
-        "{}: another process holds the file locked exclusively; gave up after {} ms (lock timeout)",
+        "{}: another process holds the file locked exclusively (a store opened in ExclusiveWriter mode keeps it while it runs); gave up after {} ms (lock timeout)",
         path.display(),
         waited.as_millis()
     )]
@@ -471,7 +471,7 @@ mod tests {
         };
         assert_eq!(
             locked.to_string(),
-            "/tmp/x.redb: another process holds the file locked exclusively; gave up after 250 ms (lock timeout)"
+            "/tmp/x.redb: another process holds the file locked exclusively (a store opened in ExclusiveWriter mode keeps it while it runs); gave up after 250 ms (lock timeout)"
         );
         let import = ImportError::Line {
             line: 3,
