@@ -167,10 +167,18 @@ Example:
         after_help = "\
 --not-executed deletes the record, so the next retry claims a fresh generation.
 
+A key still pending is resolved in one step once its lease has ended (its executor went
+silent): it is turned unknown by its generation, then resolved. While the lease runs, its
+executor may still be working; --force --generation N (the generation idem get shows)
+resolves it anyway. A request through idem proxy is recorded under its method and path
+(\"POST /orders\"); a key not found under the operation given names the operations it
+is found under.
+
 Examples:
   idem resolve shop-7 charge order-991 --succeeded --code 201 --outcome receipt.json
   idem resolve shop-7 charge order-991 --failed --retention 7d
-  idem resolve shop-7 charge order-991 --not-executed"
+  idem resolve shop-7 charge order-991 --not-executed
+  idem resolve shop-7 'POST /orders' k-1 --not-executed --force --generation 12"
     )]
     Resolve {
         #[command(flatten)]
@@ -194,6 +202,13 @@ Examples:
         /// [default: 24h].
         #[arg(long, value_name = "DUR", value_parser = parse_duration)]
         retention: Option<u64>,
+        /// Resolve a pending key whose lease still runs (its executor may still be
+        /// working): needs --generation, the claim's.
+        #[arg(long, requires = "generation")]
+        force: bool,
+        /// With --force: the generation of the pending claim to resolve.
+        #[arg(long, value_name = "N", requires = "force")]
+        generation: Option<u64>,
     },
     /// Settle unknown keys with a checker program that can tell what happened.
     #[command(after_help = "\

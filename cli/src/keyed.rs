@@ -5,8 +5,10 @@
 use clap::Args;
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Config, Generation, Outcome, Record, RecordId, Verdict};
-use idem_store::Receiver;
+use idem_store::any::BlockingStore;
+use idem_store::{ListFilter, Receiver};
 
+use crate::Failure;
 use crate::exit::{Ending, Exit};
 use crate::input::{self, IdArgs, RequestArgs};
 use crate::session::{Access, Session, key_failure, not_found};
@@ -163,13 +165,16 @@ pub(crate) enum Reconciled {
     NotExecuted,
 }
 
-/// `idem resolve T O K (--succeeded|--failed|--not-executed) [--code INT] [--outcome FILE|-]`
+/// `idem resolve T O K (--succeeded|--failed|--not-executed) [--code INT] [--outcome FILE|-]
+/// [--force --generation N]`: an Unknown key, or a Pending one in one step (its lease
+/// ended, or `forced` with its generation), turned Unknown by its generation first.
 pub(crate) fn resolve(
     session: &Session,
     id: &IdArgs,
     how: Reconciled,
     outcome: (Option<i32>, Option<&std::path::Path>),
     retention_ms: Option<u64>,
+    forced: Option<u64>,
 ) -> Ending {
     let id = input::record_id(id)?;
     let resolution = match how {
@@ -180,6 +185,34 @@ pub(crate) fn resolve(
         Reconciled::NotExecuted => Resolution::NotExecuted,
     };
     let store = session.open_receiver_for_key(config(None, retention_ms), &id, Access::Write)?;
+    let current = store
+        .call(|s| s.get(&id))
+        .map_err(|e| key_failure(&id, e))?;
+    match current {
+        None => return Err(not_found_naming_operations(&store, &id)),
+        Some(record) => {
+            if let Some(lease_until) = record.lease_until() {
+                let now = session.now();
+                let ended = lease_until <= now;
+                if !ended && forced != Some(record.generation.0) {
+                    return Err(Failure::new(
+                        Exit::InProgress,
+                        format!(
+                            "{id}: pending, claimed by generation {}, its lease running until {}: its executor may still be working; resolve it once the lease ends, or now with --force --generation {}",
+                            record.generation.0,
+                            format_instant(lease_until),
+                            record.generation.0
+                        ),
+                    ));
+                }
+                // The claim turns Unknown by its generation: a heartbeat or a settle that
+                // came meanwhile refuses this, and nothing is resolved.
+                store
+                    .call(|s| s.mark_unknown(&id, record.generation, now))
+                    .map_err(|e| key_failure(&id, e))?;
+            }
+        }
+    }
     let settled = store
         .call(|s| s.resolve(&id, resolution, session.now()))
         .map_err(|e| key_failure(&id, e))?;
@@ -236,4 +269,30 @@ fn settled_line(verb: &str, verdict: Verdict, outcome: &Outcome, until: String) 
         outcome.code,
         outcome.body.len()
     )
+}
+
+/// No record under `id` (exit 7), naming the operations of its tenant that have a record
+/// under the same key (a request through `idem proxy` is recorded under its method and
+/// path, `POST /orders`), from at most 100,000 records of the tenant.
+fn not_found_naming_operations(store: &BlockingStore, id: &RecordId) -> Failure {
+    let filter = ListFilter {
+        tenant: Some(id.tenant().to_owned()),
+        limit: Some(100_000),
+        ..ListFilter::default()
+    };
+    let mut operations = Vec::new();
+    let _listed = store.list(&filter, |other, _| {
+        if other.key() == id.key() && !operations.iter().any(|o| o == other.operation()) {
+            operations.push(other.operation().to_owned());
+        }
+        std::ops::ControlFlow::Continue(())
+    });
+    if operations.is_empty() {
+        return not_found(id);
+    }
+    let named: Vec<String> = operations.iter().map(|o| format!("{o:?}")).collect();
+    not_found(id).with_note(&format!(
+        "the key has a record under operation {} of this tenant",
+        named.join(", ")
+    ))
 }

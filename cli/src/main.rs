@@ -119,6 +119,8 @@ fn run(cli: &Cli) -> Ending {
             code,
             outcome,
             retention,
+            force: _,
+            generation,
         } => {
             let how = if *succeeded {
                 Reconciled::Succeeded
@@ -127,7 +129,14 @@ fn run(cli: &Cli) -> Ending {
             } else {
                 Reconciled::NotExecuted
             };
-            keyed::resolve(&session, id, how, (*code, outcome.as_deref()), *retention)
+            keyed::resolve(
+                &session,
+                id,
+                how,
+                (*code, outcome.as_deref()),
+                *retention,
+                *generation,
+            )
         }
         Command::Exec {
             id,

@@ -419,3 +419,73 @@ fn idem_db_names_the_default_store() {
         "./idem.redb is the last default"
     );
 }
+
+/// A pending key is resolved in one step once its lease ended; while it runs, only with
+/// --force and the claim's generation.
+#[test]
+fn a_pending_key_is_resolved_in_one_step() {
+    let idem = Idem::new();
+    let generation = claim(&idem, T0, "k").to_string();
+    // The lease (30 s) runs: its executor may still be working.
+    idem.at(T0 + 1_000, &["resolve", "t", "o", "k", "--not-executed"])
+        .code(4)
+        .one_error_line(&["pending", "generation 1", "--force --generation 1"]);
+    // --force with another generation is refused the same way.
+    idem.at(
+        T0 + 1_000,
+        &[
+            "resolve",
+            "t",
+            "o",
+            "k",
+            "--not-executed",
+            "--force",
+            "--generation",
+            "9",
+        ],
+    )
+    .code(4);
+    idem.run(&["resolve", "t", "o", "k", "--force"]).code(2);
+    let forced = idem.at(
+        T0 + 1_000,
+        &[
+            "resolve",
+            "t",
+            "o",
+            "k",
+            "--succeeded",
+            "--code",
+            "201",
+            "--force",
+            "--generation",
+            &generation,
+        ],
+    );
+    forced.code(0);
+    assert_eq!(
+        idem.at(T0 + 2_000, &["get", "t", "o", "k"]).json()["state"],
+        "succeeded"
+    );
+
+    // Past its lease, no flag is needed.
+    claim(&idem, T0, "silent");
+    idem.at(
+        T0 + 31_000,
+        &["resolve", "t", "o", "silent", "--not-executed"],
+    )
+    .code(0);
+    idem.at(T0 + 32_000, &["get", "t", "o", "silent"]).code(7);
+    assert_eq!(claim(&idem, T0 + 33_000, "silent"), 3);
+}
+
+/// A key not found under the operation given names the operations it has a record
+/// under: a request through the proxy is recorded under its method and path.
+#[test]
+fn a_key_under_another_operation_is_named() {
+    let idem = Idem::new();
+    idem.at(T0, &["begin", "shop", "POST /orders", "k-1"])
+        .code(0);
+    idem.at(T0, &["resolve", "shop", "order", "k-1", "--not-executed"])
+        .code(7)
+        .one_error_line(&["no record", "\"POST /orders\""]);
+}
