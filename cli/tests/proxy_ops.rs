@@ -502,3 +502,64 @@ fn duplicates_wait_for_the_running_request_and_get_its_replay() {
         5.0
     );
 }
+
+/// 200 keyed requests whose clients hang up once they sent them: each runs, and each is
+/// logged and counted, though nobody reads its answer.
+#[test]
+fn requests_whose_clients_hang_up_are_logged_and_counted() {
+    let upstream = Upstream::start(Duration::from_millis(1_000));
+    let idem = Idem::new();
+    let log = idem.path("access.log");
+    let proxy = Proxy::start(
+        &idem,
+        &upstream.url(),
+        &["--tenant", "shop", "--access-log", log.to_str().unwrap()],
+    );
+    let mut sent = Vec::new();
+    for k in 0..200 {
+        let body = r#"{"item":"tea"}"#;
+        let request = format!(
+            "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: \"gone-{k}\"\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut stream = TcpStream::connect(proxy.address).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        sent.push(stream);
+    }
+    // Every request reached the upstream, which works on it: the clients hang up.
+    let reaching = Instant::now();
+    while upstream.counts.lock().unwrap().executions.len() < 200 {
+        assert!(
+            reaching.elapsed() < Duration::from_secs(20),
+            "the requests never reached the upstream"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    drop(sent);
+    let started = Instant::now();
+    loop {
+        let lines = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count();
+        if lines >= 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{lines} lines logged of 200"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.lines().count(), 200);
+    let executed = text.lines().filter(|l| l.contains("\"executed\"")).count();
+    assert_eq!(executed, 200, "every request ran and is logged as executed");
+    let metrics = get(proxy.address, "/metrics").body;
+    assert_eq!(
+        metric(&metrics, "idem_proxy_answers_total{answer=\"executed\"}"),
+        200.0
+    );
+    let ran: usize = upstream.counts.lock().unwrap().executions.values().sum();
+    assert_eq!(ran, 200);
+}

@@ -52,8 +52,13 @@ type Answer = Response<ResponseBody<ResponseBody<Deadline>>>;
 
 impl<K, R> Front<K, R>
 where
-    K: Service<Request<Incoming>, Response = Answer, Error = Infallible> + Clone,
-    R: Receiver,
+    K: Service<Request<Incoming>, Response = Answer, Error = Infallible>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    K::Future: Send,
+    R: Receiver + 'static,
 {
     pub(super) async fn call(self, request: Request<Incoming>) -> Result<Answer, Infallible> {
         // A page of an origin `--cors-origin` named: its preflight is answered here, and
@@ -71,7 +76,7 @@ where
         Ok(answer)
     }
 
-    async fn answer(mut self, request: Request<Incoming>) -> Result<Answer, Infallible> {
+    async fn answer(self, request: Request<Incoming>) -> Result<Answer, Infallible> {
         if request.method() == http::Method::GET {
             match request.uri().path() {
                 "/healthz" => return Ok(self.healthz().await),
@@ -79,6 +84,24 @@ where
                 _ => {}
             }
         }
+        if request.headers().contains_key("idempotency-key") {
+            // A keyed request runs to its answer also when its client hangs up (the layer
+            // settles its key): in a task of its own, so that it is counted and logged
+            // too.
+            return match tokio::spawn(self.served(request)).await {
+                Ok(answer) => answer,
+                Err(_) => Ok(own(
+                    500,
+                    "text/plain; charset=utf-8",
+                    "the proxy failed this request\n".to_owned(),
+                )),
+            };
+        }
+        self.served(request).await
+    }
+
+    /// The answer of the layer to `request`, counted and logged.
+    async fn served(mut self, request: Request<Incoming>) -> Result<Answer, Infallible> {
         let started = Instant::now();
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
