@@ -49,10 +49,60 @@ impl From<std::time::SystemTime> for Timestamp {
     }
 }
 
+/// The time a timestamp names, for the caller's clock arithmetic and for people's
+/// libraries: `UNIX_EPOCH` plus its milliseconds.
+#[cfg(any(feature = "std", test))]
+impl From<Timestamp> for std::time::SystemTime {
+    fn from(at: Timestamp) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + core::time::Duration::from_millis(at.0)
+    }
+}
+
+impl Timestamp {
+    /// How long from `self` until `later` (a lease's end, an expiry), zero when `later`
+    /// is past: what "retry in 28 s" needs.
+    #[must_use]
+    pub const fn until(self, later: Timestamp) -> core::time::Duration {
+        core::time::Duration::from_millis(later.0.saturating_sub(self.0))
+    }
+}
+
+/// RFC 3339 in UTC, with milliseconds only when they are not zero:
+/// `2026-12-04T21:09:05.862Z`, as a person reads a time. [`Timestamp::as_millis`] gives
+/// the number.
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}ms", self.0)
+        const DAY: u64 = 86_400_000;
+        let days = self.0 / DAY;
+        let (year, month, day) = civil_from_days(days);
+        let rest = self.0 % DAY;
+        let (h, m, s, ms) = (
+            rest / 3_600_000,
+            rest % 3_600_000 / 60_000,
+            rest % 60_000 / 1_000,
+            rest % 1_000,
+        );
+        write!(f, "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}")?;
+        if ms != 0 {
+            write!(f, ".{ms:03}")?;
+        }
+        f.write_str("Z")
     }
+}
+
+/// The civil date (year, month, day) of `days` since 1970-01-01, in the proleptic
+/// Gregorian calendar (Howard Hinnant's `civil_from_days`).
+const fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + (month <= 2) as u64;
+    (year, month, day)
 }
 
 /// A fencing token: a store-wide counter, strictly increasing, never reused.
@@ -106,5 +156,41 @@ mod tests {
         if let Some(far) = UNIX_EPOCH.checked_add(Duration::from_secs(u64::MAX / 500)) {
             assert_eq!(Timestamp::from(far), Timestamp(u64::MAX));
         }
+    }
+}
+
+#[cfg(test)]
+mod display_tests {
+    use alloc::string::ToString;
+
+    use super::Timestamp;
+
+    #[test]
+    fn a_timestamp_reads_as_rfc_3339_and_converts_to_system_time() {
+        assert_eq!(Timestamp(0).to_string(), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            Timestamp(1_740_830_400_000).to_string(),
+            "2025-03-01T12:00:00Z"
+        );
+        assert_eq!(
+            Timestamp(1_796_417_345_862).to_string(),
+            "2026-12-04T20:49:05.862Z"
+        );
+        // A leap day, and the last millisecond of a year.
+        assert_eq!(
+            Timestamp(951_782_400_000).to_string(),
+            "2000-02-29T00:00:00Z"
+        );
+        assert_eq!(
+            Timestamp(1_735_689_599_999).to_string(),
+            "2024-12-31T23:59:59.999Z"
+        );
+        let at = Timestamp(1_740_830_400_123);
+        assert_eq!(Timestamp::from(std::time::SystemTime::from(at)), at);
+        assert_eq!(
+            at.until(at.plus_millis(28_000)),
+            core::time::Duration::from_secs(28)
+        );
+        assert_eq!(at.plus_millis(5).until(at), core::time::Duration::ZERO);
     }
 }

@@ -134,23 +134,10 @@ fn parse_rfc3339(text: &str) -> Result<Timestamp, String> {
         .map_err(|_| "before 1970-01-01T00:00:00Z".into())
 }
 
-/// Formats `at` as RFC 3339 in UTC, with milliseconds only when they are not zero.
+/// Formats `at` as RFC 3339 in UTC, with milliseconds only when they are not zero
+/// (`Timestamp`'s own display).
 pub(crate) fn format_instant(at: Timestamp) -> String {
-    let ms = at.as_millis();
-    let days = i64::try_from(ms / DAY).unwrap_or(i64::MAX);
-    let (year, month, day) = civil_from_days(days);
-    let rest = ms % DAY;
-    let (h, m, s, frac) = (
-        rest / HOUR,
-        rest % HOUR / MINUTE,
-        rest % MINUTE / SECOND,
-        rest % SECOND,
-    );
-    if frac == 0 {
-        format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}Z")
-    } else {
-        format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{frac:03}Z")
-    }
+    at.to_string()
 }
 
 fn is_leap(year: i64) -> bool {
@@ -175,18 +162,4 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let doy = (153 * mp + 2) / 5 + day - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     era * 146_097 + doe - 719_468
-}
-
-/// The date of a day count since 1970-01-01 (inverse of [`days_from_civil`]).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
