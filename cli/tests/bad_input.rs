@@ -214,7 +214,9 @@ fn after_a_crash_a_read_command_recovers_the_file_and_says_so() {
     let listed = idem.run(&["list"]);
     listed.code(0);
     assert!(
-        listed.stderr.contains("did not close it cleanly; recovered it before reading"),
+        listed
+            .stderr
+            .contains("did not close it cleanly; recovered it before reading"),
         "{}",
         listed.stderr
     );

@@ -373,6 +373,19 @@ pub enum ExecuteError<E> {
     Store(#[from] Error),
 }
 
+/// [`crate::Store::write`] failed; nothing was committed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError<E> {
+    /// The caller's work returned an error; everything it wrote was rolled back.
+    #[error("the work failed and was rolled back: {0}")]
+    Work(E),
+    /// The store failed; nothing was committed (or, for [`Error::CommitFailed`], the
+    /// store decides at its reopen whether the commit landed).
+    #[error(transparent)]
+    Store(#[from] Error),
+}
+
 /// A JSON view (a record, an intent) that breaks a rule; names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]

@@ -123,7 +123,7 @@ pub mod http;
 pub mod postgres;
 mod seam;
 
-pub use error::{Error, ExecuteError, ImportError, MaintainError, OpenError};
+pub use error::{Error, ExecuteError, ImportError, MaintainError, OpenError, WriteError};
 pub use file::Store;
 pub use file::open::StoreBuilder;
 pub use seam::clock::now;

@@ -16,6 +16,7 @@
 //! inbox/          a queue consumer's inbox
 //! outbox/         the sender's intents in the same file
 //! read/           get and list
+//! write/          a plain write transaction for the application's own tables
 //! reconcile/      abandoned claims, Unknown records settled by a checker
 //! maintain/       sweep, stats, check, compact
 //! transfer/       export and import
@@ -51,6 +52,7 @@ pub(crate) mod token;
 pub(crate) mod transfer;
 pub(crate) mod two_phase;
 pub(crate) mod wait;
+pub(crate) mod write;
 pub(crate) mod writer;
 
 pub use store::Store;

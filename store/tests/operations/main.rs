@@ -11,3 +11,4 @@ mod golden;
 mod maintenance;
 mod open_errors;
 mod read_only;
+mod write;
