@@ -376,7 +376,7 @@ pub(crate) fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
     let mut out = io::stdout().lock();
     out.write_all(bytes)
         .and_then(|()| out.flush())
-        .map_err(|e| Failure::runtime(format!("stdout: {e}")))
+        .map_err(|e| Failure::stdout(&e))
 }
 
 #[cfg(test)]

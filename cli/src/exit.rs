@@ -58,6 +58,22 @@ impl Failure {
         }
     }
 
+    /// The reader of stdout went away (`idem list | head`): the command stops, with
+    /// nothing to say and its work done, as a pipe's writer does (exit 0).
+    pub(crate) fn reader_gone() -> Failure {
+        Failure::new(Exit::Done, String::new())
+    }
+
+    /// A failed write to stdout: the reader gone ([`Failure::reader_gone`]), or a
+    /// runtime failure naming stdout.
+    pub(crate) fn stdout(e: &std::io::Error) -> Failure {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            Failure::reader_gone()
+        } else {
+            Failure::runtime(format!("stdout: {e}"))
+        }
+    }
+
     /// Bad input from the command line (exit 2).
     pub(crate) fn usage(message: impl Into<String>) -> Failure {
         Failure::new(Exit::Usage, message)

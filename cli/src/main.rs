@@ -74,7 +74,9 @@ fn main() {
     let code = match ending {
         Ok(code) => code,
         Err(failure) => {
-            eprintln!("idem: {failure}");
+            if !failure.message.is_empty() {
+                eprintln!("idem: {failure}");
+            }
             failure.exit.code()
         }
     };

@@ -7,12 +7,12 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 use idem_core::{Config, Timestamp};
-use idem_store::ListFilter;
 use idem_store::maintain::IntentCounts;
 use idem_store::maintain::RecordView;
 use idem_store::maintain::Stats;
 use idem_store::maintain::SweepReport;
 use idem_store::maintain::Transferred;
+use idem_store::{ListFilter, MaintainError};
 use serde::Serialize;
 
 use crate::exit::{Ending, Exit, Failure};
@@ -352,12 +352,11 @@ pub(crate) fn export(session: &Session, out: Option<&Path>) -> Ending {
         }
         None => {
             let mut writer = BufWriter::new(CountingLines::new(io::stdout(), bar.clone()));
-            let count = store
-                .call(|s| s.export(&mut writer))
-                .map_err(maintain_failure)?;
-            writer
-                .flush()
-                .map_err(|e| Failure::runtime(format!("stdout: {e}")))?;
+            let count = store.call(|s| s.export(&mut writer)).map_err(|e| match e {
+                MaintainError::Export(e) => Failure::stdout(&e),
+                other => maintain_failure(other),
+            })?;
+            writer.flush().map_err(|e| Failure::stdout(&e))?;
             count
         }
     };

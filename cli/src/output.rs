@@ -29,7 +29,7 @@ impl Printer {
         let mut out = io::stdout().lock();
         writeln!(out, "{text}")
             .and_then(|()| out.flush())
-            .map_err(|e| Failure::runtime(format!("stdout: {e}")))
+            .map_err(|e| Failure::stdout(&e))
     }
 
     /// Prints `value` as one compact JSON line.

@@ -634,3 +634,40 @@ fn read_commands_answer_from_a_file_of_the_previous_schema_before_and_after_its_
     );
     assert_eq!(answers(&idem), before);
 }
+
+/// `idem list | head` and `idem export | head`: the reader goes away, and the command
+/// stops quietly with exit 0, as a pipe's writer does.
+#[test]
+fn a_reader_that_goes_away_stops_a_listing_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let idem = Idem::new();
+    let lines: String = (0..20_000)
+        .map(|k| {
+            format!(
+                "{{\"tenant\":\"t\",\"operation\":\"o\",\"key\":\"k{k}\",\"state\":\"pending\",\"generation\":{},\"fingerprint\":\"{}\",\"created_at\":1,\"updated_at\":1,\"lease_until\":2}}\n",
+                k + 1,
+                "0".repeat(64)
+            )
+        })
+        .collect();
+    let input = idem.file("many.jsonl", lines.as_bytes());
+    idem.run(&["import", &input]).code(0);
+    for args in [vec!["list"], vec!["export"]] {
+        let mut child = idem
+            .command(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        assert!(!first.is_empty(), "{args:?}: a first line");
+        drop(out);
+        let done = child.wait_with_output().unwrap();
+        assert_eq!(done.status.code(), Some(0), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&done.stderr), "", "{args:?}");
+    }
+}
