@@ -229,6 +229,18 @@ pub enum Error {
         /// The driver's error, with the server's message.
         source: tokio_postgres::Error,
     },
+    /// The database failed the call (the MariaDB engine): the server refused a
+    /// statement, timed out, or the connection was lost. A statement the server refused
+    /// wrote nothing; after a lost connection the engine read the record back, and this
+    /// error means it could not tell or could not reach the database.
+    #[cfg(feature = "mysql")]
+    #[error("database: {operation}")]
+    MySql {
+        /// The call that failed: `begin`, `complete`, `sweep`, ...
+        operation: &'static str,
+        /// The driver's error, with the server's message.
+        source: mysql_async::Error,
+    },
     /// A begin lost the race for its key to other writers more times than the bound,
     /// each time to a write that changed the record between its read and its write.
     /// Nothing was written by this call; a retry is safe.

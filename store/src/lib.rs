@@ -119,6 +119,8 @@ mod error;
 mod file;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod seam;
