@@ -93,7 +93,8 @@ pub(crate) struct ProxyArgs {
     /// closed at once. The exit status is 1 only when a claimed key was left unsettled.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
     pub(crate) drain_timeout: u64,
-    /// With a postgres:// --db, the most database connections this replica opens.
+    /// With a database --db (postgres://, mysql://), the most database connections this
+    /// replica opens.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub(crate) pool: usize,
     /// One JSON line per request (at, method, path, key, status, answer, ms) to FILE,
