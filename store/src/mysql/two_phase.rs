@@ -217,8 +217,10 @@ impl MySqlStore {
         decide: impl Fn(Option<&Record>, Timestamp) -> Result<Option<Record>, Refusal>,
     ) -> Result<Option<Record>, Error> {
         for _ in 0..FENCED_ATTEMPTS {
+            // Read once the database answers (it may be restarting), then write on a
+            // connection of the pool.
+            let seen = self.read_back(operation, id).await?;
             let mut conn = self.conn(operation).await?;
-            let seen = read(&mut conn, operation, id).await?;
             let now = seen.as_ref().map_or(Timestamp(0), |s| s.now);
             let target = decide(seen.as_ref().map(|s| &s.record), now)?;
             let Some(seen) = seen else {
@@ -252,7 +254,7 @@ impl MySqlStore {
         })
     }
 
-    /// The record of `id`, read once the database answers again: after a connection
+    /// The record of `id`, read once the database answers: at once, or after a connection
     /// lost mid-statement, during a restart. Waits with a growing pause, at most
     /// [`RECONNECT_WINDOW`]; then the last error.
     async fn read_back(

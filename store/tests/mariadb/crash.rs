@@ -54,3 +54,37 @@ async fn what_was_answered_survives_a_kill_9_and_generations_keep_rising() {
         "{first} {second} {after}: generations rise across the crash"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_sent_while_the_server_restarts_lands_once_it_is_back() {
+    let mut server = Server::start();
+    let db = fresh_database(&server);
+    let store = MySqlStore::connect(&server.url_of(&db)).await.unwrap();
+    let id = RecordId::new("shop", "charge", "k").unwrap();
+    let fp = Fingerprint::of_bytes(b"a");
+    let generation = claimed(store.begin(&id, fp, Timestamp(0)).await.unwrap());
+    // The pool's connections break with the server; it is back a second later.
+    server.kill9();
+    let back = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        server.restart();
+        server
+    });
+    let record = store
+        .complete(
+            &id,
+            generation,
+            Verdict::Succeeded,
+            Outcome::new(200, "ok"),
+            Timestamp(0),
+        )
+        .await
+        .unwrap();
+    let _server = back.join().unwrap();
+    assert_eq!(record.generation, generation);
+    assert_eq!(store.get(&id).await.unwrap(), Some(record));
+    match store.begin(&id, fp, Timestamp(0)).await.unwrap() {
+        Decision::Replay { outcome, .. } => assert_eq!(outcome, Outcome::new(200, "ok")),
+        other => panic!("expected the outcome, got {other:?}"),
+    }
+}
