@@ -9,7 +9,7 @@
 use idem_core::Timestamp;
 use idem_core::machine::{self, Entity, EntityDecision, Machine};
 use mysql_async::prelude::Queryable;
-use mysql_async::{Row, Value};
+use mysql_async::{Row, Transaction, Value};
 
 use super::MySqlStore;
 use super::error::{DUPLICATE_KEY, code, database};
@@ -47,6 +47,58 @@ impl MySqlStore {
     ) -> Result<EntityDecision, Error> {
         let mut conn = self.conn("transition").await?;
         transition_on(&mut conn, machine, id, to, expected_version).await
+    }
+
+    /// [`MySqlStore::transition`] inside `txn`, the transaction an execute hands its
+    /// work ([`MySqlStore::execute`]) or one of the caller's own: the key's record, the
+    /// business write and the move commit together, or none does.
+    ///
+    /// # Errors
+    ///
+    /// As [`MySqlStore::transition`].
+    pub async fn transition_in(
+        &self,
+        txn: &mut Transaction<'_>,
+        machine: &Machine,
+        id: &EntityId,
+        to: &str,
+        expected_version: Option<u64>,
+    ) -> Result<EntityDecision, Error> {
+        transition_on(txn, machine, id, to, expected_version).await
+    }
+
+    /// The entity `id` as `txn` sees it: with a REPEATABLE READ transaction, read a
+    /// business row and the entity's version from one snapshot, then move it with that
+    /// version as `expected_version`.
+    ///
+    /// # Errors
+    ///
+    /// The database's.
+    pub async fn entity_in(
+        &self,
+        txn: &mut Transaction<'_>,
+        id: &EntityId,
+    ) -> Result<Option<Entity>, Error> {
+        entity_on(txn, id).await
+    }
+
+    /// Claims the business value `value` in `scope` for `by` inside `txn`, as
+    /// [`MySqlStore::claim_unique`] does on its own.
+    ///
+    /// # Errors
+    ///
+    /// As [`MySqlStore::claim_unique`].
+    pub async fn claim_unique_in(
+        &self,
+        txn: &mut Transaction<'_>,
+        tenant: &str,
+        scope: &str,
+        value: &str,
+        by: &str,
+    ) -> Result<Uniqueness, Error> {
+        check_unique(tenant, scope, value)?;
+        check_holder(by)?;
+        claim_on(txn, tenant, scope, value, by).await
     }
 
     /// The entity `id`, if it ever moved.

@@ -40,6 +40,8 @@
 mod durability;
 mod entity;
 mod error;
+mod execute;
+mod inbox;
 mod intent;
 mod maintain;
 mod pool;
@@ -57,8 +59,12 @@ use std::time::Duration;
 use idem_core::{Config, ConfigError};
 use tokio::runtime::Handle;
 
-/// The mysql_async this engine is built on.
+/// The mysql_async this engine is built on: the transaction [`MySqlStore::execute`]
+/// hands to its work is this crate's.
 pub use mysql_async;
+
+pub use execute::Work;
+pub use inbox::{Handler, MySqlInbox};
 
 /// A store of idempotency records in a MariaDB database, shared by every replica that
 /// connects to it. Cheap to clone: clones share one pool.

@@ -12,12 +12,13 @@ use mysql_async::{Row, Transaction, TxOpts, Value};
 
 use super::MySqlStore;
 use super::error::{DUPLICATE_KEY, code, contended, database};
+use super::execute::Work;
 use super::maintain::clock;
 use super::row::{columns_of, get, key_values, record_at, signed};
 use super::statements::exec_count;
-use crate::error::Error;
+use crate::error::{Error, ExecuteError};
 use crate::seam::receiver::Receiver;
-use crate::seam::report::{Consumed, SweepReport};
+use crate::seam::report::{Consumed, Executed, SweepReport};
 use crate::seam::token::Tokens;
 use crate::seam::token::token_of;
 
@@ -233,6 +234,34 @@ impl MySqlStore {
         }
         Ok(Consumed::Admitted(
             self.begin(id, fingerprint, Timestamp(0)).await?,
+        ))
+    }
+
+    /// Atomic consume: admits the token in `id`'s key as [`MySqlStore::consume`] does,
+    /// then runs `work` as [`MySqlStore::execute`] does: the use of the token, the work's
+    /// writes and the settled record commit together, or nothing does. A `work` that
+    /// fails leaves the token consumable.
+    ///
+    /// # Errors
+    ///
+    /// As [`MySqlStore::execute`], and [`Error::Token`] when the key is not a token's
+    /// text.
+    pub async fn consume_execute<T, E, F>(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        work: F,
+    ) -> Result<Consumed<Executed<T>>, ExecuteError<E>>
+    where
+        T: Send,
+        E: Send,
+        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c>) -> Work<'t, T, E> + Send,
+    {
+        if let Err(refusal) = self.admit(id).await? {
+            return Ok(Consumed::Refused(refusal));
+        }
+        Ok(Consumed::Admitted(
+            self.execute(id, fingerprint, work).await?,
         ))
     }
 

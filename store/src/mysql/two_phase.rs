@@ -10,7 +10,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Value};
 
 use super::MySqlStore;
-use super::error::{DUPLICATE_KEY, ambiguous, code, contended, database};
+use super::error::{DUPLICATE_KEY, LOCK_WAIT_TIMEOUT, ambiguous, code, contended, database};
 use super::row::{Columns, get, key_values, record_at, signed, time_at};
 use super::statements::{CLAIM, DELETE, NEXT_GENERATION, READ, REPLACE, exec_count};
 use crate::error::Error;
@@ -161,6 +161,11 @@ impl MySqlStore {
                 // Deleted meanwhile: start over.
                 None => return Ok(None),
             },
+            // Another transaction holds the key past the lock timeout: an execute's open
+            // claim (or an import).
+            Err(e) if code(&e) == Some(LOCK_WAIT_TIMEOUT) => {
+                return self.held_open(conn).await.map(Some);
+            }
             Err(e) if contended(&e) => return Ok(None),
             Err(e) => return Err(database("begin")(e)),
         };
@@ -201,9 +206,23 @@ impl MySqlStore {
             Ok(true) => Ok(Some(decision)),
             // The record changed since it was read: start over.
             Ok(false) => Ok(None),
+            Err(Error::MySql { source, .. }) if code(&source) == Some(LOCK_WAIT_TIMEOUT) => {
+                self.held_open(conn).await.map(Some)
+            }
             Err(e) if lost_to_a_lock(&e) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// The answer for a key another transaction holds open past the lock timeout (an
+    /// execute's claim, not committed yet): in progress, with generation 0 (the claim
+    /// has none yet) and a `lease_until` one lease from now.
+    pub(super) async fn held_open(&self, conn: &mut Conn) -> Result<Decision, Error> {
+        let now = super::maintain::clock(conn, "begin").await?;
+        Ok(Decision::InProgress {
+            generation: Generation(0),
+            lease_until: now.plus_millis(self.inner.config.lease_ms),
+        })
     }
 
     /// Runs a fenced input: reads the record, lets `decide` (the core) give the record to

@@ -11,6 +11,7 @@ mod server;
 
 mod connect;
 mod crash;
+mod execute;
 mod keys;
 
 use std::sync::atomic::{AtomicU32, Ordering};
