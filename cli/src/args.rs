@@ -48,7 +48,8 @@ system's.
 --db mysql://USER@HOST/DB names a MariaDB database (10.6 or newer) in the same way. Its
 durability is the server's: a server whose settings can lose an answered request in a crash
 (innodb_flush_log_at_trx_commit other than 1, the binary log on without sync_binlog = 1) is
-refused, naming the setting, unless the URL says accept_unsafe_durability=true.
+refused, naming the setting, unless the URL says accept_unsafe_durability=true. TLS: the
+URL's require_ssl=true; $PGSSLROOTCERT's roots are trusted there too.
 
 Examples:
   idem demo                                   # the whole story in one screen

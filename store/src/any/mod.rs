@@ -69,7 +69,7 @@ pub struct AnyStoreBuilder {
     read_only: bool,
     lock_timeout: Option<Duration>,
     pool_size: Option<usize>,
-    #[cfg(feature = "postgres-tls")]
+    #[cfg(any(feature = "postgres-tls", feature = "mysql-tls"))]
     tls_roots: Option<Vec<u8>>,
     accept_unsafe_durability: bool,
 }
@@ -227,7 +227,7 @@ impl Default for AnyStoreBuilder {
             read_only: false,
             lock_timeout: None,
             pool_size: None,
-            #[cfg(feature = "postgres-tls")]
+            #[cfg(any(feature = "postgres-tls", feature = "mysql-tls"))]
             tls_roots: None,
             accept_unsafe_durability: false,
         }
@@ -274,8 +274,8 @@ impl AnyStoreBuilder {
     }
 
     /// PEM certificates a database engine trusts for TLS, beside the system's roots
-    /// (feature `postgres-tls`).
-    #[cfg(feature = "postgres-tls")]
+    /// (features `postgres-tls`, `mysql-tls`).
+    #[cfg(any(feature = "postgres-tls", feature = "mysql-tls"))]
     #[must_use]
     pub fn tls_root_certificates(mut self, pem: &[u8]) -> AnyStoreBuilder {
         self.tls_roots = Some(pem.to_vec());
@@ -350,6 +350,10 @@ impl AnyStoreBuilder {
             .accept_unsafe_durability(self.accept_unsafe_durability);
         if let Some(size) = self.pool_size {
             builder = builder.pool_size(size);
+        }
+        #[cfg(feature = "mysql-tls")]
+        if let Some(pem) = &self.tls_roots {
+            builder = builder.tls_root_certificates(pem);
         }
         builder.connect(url).await
     }

@@ -99,6 +99,8 @@ pub struct MySqlStoreBuilder {
     statement_timeout: Duration,
     lock_timeout: Duration,
     accept_unsafe_durability: bool,
+    #[cfg(feature = "mysql-tls")]
+    tls_roots: Vec<u8>,
 }
 
 /// Connecting to the database failed; nothing was written, except the schema when the
@@ -217,6 +219,8 @@ impl Default for MySqlStoreBuilder {
             statement_timeout: Duration::from_secs(10),
             lock_timeout: Duration::from_secs(1),
             accept_unsafe_durability: false,
+            #[cfg(feature = "mysql-tls")]
+            tls_roots: Vec::new(),
         }
     }
 }
@@ -283,6 +287,35 @@ impl MySqlStoreBuilder {
         self
     }
 
+    /// Certificates (PEM) to trust for the database's TLS, beside the webpki roots: a
+    /// private CA's, or a self-signed server's (feature `mysql-tls`). Whether TLS is
+    /// used is the URL's `require_ssl=true`.
+    #[cfg(feature = "mysql-tls")]
+    #[must_use]
+    pub fn tls_root_certificates(mut self, pem: &[u8]) -> MySqlStoreBuilder {
+        self.tls_roots.extend_from_slice(pem);
+        self.tls_roots.push(b'\n');
+        self
+    }
+
+    /// The driver's options of `url`, with the roots given when the URL asks for TLS.
+    fn opts(&self, url: &str) -> Result<mysql_async::Opts, ConnectError> {
+        let opts =
+            mysql_async::Opts::from_url(url).map_err(|e| ConnectError::Url(e.to_string()))?;
+        #[cfg(feature = "mysql-tls")]
+        if let Some(ssl) = opts.ssl_opts()
+            && !self.tls_roots.iter().all(u8::is_ascii_whitespace)
+        {
+            let ssl = ssl
+                .clone()
+                .with_root_certs(vec![self.tls_roots.clone().into()]);
+            return Ok(mysql_async::OptsBuilder::from_opts(opts)
+                .ssl_opts(ssl)
+                .into());
+        }
+        Ok(opts)
+    }
+
     /// Connects to the database at `url` (`mysql://user:password@host:port/db`, or
     /// `mariadb://…`), checks the server and its durability settings, checks or creates
     /// the schema, and opens the pool.
@@ -299,8 +332,7 @@ impl MySqlStoreBuilder {
         let runtime = Handle::try_current().map_err(|_| ConnectError::NoRuntime)?;
         let (url, accept_from_url) = strip_accept_unsafe(url)?;
         let accept_unsafe = self.accept_unsafe_durability || accept_from_url;
-        let opts =
-            mysql_async::Opts::from_url(&url).map_err(|e| ConnectError::Url(e.to_string()))?;
+        let opts = self.opts(&url)?;
         let session = pool::Session::new(self.statement_timeout, self.lock_timeout)?;
         if self.connect_timeout.is_zero() {
             return Err(ConnectError::Timeout {

@@ -13,6 +13,8 @@ mod connect;
 mod crash;
 mod execute;
 mod keys;
+#[cfg(feature = "mysql-tls")]
+mod tls;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
