@@ -105,3 +105,50 @@ async fn sixty_four_connections_on_one_key_claim_it_once_a_round_for_200_rounds(
         store.release(&id, generation, Timestamp(0)).await.unwrap();
     }
 }
+
+/// A write's answer does not depend on the client's `CLIENT_FOUND_ROWS` flag: with it off
+/// (the driver's default) and on (as many drivers and ProxySQL set it), heartbeats on a
+/// stopped clock (each writes the lease the one before wrote: an update that would change
+/// nothing but the row's revision) each succeed, and a claim, its settle and a replay
+/// answer the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_are_the_same_whatever_client_found_rows_says() {
+    let server = shared_server();
+    for found_rows in ["false", "true"] {
+        let db = fresh_database(&server);
+        let url = format!("{}?client_found_rows={found_rows}", server.url_of(&db));
+        let store = MySqlStore::connect(&url).await.unwrap();
+        server.sql(&format!(
+            "CREATE OR REPLACE FUNCTION {db}.idem_now() RETURNS BIGINT NOT DETERMINISTIC NO SQL \
+               RETURN 1700000000000"
+        ));
+        let id = RecordId::new("shop", "charge", "k").unwrap();
+        let fp = Fingerprint::of_bytes(b"k");
+        let Decision::Claimed { generation, .. } =
+            store.begin(&id, fp, Timestamp(0)).await.unwrap()
+        else {
+            panic!("a fresh key is claimed");
+        };
+        for _ in 0..5 {
+            let record = store
+                .heartbeat(&id, generation, Timestamp(0))
+                .await
+                .unwrap_or_else(|e| panic!("client_found_rows={found_rows}: {e:?}"));
+            assert_eq!(record.generation, generation);
+        }
+        store
+            .complete(
+                &id,
+                generation,
+                idem_store::Verdict::Succeeded,
+                idem_store::Outcome::new(200, "ok"),
+                Timestamp(0),
+            )
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.begin(&id, fp, Timestamp(0)).await.unwrap(),
+            Decision::Replay { .. }
+        ));
+    }
+}
