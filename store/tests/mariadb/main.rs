@@ -12,6 +12,7 @@ mod server;
 mod connect;
 mod crash;
 mod execute;
+mod failover;
 mod keys;
 #[cfg(feature = "mysql-tls")]
 mod tls;
