@@ -12,8 +12,8 @@ use mysql_async::{Row, TxOpts, Value};
 
 use super::MySqlStore;
 use super::error::database;
-use super::row::{COLUMNS, PENDING, SETTLED, TOMBSTONE, UNKNOWN, get, id_at, record_at, time_at};
-use super::statements::{CLOCK, KEY_ORDER};
+use super::row::{COLUMNS, PENDING, SETTLED, TOMBSTONE, UNKNOWN, get, id_at, record_at};
+use super::statements::{KEY_ORDER, clock};
 use super::two_phase::{read, write_over};
 use crate::error::{Error, MaintainError};
 use crate::seam::filter::ListFilter;
@@ -37,18 +37,6 @@ fn state_columns(state: State) -> (i16, Option<i16>) {
 
 fn limit_of(limit: Option<usize>) -> i64 {
     limit.map_or(i64::MAX, |n| i64::try_from(n).unwrap_or(i64::MAX))
-}
-
-/// The database's clock now.
-pub(super) async fn clock<Q: Queryable>(
-    q: &mut Q,
-    operation: &'static str,
-) -> Result<Timestamp, Error> {
-    let row: Option<Row> = q.query_first(CLOCK).await.map_err(database(operation))?;
-    let row = row.ok_or_else(|| Error::Corrupt {
-        detail: "idem_now() returned no row".into(),
-    })?;
-    time_at(&row, 0)
 }
 
 fn number(row: &Row, index: usize) -> Result<u64, Error> {

@@ -3,8 +3,13 @@
 //! statement uses is the database's (`idem_now()`), never below the record's last
 //! update, so that a record's times never go backwards.
 
-use mysql_async::Value;
+use idem_core::Timestamp;
 use mysql_async::prelude::Queryable;
+use mysql_async::{Row, Value};
+
+use super::error::database;
+use super::row::time_at;
+use crate::error::Error;
 
 /// A fresh key's claim: a plain `INSERT` (a duplicate key, error 1062, means a record is
 /// there), returning what the database chose: the generation from the sequence and the
@@ -62,4 +67,16 @@ pub(super) async fn exec_count<Q: Queryable>(
     let changed = result.affected_rows();
     result.drop_result().await?;
     Ok(changed)
+}
+
+/// The database's clock now.
+pub(super) async fn clock<Q: Queryable>(
+    q: &mut Q,
+    operation: &'static str,
+) -> Result<Timestamp, Error> {
+    let row: Option<Row> = q.query_first(CLOCK).await.map_err(database(operation))?;
+    let row = row.ok_or_else(|| Error::Corrupt {
+        detail: "idem_now() returned no row".into(),
+    })?;
+    time_at(&row, 0)
 }

@@ -218,7 +218,7 @@ impl MySqlStore {
     /// execute's claim, not committed yet): in progress, with generation 0 (the claim
     /// has none yet) and a `lease_until` one lease from now.
     pub(super) async fn held_open(&self, conn: &mut Conn) -> Result<Decision, Error> {
-        let now = super::maintain::clock(conn, "begin").await?;
+        let now = super::statements::clock(conn, "begin").await?;
         Ok(Decision::InProgress {
             generation: Generation(0),
             lease_until: now.plus_millis(self.inner.config.lease_ms),
