@@ -164,7 +164,7 @@ impl MySqlStore {
         let mut left = limit;
         let mut conn = self.conn("sweep").await?;
         let select = format!(
-            "SELECT tenant, operation, idem_key, {COLUMNS} FROM idem_records \
+            "SELECT tenant, operation, idem_key, revision, {COLUMNS} FROM idem_records \
               WHERE expires_at <= ? ORDER BY expires_at LIMIT ?"
         );
         let config = &self.inner.config;
@@ -183,7 +183,7 @@ impl MySqlStore {
             report.remaining_expired = rows.len() > limit;
             for row in rows.iter().take(limit) {
                 let id = id_at(row, 0)?;
-                match protocol::sweep(&record_at(row, 3, &id)?, now, config) {
+                match protocol::sweep(&record_at(row, 4, &id)?, now, config) {
                     Swept::Tombstone(_) => report.tombstoned += 1,
                     Swept::Delete => report.removed += 1,
                     Swept::Keep => {}
@@ -211,17 +211,15 @@ impl MySqlStore {
                 .map_err(database("sweep"))?;
             for row in &rows {
                 let id = id_at(row, 0)?;
-                let record = record_at(row, 3, &id)?;
+                let revision: i64 = get(row, 3, "idem_records")?;
+                let record = record_at(row, 4, &id)?;
                 let target = match protocol::sweep(&record, now, config) {
                     Swept::Tombstone(tombstone) => Some(tombstone),
                     Swept::Delete => None,
                     Swept::Keep => continue,
                 };
                 // The row is locked by this transaction: its revision is the one read.
-                let Some(seen) = read(&mut txn, "sweep", &id).await? else {
-                    continue;
-                };
-                if write_over(&mut txn, "sweep", &id, seen.revision, target.as_ref()).await? {
+                if write_over(&mut txn, "sweep", &id, revision, target.as_ref()).await? {
                     match target {
                         Some(_) => report.tombstoned += 1,
                         None => report.removed += 1,
