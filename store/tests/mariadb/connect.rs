@@ -178,3 +178,47 @@ async fn a_binary_log_without_sync_is_refused_unless_accepted() {
     let (error, _) = connect_to(&server, false, false).await;
     assert_eq!(error, None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ten_replicas_connecting_at_once_to_an_empty_database_make_one_schema() {
+    let server = shared_server();
+    let db = fresh_database(&server);
+    let url = server.url_of(&db);
+    let connecting: Vec<_> = (0..10)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { MySqlStore::connect(&url).await.map(drop) })
+        })
+        .collect();
+    for connected in connecting {
+        connected.await.unwrap().unwrap();
+    }
+    assert_eq!(
+        server.sql(&format!(
+            "SELECT value FROM {db}.idem_meta WHERE name = 'schema_version'"
+        )),
+        "1\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_records_table_changed_by_hand_is_refused_naming_the_column() {
+    let server = shared_server();
+    for (change, detail) in [
+        (
+            "DROP COLUMN revision",
+            "idem's schema was changed: idem_records has no column revision (bigint)",
+        ),
+        (
+            // A collation would fold keys that differ in case or trailing spaces.
+            "MODIFY idem_key VARCHAR(255) COLLATE utf8mb4_general_ci NOT NULL",
+            "idem's schema was changed: idem_records.idem_key is varchar, expected varbinary",
+        ),
+    ] {
+        let db = fresh_database(&server);
+        MySqlStore::connect(&server.url_of(&db)).await.unwrap();
+        server.sql(&format!("ALTER TABLE {db}.idem_records {change}"));
+        let error = MySqlStore::connect(&server.url_of(&db)).await.unwrap_err();
+        assert_eq!(error.to_string(), detail);
+    }
+}
