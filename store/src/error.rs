@@ -261,8 +261,8 @@ pub enum Error {
         /// Where the operation is offered.
         hint: &'static str,
     },
-    /// A value does not fit the column that keeps it (the PostgreSQL engine keeps
-    /// times and generations as signed 64-bit numbers).
+    /// A value does not fit the column that keeps it (the PostgreSQL and MariaDB
+    /// engines keep times and generations as signed 64-bit numbers).
     #[error("{field}: {value} is beyond what the database keeps (at most 9223372036854775807)")]
     OutOfRange {
         /// The field: `generation`, `created_at`, ...
