@@ -302,6 +302,11 @@ impl MySqlStoreBuilder {
     fn opts(&self, url: &str) -> Result<mysql_async::Opts, ConnectError> {
         let opts =
             mysql_async::Opts::from_url(url).map_err(|e| ConnectError::Url(e.to_string()))?;
+        if opts.db_name().is_none_or(str::is_empty) {
+            return Err(ConnectError::Url(
+                "names no database; give one after the host (mysql://user@host/DB)".into(),
+            ));
+        }
         #[cfg(feature = "mysql-tls")]
         if let Some(ssl) = opts.ssl_opts()
             && !self.tls_roots.iter().all(u8::is_ascii_whitespace)
