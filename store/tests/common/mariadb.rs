@@ -51,10 +51,10 @@ const LOG_TAIL_LINES: usize = 40;
 /// binary's tests.
 ///
 /// The data lives in `data` inside [`Server::dir`], which also holds the server's log
-/// (`server.err`) and its Unix socket (`sock`). The server can be stopped
-/// ([`Server::stop`]), crashed ([`Server::kill9`]) and started again on the same port
-/// and data ([`Server::restart`]). Dropping it kills whatever runs and removes the
-/// directory.
+/// (`server.err`), its Unix socket (`sock`) and its temporary files (`tmp`). The server
+/// can be stopped ([`Server::stop`]), crashed ([`Server::kill9`]) and started again on
+/// the same port and data ([`Server::restart`]). Dropping it kills whatever runs and
+/// removes the directory.
 pub struct Server {
     /// The temporary directory.
     dir: PathBuf,
@@ -221,11 +221,18 @@ impl Server {
         self.dir.join("server.err")
     }
 
+    /// The server's own directory for temporary files: servers (and installs) that
+    /// share one collide on the names of their temporary tables.
+    fn tmp_dir(&self) -> PathBuf {
+        self.dir.join("tmp")
+    }
+
     fn install(&self) {
         let mut command = Command::new(binary("mariadb-install-db"));
         command
             .arg("--no-defaults")
             .arg(format!("--datadir={}", self.data_dir().display()))
+            .arg(format!("--tmpdir={}", self.tmp_dir().display()))
             .args([
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
@@ -248,6 +255,7 @@ impl Server {
             .arg("--no-defaults")
             .arg(format!("--datadir={}", self.data_dir().display()))
             .arg(format!("--socket={}", self.socket().display()))
+            .arg(format!("--tmpdir={}", self.tmp_dir().display()))
             .arg(format!("--pid-file={}", self.dir.join("pid").display()))
             .arg(format!("--log-error={}", self.log().display()))
             .arg(format!("--port={}", self.port))
@@ -432,9 +440,11 @@ fn make_dir() -> PathBuf {
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
-    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    fs::create_dir_all(dir.join("tmp"))
+        .unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
     if running_as_root() {
         let status = Command::new("chown")
+            .arg("-R")
             .arg(format!("{USER}:{USER}"))
             .arg(&dir)
             .status();
