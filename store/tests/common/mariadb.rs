@@ -136,8 +136,8 @@ impl Server {
         self.port
     }
 
-    /// The server's temporary directory, holding `data`, the log `server.err` and the
-    /// socket `sock`. Removed on drop.
+    /// The server's temporary directory, holding `data`, the log `server.err`, the
+    /// socket `sock` and the temporary files `tmp`. Removed on drop.
     pub fn dir(&self) -> PathBuf {
         self.dir.clone()
     }
