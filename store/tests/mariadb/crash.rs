@@ -70,7 +70,7 @@ async fn a_settle_sent_while_the_server_restarts_lands_once_it_is_back() {
         server.restart();
         server
     });
-    let record = store
+    let completed = store
         .complete(
             &id,
             generation,
@@ -78,9 +78,10 @@ async fn a_settle_sent_while_the_server_restarts_lands_once_it_is_back() {
             Outcome::new(200, "ok"),
             Timestamp(0),
         )
-        .await
-        .unwrap();
+        .await;
+    // Joined before any assertion, so that a failing one still stops the server.
     let _server = back.join().unwrap();
+    let record = completed.unwrap();
     assert_eq!(record.generation, generation);
     assert_eq!(store.get(&id).await.unwrap(), Some(record));
     match store.begin(&id, fp, Timestamp(0)).await.unwrap() {
