@@ -21,9 +21,13 @@
 //! - **The database's clock is the fleet's clock** (`idem_now()`), never below a row's
 //!   last update; the `now` a caller passes is not used.
 //! - Sessions run at READ COMMITTED with a short `innodb_lock_wait_timeout`; deadlocks
-//!   (1213) and lock waits that ran out (1205) start the input over, a bounded number of
-//!   times. After a connection lost mid-statement, the engine reads the row back before
-//!   it answers.
+//!   (1213) start the input over, a bounded number of times; a lock wait that ran out
+//!   (1205: another transaction holds the key open, an execute's claim) is answered in
+//!   progress. After a connection lost mid-statement, the engine reads the row back
+//!   before it answers.
+//! - Atomic execute ([`MySqlStore::execute`]): the claim, the caller's writes and the
+//!   settled record in one transaction; the consumer inbox ([`MySqlStore::inbox`]) runs on
+//!   it.
 //! - Durability cannot be set per session on MariaDB: at connect the engine reads
 //!   `innodb_flush_log_at_trx_commit`, `log_bin`, `sync_binlog` and the semi-synchronous
 //!   settings and refuses unsafe values ([`ConnectError::UnsafeDurability`]) unless told
