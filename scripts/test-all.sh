@@ -26,6 +26,11 @@ if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
   useradd --system --home /var/lib/postgresql --shell /bin/bash postgres
 fi
 
+step "MariaDB server binaries, for the tests that start their own servers (mariadbd, mariadb-install-db)"
+# idem-store's `mysql` feature (on in the workspace through idem-cli) tests on Debian's
+# MariaDB; as root the servers run as the `mysql` user, which the package makes.
+command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || { apt-get update && apt-get install -y mariadb-server galera-4; }
+
 step "cargo fmt --all --check"
 cargo fmt --all --check
 
@@ -37,7 +42,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --features idem-store/http
 
 step "idem-store: no module import cycle; the engines apart on the seam (scripts/module-cycles.py)"
-python3 scripts/module-cycles.py store/src --floor seam --engines file,postgres
+python3 scripts/module-cycles.py store/src --floor seam --engines file,postgres,mysql
 
 step "test-only features reach no product: none in the workspace's graph without dev-dependencies"
 # idem-tests enables them through dev-dependencies only; a release build with them fails

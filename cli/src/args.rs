@@ -45,6 +45,12 @@ it; `idem schema` prints that SQL for a DBA who applies it by hand. TLS: the URL
 (require, prefer, disable); $PGSSLROOTCERT names a PEM file of roots to trust beside the
 system's.
 
+--db mysql://USER@HOST/DB names a MariaDB database (10.6 or newer) in the same way. Its
+durability is the server's: a server whose settings can lose an answered request in a crash
+(innodb_flush_log_at_trx_commit other than 1, the binary log on without sync_binlog = 1) is
+refused, naming the setting, unless the URL says accept_unsafe_durability=true. TLS: the
+URL's require_ssl=true; $PGSSLROOTCERT's roots are trusted there too.
+
 Examples:
   idem demo                                   # the whole story in one screen
   idem exec shop-7 nightly-report 2025-03-01 -- ./report.sh
@@ -64,8 +70,8 @@ Examples:
     propagate_version = true
 )]
 pub(crate) struct Cli {
-    /// The store file, or a PostgreSQL URL (postgres://user@host/db) [default: $IDEM_DB,
-    /// else ./idem.redb].
+    /// The store file, a PostgreSQL URL (postgres://user@host/db) or a MariaDB one
+    /// (mysql://user@host/db) [default: $IDEM_DB, else ./idem.redb].
     #[arg(long, global = true, value_name = "PATH|URL")]
     pub(crate) db: Option<PathBuf>,
     /// Replaces the clock: RFC 3339 (2025-03-01T12:00:00Z) or milliseconds since the epoch.
@@ -375,14 +381,16 @@ Example:
 Example:
   idem stats --json")]
     Stats,
-    /// Prints the SQL of idem's schema on PostgreSQL, for a DBA who applies it by hand.
+    /// Prints the SQL of idem's schema on PostgreSQL (on MariaDB with --db mysql://...), for a
+    /// DBA who applies it by hand.
     #[command(after_help = "\
 idem creates this schema itself the first time begin, exec or import connects to a database
 without it, when its role may create tables. Where it may not, a DBA applies the SQL once;
 every statement may run again. A newer idem's schema is refused, naming both versions.
 
-Example:
-  idem schema | psql postgres://admin@db.internal/shop")]
+Examples:
+  idem schema | psql postgres://admin@db.internal/shop
+  idem schema --db mysql://admin@db.internal/shop | mariadb -h db.internal shop")]
     Schema,
     /// Sweep settled records whose retention has ended, oldest first: each leaves a tombstone.
     #[command(after_help = "\
@@ -472,7 +480,7 @@ The tenant must come from your authentication, and the proxy does not start with
 --tenant-header names the header a gateway in front sets (after removing the client's
 own); --tenant fixes one tenant.
 
-A fleet: with --db postgres://... (or IDEM_DB) any number of proxies share one database,
+A fleet: with --db postgres://... or mysql://... (or IDEM_DB) any number of proxies share one database,
 and a retry may reach any of them. GET /healthz answers 200 while the store can take
 requests (503 otherwise), for a load balancer; GET /metrics gives Prometheus text
 (idem_proxy_answers_total by answer, request, upstream and store latency, store

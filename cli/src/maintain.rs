@@ -57,10 +57,15 @@ pub(crate) fn list(session: &Session, filter: ListFilter) -> Ending {
     Ok(Exit::Done.code())
 }
 
-/// `idem schema`: the SQL of idem's schema on PostgreSQL.
+/// `idem schema`: the SQL of idem's schema on PostgreSQL, or on MariaDB when `--db`
+/// names a `mysql://` database.
 pub(crate) fn schema(session: &Session) -> Ending {
-    let (version, sql) = idem_store::any::database_schema("postgres")
-        .ok_or_else(|| Failure::runtime("this build of idem has no PostgreSQL engine"))?;
+    let engine = match session.engine()? {
+        "mysql" => "mysql",
+        _ => "postgres",
+    };
+    let (version, sql) = idem_store::any::database_schema(engine)
+        .ok_or_else(|| Failure::runtime(format!("this build of idem has no {engine} engine")))?;
     session.printer().either(
         &serde_json::json!({
             "schema_version": version,

@@ -253,6 +253,18 @@ pub enum Error {
         /// The driver's error, with the server's message.
         source: tokio_postgres::Error,
     },
+    /// The database failed the call (the MariaDB engine): the server refused a
+    /// statement, timed out, or the connection was lost. A statement the server refused
+    /// wrote nothing; after a lost connection the engine read the record back, and this
+    /// error means it could not tell or could not reach the database.
+    #[cfg(feature = "mysql")]
+    #[error("database: {operation}")]
+    MySql {
+        /// The call that failed: `begin`, `complete`, `sweep`, ...
+        operation: &'static str,
+        /// The driver's error, with the server's message.
+        source: mysql_async::Error,
+    },
     /// A begin lost the race for its key to other writers more times than the bound,
     /// each time to a write that changed the record between its read and its write.
     /// Nothing was written by this call; a retry is safe.
@@ -273,8 +285,8 @@ pub enum Error {
         /// Where the operation is offered.
         hint: &'static str,
     },
-    /// A value does not fit the column that keeps it (the PostgreSQL engine keeps
-    /// times and generations as signed 64-bit numbers).
+    /// A value does not fit the column that keeps it (the PostgreSQL and MariaDB
+    /// engines keep times and generations as signed 64-bit numbers).
     #[error("{field}: {value} is beyond what the database keeps (at most 9223372036854775807)")]
     OutOfRange {
         /// The field: `generation`, `created_at`, ...

@@ -15,9 +15,11 @@
 //!   key's transaction ([`Store::execute`]), and keeps the sender's [`outbox`].
 //! - `postgres::PgStore` (feature `postgres`): one PostgreSQL database shared by a fleet
 //!   of receivers (docs/postgres.md).
+//! - `mysql::MySqlStore` (feature `mysql`): the same on one MariaDB database
+//!   (docs/mariadb.md).
 //!
 //! [`any::AnyStore`] opens the engine that what the user gives names (`terminal.redb`,
-//! `postgres://…`) behind one type; [`any::BlockingStore`] is the same for a caller
+//! `postgres://…`, `mysql://…`) behind one type; [`any::BlockingStore`] is the same for a caller
 //! without an async runtime. The `idem` CLI and `idem proxy` open every store that way.
 //!
 //! # The seam
@@ -119,6 +121,8 @@ mod error;
 mod file;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod seam;

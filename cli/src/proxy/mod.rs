@@ -105,7 +105,8 @@ pub(crate) struct ProxyArgs {
     /// MiB or GiB: 4MiB, 512KiB. 0 keeps none.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "4MiB")]
     pub(crate) space_reserve: u64,
-    /// With a postgres:// --db, the most database connections this replica opens.
+    /// With a database --db (postgres://, mysql://), the most database connections this
+    /// replica opens.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub(crate) pool: usize,
     /// One JSON line per request (at, method, path, key, status, answer, ms) to FILE,

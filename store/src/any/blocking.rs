@@ -21,7 +21,7 @@ use crate::seam::poll::block_on;
 #[derive(Debug)]
 pub struct BlockingStore {
     store: AnyStore,
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -34,7 +34,7 @@ impl AnyStoreBuilder {
     /// does not start.
     pub fn open_blocking(self, target: impl AsRef<OsStr>) -> Result<BlockingStore, AnyOpenError> {
         let target = target.as_ref();
-        #[cfg(feature = "postgres")]
+        #[cfg(any(feature = "postgres", feature = "mysql"))]
         if super::database_of(target).is_some() {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -48,7 +48,7 @@ impl AnyStoreBuilder {
         }
         Ok(BlockingStore {
             store: block_on(self.open(target))?,
-            #[cfg(feature = "postgres")]
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
             runtime: None,
         })
     }
@@ -63,7 +63,7 @@ impl BlockingStore {
 
     /// Runs `future` to its end on this thread.
     fn wait<F: Future>(&self, future: F) -> F::Output {
-        #[cfg(feature = "postgres")]
+        #[cfg(any(feature = "postgres", feature = "mysql"))]
         if let Some(runtime) = &self.runtime {
             return runtime.block_on(future);
         }
@@ -77,7 +77,7 @@ impl BlockingStore {
         self.store
     }
 
-    /// The engine's name: `file` or `postgres`.
+    /// The engine's name: `file`, `postgres` or `mysql`.
     #[must_use]
     pub fn engine(&self) -> &'static str {
         self.store.engine()
@@ -115,8 +115,8 @@ impl BlockingStore {
     ) -> Result<(), Error> {
         match &self.store.engine {
             Engine::File(store) => store.list(filter, visit),
-            #[cfg(feature = "postgres")]
-            Engine::Postgres(_) => {
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
+            _ => {
                 let mut visit = visit;
                 for (id, record) in
                     self.wait(crate::seam::receiver::Receiver::list(&self.store, filter))?

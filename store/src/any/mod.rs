@@ -1,5 +1,6 @@
 //! One way in, chosen by what the user gives: a path opens the redb file, a
-//! `postgres://` (or `postgresql://`) URL the PostgreSQL engine. [`AnyStore`] is the one
+//! `postgres://` (or `postgresql://`) URL the PostgreSQL engine, a `mysql://` (or
+//! `mariadb://`) URL the MariaDB engine. [`AnyStore`] is the one
 //! type that the CLI, `idem proxy` and a service with the tower layer hold, whatever the
 //! engine: it offers the seam ([`crate::Receiver`], [`crate::entity::Entities`],
 //! [`crate::token::Tokens`]) and hands an engine's own operations over by type
@@ -36,6 +37,8 @@ use idem_core::Config;
 use crate::error::{Error, OpenError};
 use crate::file::Store;
 use crate::file::open::StoreBuilder;
+#[cfg(feature = "mysql")]
+use crate::mysql::MySqlStore;
 #[cfg(feature = "postgres")]
 use crate::postgres::{ConnectError, PgStore};
 
@@ -53,6 +56,8 @@ enum Engine {
     File(Store),
     #[cfg(feature = "postgres")]
     Postgres(PgStore),
+    #[cfg(feature = "mysql")]
+    MySql(MySqlStore),
 }
 
 /// How to open an [`AnyStore`]; each setting applies to the engines it names and is
@@ -65,8 +70,9 @@ pub struct AnyStoreBuilder {
     lock_timeout: Option<Duration>,
     pool_size: Option<usize>,
     space_reserve: Option<u64>,
-    #[cfg(feature = "postgres-tls")]
+    #[cfg(any(feature = "postgres-tls", feature = "mysql-tls"))]
     tls_roots: Option<Vec<u8>>,
+    accept_unsafe_durability: bool,
 }
 
 /// A store could not be opened.
@@ -87,6 +93,11 @@ pub enum AnyOpenError {
     #[cfg(feature = "postgres")]
     #[error(transparent)]
     Postgres(#[from] ConnectError),
+    /// The MariaDB database could not be reached, its server or its durability settings
+    /// were refused, or its schema could not be read.
+    #[cfg(feature = "mysql")]
+    #[error(transparent)]
+    MySql(#[from] crate::mysql::ConnectError),
     /// The runtime that a blocking store's database calls run on did not start.
     #[error("starting the database client's runtime")]
     Runtime(#[source] std::io::Error),
@@ -109,6 +120,8 @@ impl AnyOpenError {
             AnyOpenError::File(e) => matches!(e, OpenError::Config(_) | OpenError::Options(_)),
             #[cfg(feature = "postgres")]
             AnyOpenError::Postgres(e) => e.is_input(),
+            #[cfg(feature = "mysql")]
+            AnyOpenError::MySql(e) => e.is_input(),
             AnyOpenError::Scheme { .. } => true,
             AnyOpenError::Missing { .. } | AnyOpenError::Runtime(_) => false,
         }
@@ -120,6 +133,8 @@ enum Target<'t> {
     File(&'t Path),
     #[cfg(feature = "postgres")]
     Postgres(&'t str),
+    #[cfg(feature = "mysql")]
+    MySql(&'t str),
 }
 
 impl Target<'_> {
@@ -146,15 +161,23 @@ impl Target<'_> {
                 scheme: scheme.into(),
                 problem: "this build of idem-store has no PostgreSQL engine (feature `postgres`)",
             }),
+            #[cfg(feature = "mysql")]
+            "mysql" | "mariadb" => Ok(Target::MySql(text)),
+            #[cfg(not(feature = "mysql"))]
+            "mysql" | "mariadb" => Err(AnyOpenError::Scheme {
+                scheme: scheme.into(),
+                problem: "this build of idem-store has no MariaDB engine (feature `mysql`)",
+            }),
             _ => Err(AnyOpenError::Scheme {
                 scheme: scheme.into(),
-                problem: "no engine for this scheme; a path opens a store file, postgres:// a PostgreSQL database",
+                problem: "no engine for this scheme; a path opens a store file, postgres:// a PostgreSQL database, mysql:// a MariaDB one",
             }),
         }
     }
 }
 
-/// The name of the engine `target` names (`file` or `postgres`), without opening it.
+/// The name of the engine `target` names (`file`, `postgres` or `mysql`), without
+/// opening it.
 ///
 /// # Errors
 ///
@@ -164,22 +187,26 @@ pub fn engine_of(target: impl AsRef<OsStr>) -> Result<&'static str, AnyOpenError
         Target::File(_) => "file",
         #[cfg(feature = "postgres")]
         Target::Postgres(_) => "postgres",
+        #[cfg(feature = "mysql")]
+        Target::MySql(_) => "mysql",
     })
 }
 
 /// The version and the SQL of idem's schema on the database engine named `engine`
-/// (`postgres`), for a DBA who creates it by hand; `None` for an engine without one
-/// (the file) or not in this build.
+/// (`postgres` or `mysql`), for a DBA who creates it by hand; `None` for an engine
+/// without one (the file) or not in this build.
 #[must_use]
 pub fn database_schema(engine: &str) -> Option<(i64, &'static str)> {
     match engine {
         #[cfg(feature = "postgres")]
         "postgres" => Some((PgStore::schema_version(), PgStore::schema_sql())),
+        #[cfg(feature = "mysql")]
+        "mysql" => Some((MySqlStore::schema_version(), MySqlStore::schema_sql())),
         _ => None,
     }
 }
 
-/// The database server `target` names (`PostgreSQL`), or `None` for a file. A server
+/// The database server `target` names (`PostgreSQL`, `MariaDB`), or `None` for a file. A server
 /// keeps time on its own clock, the fleet's: a caller's `now` is not used there, and a
 /// tool that lets its user set `now` refuses to. A file uses the caller's `now`.
 #[must_use]
@@ -188,6 +215,8 @@ pub fn database_of(target: impl AsRef<OsStr>) -> Option<&'static str> {
         Ok(Target::File(_)) | Err(_) => None,
         #[cfg(feature = "postgres")]
         Ok(Target::Postgres(_)) => Some("PostgreSQL"),
+        #[cfg(feature = "mysql")]
+        Ok(Target::MySql(_)) => Some("MariaDB"),
     }
 }
 
@@ -200,8 +229,9 @@ impl Default for AnyStoreBuilder {
             lock_timeout: None,
             pool_size: None,
             space_reserve: None,
-            #[cfg(feature = "postgres-tls")]
+            #[cfg(any(feature = "postgres-tls", feature = "mysql-tls"))]
             tls_roots: None,
+            accept_unsafe_durability: false,
         }
     }
 }
@@ -253,16 +283,27 @@ impl AnyStoreBuilder {
     }
 
     /// PEM certificates a database engine trusts for TLS, beside the system's roots
-    /// (feature `postgres-tls`).
-    #[cfg(feature = "postgres-tls")]
+    /// (features `postgres-tls`, `mysql-tls`).
+    #[cfg(any(feature = "postgres-tls", feature = "mysql-tls"))]
     #[must_use]
     pub fn tls_root_certificates(mut self, pem: &[u8]) -> AnyStoreBuilder {
         self.tls_roots = Some(pem.to_vec());
         self
     }
 
+    /// Whether a MariaDB engine connects although the server's durability settings let
+    /// an acknowledged commit be lost in a crash
+    /// ([`crate::mysql::MySqlStoreBuilder::accept_unsafe_durability`]); off by default.
+    /// Ignored by the other engines.
+    #[must_use]
+    pub fn accept_unsafe_durability(mut self, accept: bool) -> AnyStoreBuilder {
+        self.accept_unsafe_durability = accept;
+        self
+    }
+
     /// Opens the store `target` names: a path opens (or makes) a redb file, a
-    /// `postgres://` URL connects to PostgreSQL. A file is opened on the calling
+    /// `postgres://` URL connects to PostgreSQL, a `mysql://` (or `mariadb://`) URL to
+    /// MariaDB. A file is opened on the calling
     /// thread, which the open blocks.
     ///
     /// # Errors
@@ -274,6 +315,8 @@ impl AnyStoreBuilder {
             Target::File(path) => Engine::File(self.open_file(path)?),
             #[cfg(feature = "postgres")]
             Target::Postgres(url) => Engine::Postgres(self.connect(url).await?),
+            #[cfg(feature = "mysql")]
+            Target::MySql(url) => Engine::MySql(self.connect_mysql(url).await?),
         };
         Ok(AnyStore { engine })
     }
@@ -310,6 +353,24 @@ impl AnyStoreBuilder {
     }
 }
 
+impl AnyStoreBuilder {
+    #[cfg(feature = "mysql")]
+    async fn connect_mysql(&self, url: &str) -> Result<MySqlStore, crate::mysql::ConnectError> {
+        let mut builder = MySqlStore::builder()
+            .config(self.config.clone())
+            .create_schema(self.create)
+            .accept_unsafe_durability(self.accept_unsafe_durability);
+        if let Some(size) = self.pool_size {
+            builder = builder.pool_size(size);
+        }
+        #[cfg(feature = "mysql-tls")]
+        if let Some(pem) = &self.tls_roots {
+            builder = builder.tls_root_certificates(pem);
+        }
+        builder.connect(url).await
+    }
+}
+
 impl AnyStore {
     /// Settings to open a store with.
     #[must_use]
@@ -327,13 +388,15 @@ impl AnyStore {
         AnyStore::builder().open(target).await
     }
 
-    /// The engine's name: `file` or `postgres`.
+    /// The engine's name: `file`, `postgres` or `mysql`.
     #[must_use]
     pub fn engine(&self) -> &'static str {
         match &self.engine {
             Engine::File(_) => "file",
             #[cfg(feature = "postgres")]
             Engine::Postgres(_) => "postgres",
+            #[cfg(feature = "mysql")]
+            Engine::MySql(_) => "mysql",
         }
     }
 
@@ -397,11 +460,16 @@ mod tests {
             assert_eq!(engine_of(url).unwrap(), "postgres", "{url}");
             assert_eq!(database_of(url), Some("PostgreSQL"), "{url}");
         }
+        #[cfg(feature = "mysql")]
+        for url in ["mysql://idem@db/shop", "mariadb://db/shop"] {
+            assert_eq!(engine_of(url).unwrap(), "mysql", "{url}");
+            assert_eq!(database_of(url), Some("MariaDB"), "{url}");
+        }
         let refused = engine_of("mysql+tls://db/shop").unwrap_err();
         assert!(refused.is_input());
         assert_eq!(
             refused.to_string(),
-            "mysql+tls://: no engine for this scheme; a path opens a store file, postgres:// a PostgreSQL database"
+            "mysql+tls://: no engine for this scheme; a path opens a store file, postgres:// a PostgreSQL database, mysql:// a MariaDB one"
         );
     }
 

@@ -27,6 +27,8 @@ macro_rules! on {
             Engine::File($store) => $call,
             #[cfg(feature = "postgres")]
             Engine::Postgres($store) => $call,
+            #[cfg(feature = "mysql")]
+            Engine::MySql($store) => $call,
         }
     };
 }

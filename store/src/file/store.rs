@@ -12,10 +12,11 @@
 
 use std::fmt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use idem_core::protocol::Decision;
-use idem_core::{Config, Fingerprint, Record, RecordId, Timestamp};
+use idem_core::{Config, Fingerprint, Generation, Record, RecordId, Timestamp};
 use redb::StorageBackend;
 
 use crate::error::{Error, OpenError};
@@ -145,8 +146,8 @@ pub(crate) struct Shared {
     pub(crate) cache: ReplayCache,
     pub(crate) config: Config,
     // Claims whose commit failed, which the reopen may show landed: given back once
-    // the store is open again (`two_phase/mod.rs`).
-    pub(crate) in_doubt: crate::file::two_phase::InDoubt,
+    // the store is open again (`Store::give_back_in_doubt`).
+    pub(crate) in_doubt: InDoubt,
     // The free space kept for settles; `None` on a backend, read-only, or a reserve of 0.
     pub(crate) room: Option<Arc<crate::file::room::Room>>,
 }
@@ -268,7 +269,7 @@ impl Store {
                 committer: Committer::default(),
                 cache: ReplayCache::new(opened.replay_cache),
                 config: opened.config,
-                in_doubt: crate::file::two_phase::InDoubt::default(),
+                in_doubt: InDoubt::default(),
                 room: opened.room.map(Arc::new),
             }),
         }
@@ -408,5 +409,33 @@ impl Store {
     #[must_use]
     pub fn commit_counts(&self) -> CommitCounts {
         self.shared.committer.counts(self.shared.writer.commits())
+    }
+}
+
+/// Claims whose commit failed: the reopen decides whether each landed, and one that
+/// did is given back (`Store::give_back_in_doubt`).
+#[derive(Debug, Default)]
+pub(crate) struct InDoubt {
+    any: AtomicBool,
+    claims: Mutex<Vec<(RecordId, Generation)>>,
+}
+
+impl InDoubt {
+    pub(crate) fn add(&self, id: &RecordId, generation: Generation) {
+        self.claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((id.clone(), generation));
+        self.any.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn any(&self) -> bool {
+        self.any.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn take(&self) -> Vec<(RecordId, Generation)> {
+        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        self.any.store(false, Ordering::Release);
+        std::mem::take(&mut *claims)
     }
 }

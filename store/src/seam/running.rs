@@ -1,6 +1,6 @@
 //! Work a receiver started in the background, counted, so a server can wait for it
 //! before it exits: a claimed request whose client hung up, a claim given back.
-// Public through `http::Running`; the PostgreSQL engine alone uses it inside the crate.
+// Public through `http::Running`; the server engines alone use it inside the crate.
 #![cfg_attr(not(feature = "http"), allow(unreachable_pub))]
 
 use std::sync::Arc;

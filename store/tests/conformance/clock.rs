@@ -8,7 +8,7 @@ use idem_core::protocol::Decision;
 use idem_core::{Config, Outcome, Status, Timestamp, Verdict};
 use idem_store::Receiver;
 
-use crate::engine::{File, Postgres, T0};
+use crate::engine::{File, T0};
 use crate::{DAY, Engine, HOUR, assert_within, claim, fp, id};
 
 /// Retention of a day.
@@ -164,12 +164,12 @@ pub(crate) async fn clock_floor_a_clock_ahead_is_believed_one_behind_takes_the_f
 /// The database's rule: leases, retention and the sweep count on the database's clock;
 /// a replica whose clock is a year off, either way, writes the same times and sweeps
 /// nothing early.
-pub(crate) async fn database_clock_decides_whatever_the_callers_clock_says() {
+pub(crate) async fn database_clock_decides_whatever_the_callers_clock_says<E: Engine>() {
     let config = Config {
         lease_ms: 60_000,
         ..config()
     };
-    let h = Postgres::open(config).await;
+    let h = E::open(config).await;
     let year = 365 * DAY;
     let before = h.clock().await;
     let skewed = [Timestamp(before.0 - year), Timestamp(before.0 + year)];

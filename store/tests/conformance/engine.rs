@@ -11,6 +11,8 @@
 //! rightly cannot see such a jump: after one, the harness connects the store again, as
 //! a replica that restarts (with an empty cache).
 //!
+//! MariaDB is moved the same way (`MariaDb`, `--features mysql`).
+//!
 //! Replicas: PostgreSQL serves a fleet, several stores on one database; a file is held
 //! by one process, whose callers share its store. [`Engine::replica`] gives a test the
 //! engine's second caller: another `PgStore` on the test's database, the same file store.
@@ -306,4 +308,141 @@ async fn client_of(url: &str) -> tokio_postgres::Client {
         let _ended = connection.await;
     });
     client
+}
+
+/// A database of its own on a throwaway MariaDB server, whose clock the test moves as
+/// the PostgreSQL harness does: `idem_now()` is replaced by the server's clock plus an
+/// offset, and the store connects again.
+#[cfg(feature = "mysql")]
+pub(crate) struct MariaDb {
+    /// `None` only while it reconnects.
+    store: Option<Arc<idem_store::mysql::MySqlStore>>,
+    config: Config,
+    /// The test's database.
+    url: String,
+    /// A plain connection to the test's database, for its clock.
+    db: tokio::sync::Mutex<mysql_async::Conn>,
+    /// How far the database's clock was moved on.
+    offset: u64,
+    /// Stopped once the last test that uses it is done (fields drop in order).
+    _server: Arc<crate::maria_server::Server>,
+}
+
+#[cfg(feature = "mysql")]
+impl MariaDb {
+    /// A store on the test's database with room for `pool` connections.
+    async fn connect_with(&self, pool: usize) -> Arc<idem_store::mysql::MySqlStore> {
+        let store = idem_store::mysql::MySqlStore::builder()
+            .config(self.config.clone())
+            .pool_size(pool)
+            .connect(&self.url)
+            .await
+            .unwrap();
+        Arc::new(store)
+    }
+
+    async fn reconnect(&mut self) {
+        let store = self.store.take().expect("the store is connected");
+        let store = Arc::into_inner(store).expect("no task of the test holds the store");
+        drop(store);
+        self.store = Some(self.connect_with(POOL).await);
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl Engine for MariaDb {
+    type Store = idem_store::mysql::MySqlStore;
+    const HOLDS: &'static str = "the database";
+    const GAPLESS_GENERATIONS: bool = false;
+    const MARGIN_MS: u64 = 5_000;
+
+    async fn open(config: Config) -> MariaDb {
+        use mysql_async::prelude::Queryable;
+        static DATABASES: AtomicU32 = AtomicU32::new(0);
+        let server = shared_maria_server();
+        let name = format!("conformance_{}", DATABASES.fetch_add(1, Ordering::Relaxed));
+        server.sql(&format!("CREATE DATABASE {name}"));
+        let url = server.url_of(&name);
+        let mut db = mysql_async::Conn::from_url(&url).await.unwrap();
+        db.query_drop("SET time_zone = '+00:00'").await.unwrap();
+        let mut h = MariaDb {
+            store: None,
+            config,
+            url,
+            db: tokio::sync::Mutex::new(db),
+            offset: 0,
+            _server: server,
+        };
+        h.store = Some(h.connect_with(POOL).await);
+        h
+    }
+
+    fn store(&self) -> &idem_store::mysql::MySqlStore {
+        self.store.as_ref().expect("the store is connected")
+    }
+
+    fn shared(&self) -> Arc<idem_store::mysql::MySqlStore> {
+        Arc::clone(self.store.as_ref().expect("the store is connected"))
+    }
+
+    async fn replica(&self) -> Arc<idem_store::mysql::MySqlStore> {
+        self.connect_with(REPLICA_POOL).await
+    }
+
+    /// Not used by the engine; a test's clock all the same, moved as the database's is.
+    fn now(&self) -> Timestamp {
+        Timestamp(T0 + self.offset)
+    }
+
+    async fn clock(&self) -> Timestamp {
+        use mysql_async::prelude::Queryable;
+        let now: Option<i64> = self
+            .db
+            .lock()
+            .await
+            .query_first("SELECT idem_now()")
+            .await
+            .unwrap();
+        Timestamp(u64::try_from(now.unwrap()).unwrap())
+    }
+
+    async fn pass(&mut self, ms: u64) {
+        use mysql_async::prelude::Queryable;
+        self.offset += ms;
+        // The schema's own definition, plus the offset (connecting again keeps it: the
+        // schema is applied only to a database without it).
+        self.db
+            .lock()
+            .await
+            .query_drop(format!(
+                "CREATE OR REPLACE FUNCTION idem_now() RETURNS BIGINT NOT DETERMINISTIC NO SQL \
+                   SQL SECURITY INVOKER \
+                   RETURN CAST(FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000) AS SIGNED) + {}",
+                self.offset
+            ))
+            .await
+            .unwrap();
+        self.reconnect().await;
+    }
+
+    async fn restart(&mut self) {
+        self.reconnect().await;
+    }
+
+    /// The database keeps its own tables consistent: nothing to check beside it.
+    fn check_integrity(&self) {}
+}
+
+/// The MariaDB server the tests of this process share while any runs, as
+/// [`shared_server`] for PostgreSQL.
+#[cfg(feature = "mysql")]
+fn shared_maria_server() -> Arc<crate::maria_server::Server> {
+    static SERVER: Mutex<Weak<crate::maria_server::Server>> = Mutex::new(Weak::new());
+    let mut held = SERVER.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(server) = held.upgrade() {
+        return server;
+    }
+    let server = Arc::new(crate::maria_server::Server::start());
+    *held = Arc::downgrade(&server);
+    server
 }

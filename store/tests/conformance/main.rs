@@ -3,7 +3,7 @@
 //! [`idem_store::entity::Entities`] and [`idem_store::token::Tokens`]), run on every
 //! engine under the same names:
 //! `conformance::file::NAME` on the redb file, `conformance::postgres::NAME` on
-//! PostgreSQL.
+//! PostgreSQL, `conformance::mariadb::NAME` on MariaDB (`--features mysql`).
 //!
 //! Each test is written once, as an async function generic over an [`Engine`] (the
 //! harness: a fresh store of one engine, and the few things an engine differs in for a
@@ -12,11 +12,16 @@
 //! engine's module alone, with the rule in its name.
 //!
 //! A new engine's first test is this suite: give it an [`Engine`] and a module below.
-//! The PostgreSQL tests start a throwaway server (`common/postgres.rs`): without
-//! PostgreSQL installed they fail, never skip.
+//! The PostgreSQL tests start a throwaway server (`common/postgres.rs`), the MariaDB
+//! tests one of theirs (`common/mariadb.rs`): without the server installed they fail,
+//! never skip.
 
 #[path = "../common/postgres.rs"]
 mod server;
+
+#[cfg(feature = "mysql")]
+#[path = "../common/mariadb.rs"]
+mod maria_server;
 
 #[path = "../common/machines.rs"]
 mod machines;
@@ -161,7 +166,26 @@ mod postgres {
     /// The database's clock rule: the caller's clock is not used, however far off.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn database_clock_decides_whatever_the_callers_clock_says() {
-        crate::clock::database_clock_decides_whatever_the_callers_clock_says().await;
+        crate::clock::database_clock_decides_whatever_the_callers_clock_says::<
+            crate::engine::Postgres,
+        >()
+        .await;
+    }
+}
+
+/// The suite on MariaDB (`idem_store::mysql::MySqlStore`, `--features mysql`), each test
+/// on a database of its own.
+#[cfg(feature = "mysql")]
+mod mariadb {
+    suite!(crate::engine::MariaDb);
+
+    /// The database's clock rule: the caller's clock is not used, however far off.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn database_clock_decides_whatever_the_callers_clock_says() {
+        crate::clock::database_clock_decides_whatever_the_callers_clock_says::<
+            crate::engine::MariaDb,
+        >()
+        .await;
     }
 }
 

@@ -2,42 +2,14 @@
 
 pub(crate) mod steps;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use idem_core::protocol::{Decision, Resolution};
 use idem_core::{Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
 
 use crate::error::Error;
 use crate::file::store::Store;
-
-/// Claims whose commit failed: the reopen decides whether each landed, and one that
-/// did is given back ([`Store::give_back_in_doubt`]).
-#[derive(Debug, Default)]
-pub(crate) struct InDoubt {
-    any: AtomicBool,
-    claims: Mutex<Vec<(RecordId, Generation)>>,
-}
-
-impl InDoubt {
-    fn add(&self, id: &RecordId, generation: Generation) {
-        self.claims
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((id.clone(), generation));
-        self.any.store(true, Ordering::Release);
-    }
-
-    fn any(&self) -> bool {
-        self.any.load(Ordering::Acquire)
-    }
-
-    fn take(&self) -> Vec<(RecordId, Generation)> {
-        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
-        self.any.store(false, Ordering::Release);
-        std::mem::take(&mut *claims)
-    }
-}
 
 impl Store {
     /// A request with `fingerprint` arrives for `id`: the first step of the two-phase

@@ -1,0 +1,476 @@
+//! The MariaDB engine: a fleet of receivers sharing one MariaDB database
+//! (docs/design.md §14, docs/mariadb.md).
+//!
+//! A [`MySqlStore`] keeps the records of many replicas in one MariaDB database, as the
+//! PostgreSQL engine (`idem_store::postgres`) does on PostgreSQL. It implements the
+//! [`crate::Receiver`] seam; the protocol is idem-core's: the engine reads a row, hands
+//! it to the core, and writes what the core returns as a statement conditioned on what
+//! it read.
+//!
+//! - Tenant, operation and key are `VARBINARY`, compared byte for byte (`Key-A`, `key-a`
+//!   and `key-a ` are three keys), and `(tenant, operation, key)` is the primary key.
+//! - A fresh key's claim is one plain `INSERT … RETURNING`; a duplicate key (error 1062)
+//!   means a record is there, which is then read on its own and given to the core. No
+//!   `INSERT IGNORE`, no `ON DUPLICATE KEY UPDATE` on the claim path.
+//! - Every write of an existing row is conditioned on the row's `revision`, which every
+//!   write raises: one affected row is a win, whatever the client's `CLIENT_FOUND_ROWS`
+//!   flag says (the `SET` always changes the row). A lost race reads again, a bounded
+//!   number of times.
+//! - Generations come from one sequence, `idem_generation`: unique and rising for the
+//!   life of the database, also after sweep deleted a row, also across a restart.
+//! - **The database's clock is the fleet's clock** (`idem_now()`), never below a row's
+//!   last update; the `now` a caller passes is not used.
+//! - Sessions run at READ COMMITTED with a short `innodb_lock_wait_timeout`; deadlocks
+//!   (1213) start the input over, a bounded number of times; a lock wait that ran out
+//!   (1205: another transaction holds the key open, an execute's claim) is answered in
+//!   progress. After a connection lost mid-statement, the engine reads the row back
+//!   before it answers.
+//! - Atomic execute ([`MySqlStore::execute`]): the claim, the caller's writes and the
+//!   settled record in one transaction; the consumer inbox ([`MySqlStore::inbox`]) runs on
+//!   it.
+//! - Durability cannot be set per session on MariaDB: at connect the engine reads
+//!   `innodb_flush_log_at_trx_commit`, `log_bin`, `sync_binlog` and the semi-synchronous
+//!   settings and refuses unsafe values ([`ConnectError::UnsafeDurability`]) unless told
+//!   to accept them ([`MySqlStoreBuilder::accept_unsafe_durability`]).
+//! - Sweeps work in bounded batches under `FOR UPDATE SKIP LOCKED`.
+//!
+//! The schema is versioned ([`MySqlStore::schema_sql`]); a newer idem's schema is
+//! refused. The engine needs MariaDB 10.6 or newer (sequences, `INSERT … RETURNING`,
+//! `SKIP LOCKED`); MySQL, which has neither sequences nor `RETURNING`, is refused at
+//! connect by name.
+//!
+//! A `MySqlStore` needs a tokio runtime: connect it from inside one.
+
+mod durability;
+mod entity;
+mod error;
+mod execute;
+mod inbox;
+mod intent;
+mod maintain;
+mod pool;
+mod receiver;
+mod row;
+mod schema;
+mod statements;
+mod token;
+mod transfer;
+mod two_phase;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::{Config, ConfigError};
+use tokio::runtime::Handle;
+
+/// The mysql_async this engine is built on: the transaction [`MySqlStore::execute`]
+/// hands to its work is this crate's.
+pub use mysql_async;
+
+pub use execute::Work;
+pub use inbox::{Handler, MySqlInbox};
+
+/// A store of idempotency records in a MariaDB database, shared by every replica that
+/// connects to it. Cheap to clone: clones share one pool.
+#[derive(Clone)]
+pub struct MySqlStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    pool: mysql_async::Pool,
+    runtime: Handle,
+    /// The begins left by their callers and the give-ups, running in tasks of their own.
+    background: crate::seam::running::Running,
+}
+
+impl std::fmt::Debug for MySqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MySqlStore")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a [`MySqlStore`] connects; from [`MySqlStore::builder`].
+#[derive(Debug, Clone)]
+pub struct MySqlStoreBuilder {
+    config: Config,
+    pool_size: usize,
+    create_schema: bool,
+    connect_timeout: Duration,
+    statement_timeout: Duration,
+    lock_timeout: Duration,
+    accept_unsafe_durability: bool,
+    #[cfg(feature = "mysql-tls")]
+    tls_roots: Vec<u8>,
+}
+
+/// Connecting to the database failed; nothing was written, except the schema when the
+/// database had none.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The URL does not parse.
+    #[error("database URL: {0}")]
+    Url(String),
+    /// The protocol settings cannot work.
+    #[error("config")]
+    Config(#[from] ConfigError),
+    /// The pool size is 0.
+    #[error("pool size: 0, must be at least 1")]
+    PoolSize,
+    /// A timeout is not a whole number of seconds of at least 1 where the server counts
+    /// in seconds, or is 0.
+    #[error("{field}: {problem}")]
+    Timeout {
+        /// The setting: `lock_timeout`, `statement_timeout`, `connect_timeout`.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The server could not be reached, or refused the connection (credentials, a
+    /// database that does not exist).
+    #[error("connecting to the database")]
+    Connect(#[source] mysql_async::Error),
+    /// The server did not answer within the connect timeout.
+    #[error("connecting to the database: no answer within {0:?}")]
+    ConnectTimeout(Duration),
+    /// The server is not one this engine runs on.
+    #[error("the server is {version}: {problem}")]
+    Server {
+        /// The server's `VERSION()`.
+        version: String,
+        /// Why it does not do, and what does.
+        problem: &'static str,
+    },
+    /// A durability setting of the server lets an acknowledged commit be lost, and the
+    /// builder does not accept that ([`MySqlStoreBuilder::accept_unsafe_durability`]).
+    #[error(
+        "{variable} is {value}: an answered request could be lost in a crash; {fix} \
+         (or accept the risk: accept_unsafe_durability=true in the URL)"
+    )]
+    UnsafeDurability {
+        /// The server variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// How to make it safe.
+        fix: &'static str,
+    },
+    /// Reading the server's durability settings failed.
+    #[error("reading the server's durability settings")]
+    ReadSettings(#[source] mysql_async::Error),
+    /// The database holds no idem schema, and creating it was turned off
+    /// ([`MySqlStoreBuilder::create_schema`]).
+    #[error(
+        "the database holds no idem schema; apply the SQL of `idem schema --db mysql://…` (or connect once with a user allowed to create tables)"
+    )]
+    NoSchema,
+    /// Creating the schema failed (often: the user may not create tables, sequences or
+    /// functions).
+    #[error(
+        "creating idem's schema failed; apply the SQL of `idem schema --db mysql://…` as a user allowed to"
+    )]
+    CreateSchema(#[source] mysql_async::Error),
+    /// Reading the schema's version or columns failed.
+    #[error("reading idem's schema")]
+    ReadSchema(#[source] mysql_async::Error),
+    /// A newer idem wrote the schema.
+    #[error(
+        "the database's idem schema is version {found}, newer than this build reads (at most {supported}); use a newer idem"
+    )]
+    NewerSchema {
+        /// The version in `idem_meta`.
+        found: i64,
+        /// The newest version this build reads.
+        supported: i64,
+    },
+    /// A table of the schema differs from what this build reads (changed by hand).
+    #[error("idem's schema was changed: {detail}")]
+    SchemaChanged {
+        /// What differs.
+        detail: String,
+    },
+    /// `connect` was called outside a tokio runtime.
+    #[error("connecting needs a tokio runtime: call it from inside one")]
+    NoRuntime,
+}
+
+impl ConnectError {
+    /// True when the error is the caller's input (the URL, a setting), not the database
+    /// or the network.
+    #[must_use]
+    pub fn is_input(&self) -> bool {
+        matches!(
+            self,
+            ConnectError::Url(_)
+                | ConnectError::Config(_)
+                | ConnectError::PoolSize
+                | ConnectError::Timeout { .. }
+        )
+    }
+}
+
+impl Default for MySqlStoreBuilder {
+    fn default() -> MySqlStoreBuilder {
+        MySqlStoreBuilder {
+            config: Config::default(),
+            pool_size: 16,
+            create_schema: true,
+            connect_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(10),
+            lock_timeout: Duration::from_secs(1),
+            accept_unsafe_durability: false,
+            #[cfg(feature = "mysql-tls")]
+            tls_roots: Vec::new(),
+        }
+    }
+}
+
+/// The URL parameter that accepts unsafe durability settings: the builder's
+/// [`MySqlStoreBuilder::accept_unsafe_durability`].
+const ACCEPT_UNSAFE: &str = "accept_unsafe_durability";
+
+impl MySqlStoreBuilder {
+    /// The protocol settings (lease, retention, tombstones, lease expiry).
+    #[must_use]
+    pub fn config(mut self, config: Config) -> MySqlStoreBuilder {
+        self.config = config;
+        self
+    }
+
+    /// At most this many connections at once; 16 by default.
+    #[must_use]
+    pub fn pool_size(mut self, size: usize) -> MySqlStoreBuilder {
+        self.pool_size = size;
+        self
+    }
+
+    /// Whether a database without idem's schema gets it on connect (the default), or is
+    /// refused with [`ConnectError::NoSchema`], for a user that may not create tables.
+    #[must_use]
+    pub fn create_schema(mut self, create: bool) -> MySqlStoreBuilder {
+        self.create_schema = create;
+        self
+    }
+
+    /// How long a connection attempt may take; 5 s by default.
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> MySqlStoreBuilder {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one statement may run before the server stops it
+    /// (`max_statement_time`); 10 s by default.
+    #[must_use]
+    pub fn statement_timeout(mut self, timeout: Duration) -> MySqlStoreBuilder {
+        self.statement_timeout = timeout;
+        self
+    }
+
+    /// How long a statement waits for a row another transaction holds
+    /// (`innodb_lock_wait_timeout`, whole seconds, at least 1) before the input starts
+    /// over; 1 s by default.
+    #[must_use]
+    pub fn lock_timeout(mut self, timeout: Duration) -> MySqlStoreBuilder {
+        self.lock_timeout = timeout;
+        self
+    }
+
+    /// Connects although the server's durability settings let an acknowledged commit be
+    /// lost in a crash (`innodb_flush_log_at_trx_commit` other than 1, the binary log on
+    /// with `sync_binlog` other than 1, semi-synchronous replication waiting
+    /// `AFTER_COMMIT`): for a managed service that hides or fixes them otherwise. Off by
+    /// default; the URL's `accept_unsafe_durability=true` turns it on too.
+    #[must_use]
+    pub fn accept_unsafe_durability(mut self, accept: bool) -> MySqlStoreBuilder {
+        self.accept_unsafe_durability = accept;
+        self
+    }
+
+    /// Certificates (PEM) to trust for the database's TLS, beside the webpki roots: a
+    /// private CA's, or a self-signed server's (feature `mysql-tls`). Whether TLS is
+    /// used is the URL's `require_ssl=true`.
+    #[cfg(feature = "mysql-tls")]
+    #[must_use]
+    pub fn tls_root_certificates(mut self, pem: &[u8]) -> MySqlStoreBuilder {
+        self.tls_roots.extend_from_slice(pem);
+        self.tls_roots.push(b'\n');
+        self
+    }
+
+    /// The driver's options of `url`, with the roots given when the URL asks for TLS.
+    fn opts(&self, url: &str) -> Result<mysql_async::Opts, ConnectError> {
+        let opts =
+            mysql_async::Opts::from_url(url).map_err(|e| ConnectError::Url(e.to_string()))?;
+        if opts.db_name().is_none_or(str::is_empty) {
+            return Err(ConnectError::Url(
+                "names no database; give one after the host (mysql://user@host/DB)".into(),
+            ));
+        }
+        #[cfg(feature = "mysql-tls")]
+        if let Some(ssl) = opts.ssl_opts()
+            && !self.tls_roots.iter().all(u8::is_ascii_whitespace)
+        {
+            let ssl = ssl
+                .clone()
+                .with_root_certs(vec![self.tls_roots.clone().into()]);
+            return Ok(mysql_async::OptsBuilder::from_opts(opts)
+                .ssl_opts(ssl)
+                .into());
+        }
+        Ok(opts)
+    }
+
+    /// Connects to the database at `url` (`mysql://user:password@host:port/db`, or
+    /// `mariadb://…`), checks the server and its durability settings, checks or creates
+    /// the schema, and opens the pool.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectError`] names the cause: the URL, the server, the credentials, a
+    /// durability setting, the schema.
+    pub async fn connect(self, url: &str) -> Result<MySqlStore, ConnectError> {
+        self.config.validate()?;
+        if self.pool_size == 0 {
+            return Err(ConnectError::PoolSize);
+        }
+        let runtime = Handle::try_current().map_err(|_| ConnectError::NoRuntime)?;
+        let (url, accept_from_url) = strip_accept_unsafe(url)?;
+        let accept_unsafe = self.accept_unsafe_durability || accept_from_url;
+        let opts = self.opts(&url)?;
+        let session = pool::Session::new(self.statement_timeout, self.lock_timeout)?;
+        if self.connect_timeout.is_zero() {
+            return Err(ConnectError::Timeout {
+                field: "connect_timeout",
+                problem: "0, must be above 0".into(),
+            });
+        }
+        let first = pool::options(&opts, &session, 1);
+        let mut conn = tokio::time::timeout(self.connect_timeout, mysql_async::Conn::new(first))
+            .await
+            .map_err(|_| ConnectError::ConnectTimeout(self.connect_timeout))?
+            .map_err(ConnectError::Connect)?;
+        let checked = async {
+            durability::check_server(&mut conn).await?;
+            durability::check(&mut conn, accept_unsafe).await?;
+            schema::ensure(&mut conn, self.create_schema).await
+        }
+        .await;
+        let _ = conn.disconnect().await;
+        checked?;
+        let pool = mysql_async::Pool::new(pool::options(&opts, &session, self.pool_size));
+        Ok(MySqlStore {
+            inner: Arc::new(Inner {
+                config: self.config,
+                pool,
+                runtime,
+                background: crate::seam::running::Running::default(),
+            }),
+        })
+    }
+}
+
+/// The URL without its `accept_unsafe_durability` parameter (which the driver does not
+/// know), and whether that parameter said `true`.
+fn strip_accept_unsafe(url: &str) -> Result<(String, bool), ConnectError> {
+    let url = match url.strip_prefix("mariadb://") {
+        Some(rest) => format!("mysql://{rest}"),
+        None => url.to_owned(),
+    };
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url, false));
+    };
+    let mut accept = false;
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some((ACCEPT_UNSAFE, value)) => {
+                accept = match value {
+                    "true" => true,
+                    "false" => false,
+                    other => {
+                        return Err(ConnectError::Url(format!(
+                            "{ACCEPT_UNSAFE}: {other:?}, must be true or false"
+                        )));
+                    }
+                }
+            }
+            _ => kept.push(pair),
+        }
+    }
+    if kept.is_empty() {
+        Ok((base.to_owned(), accept))
+    } else {
+        Ok((format!("{base}?{}", kept.join("&")), accept))
+    }
+}
+
+impl MySqlStore {
+    /// A builder with the default settings.
+    #[must_use]
+    pub fn builder() -> MySqlStoreBuilder {
+        MySqlStoreBuilder::default()
+    }
+
+    /// Connects to `url` with the default settings; see [`MySqlStoreBuilder::connect`].
+    ///
+    /// # Errors
+    ///
+    /// As [`MySqlStoreBuilder::connect`].
+    pub async fn connect(url: &str) -> Result<MySqlStore, ConnectError> {
+        MySqlStore::builder().connect(url).await
+    }
+
+    /// The SQL of the schema this build creates, for a DBA who applies it by hand. Every
+    /// statement may run again.
+    #[must_use]
+    pub fn schema_sql() -> &'static str {
+        schema::SCHEMA
+    }
+
+    /// The schema version this build writes (and the newest it reads).
+    #[must_use]
+    pub fn schema_version() -> i64 {
+        schema::SCHEMA_VERSION
+    }
+
+    /// True when the database answers a query now: for a load balancer's health check.
+    pub async fn ping(&self) -> bool {
+        use mysql_async::prelude::Queryable;
+        match self.inner.pool.get_conn().await {
+            Ok(mut conn) => conn.ping().await.is_ok(),
+            Err(_) => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_durability_opt_in_leaves_the_url_and_a_bad_value_is_named() {
+        let (url, accept) =
+            strip_accept_unsafe("mariadb://u:p@db:3306/shop?accept_unsafe_durability=true")
+                .unwrap();
+        assert_eq!((url.as_str(), accept), ("mysql://u:p@db:3306/shop", true));
+        let (url, accept) =
+            strip_accept_unsafe("mysql://db/shop?pool_min=1&accept_unsafe_durability=false")
+                .unwrap();
+        assert_eq!(
+            (url.as_str(), accept),
+            ("mysql://db/shop?pool_min=1", false)
+        );
+        let error =
+            strip_accept_unsafe("mysql://db/shop?accept_unsafe_durability=yes").unwrap_err();
+        assert!(error.is_input());
+        assert_eq!(
+            error.to_string(),
+            "database URL: accept_unsafe_durability: \"yes\", must be true or false"
+        );
+    }
+}

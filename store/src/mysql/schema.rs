@@ -1,0 +1,141 @@
+//! The versioned schema: created on first use by a user allowed to, printed for a DBA
+//! who applies it by hand, and refused when a newer idem wrote it or a table was changed
+//! by hand.
+//!
+//! MariaDB commits each DDL statement on its own, so the schema cannot be made in one
+//! transaction: every statement may run again, and the version row is written last, so
+//! that a schema cut short reads as none and the next connect completes it.
+
+use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
+
+use super::ConnectError;
+use super::error::code;
+
+/// The schema this build writes and reads, in `idem_meta.schema_version`.
+pub(super) const SCHEMA_VERSION: i64 = 1;
+
+/// The schema as SQL, every statement safe to run again.
+pub(super) const SCHEMA: &str = include_str!("schema.sql");
+
+/// `ER_NO_SUCH_TABLE`: the table does not exist.
+const NO_SUCH_TABLE: u16 = 1146;
+
+/// The columns of `idem_records` this build reads and writes, with their types as
+/// `information_schema.columns.data_type` names them.
+const RECORD_COLUMNS: [(&str, &str); 15] = [
+    ("tenant", "varbinary"),
+    ("operation", "varbinary"),
+    ("idem_key", "varbinary"),
+    ("fingerprint", "varbinary"),
+    ("generation", "bigint"),
+    ("revision", "bigint"),
+    ("state", "smallint"),
+    ("verdict", "smallint"),
+    ("created_at", "bigint"),
+    ("updated_at", "bigint"),
+    ("lease_until", "bigint"),
+    ("completed_at", "bigint"),
+    ("expires_at", "bigint"),
+    ("outcome_code", "int"),
+    ("outcome_body", "longblob"),
+];
+
+/// The statements of [`SCHEMA`], one by one, without the comments.
+pub(super) fn statements() -> impl Iterator<Item = String> {
+    SCHEMA
+        .split(";\n")
+        .map(|chunk| {
+            chunk
+                .lines()
+                .filter(|line| !line.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .filter(|statement| !statement.trim().is_empty())
+}
+
+/// Makes sure the database holds this build's schema: creates it when it is missing and
+/// `create` allows; refuses a newer one; checks the columns of the records' table.
+pub(super) async fn ensure(conn: &mut Conn, create: bool) -> Result<(), ConnectError> {
+    let version = match version(conn).await? {
+        Some(version) => version,
+        None if create => {
+            for statement in statements() {
+                if let Err(e) = conn.query_drop(statement).await {
+                    // Another replica may have made it at the same moment.
+                    match version(conn).await? {
+                        Some(version) if version >= SCHEMA_VERSION => break,
+                        _ => return Err(ConnectError::CreateSchema(e)),
+                    }
+                }
+            }
+            version(conn).await?.unwrap_or(SCHEMA_VERSION)
+        }
+        None => return Err(ConnectError::NoSchema),
+    };
+    if version > SCHEMA_VERSION {
+        return Err(ConnectError::NewerSchema {
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    check_columns(conn).await
+}
+
+/// The schema version, or `None` when the database holds no idem schema.
+async fn version(conn: &mut Conn) -> Result<Option<i64>, ConnectError> {
+    match conn
+        .query_first::<i64, _>("SELECT value FROM idem_meta WHERE name = 'schema_version'")
+        .await
+    {
+        Ok(version) => Ok(version),
+        Err(e) if code(&e) == Some(NO_SUCH_TABLE) => Ok(None),
+        Err(e) => Err(ConnectError::ReadSchema(e)),
+    }
+}
+
+async fn check_columns(conn: &mut Conn) -> Result<(), ConnectError> {
+    let found: Vec<(String, String)> = conn
+        .query(
+            "SELECT CAST(column_name AS CHAR), CAST(data_type AS CHAR) FROM information_schema.columns \
+              WHERE table_schema = DATABASE() AND table_name = 'idem_records'",
+        )
+        .await
+        .map_err(ConnectError::ReadSchema)?;
+    for (column, kind) in RECORD_COLUMNS {
+        match found.iter().find(|(name, _)| name == column) {
+            None => {
+                return Err(ConnectError::SchemaChanged {
+                    detail: format!("idem_records has no column {column} ({kind})"),
+                });
+            }
+            Some((_, actual)) if !actual.eq_ignore_ascii_case(kind) => {
+                return Err(ConnectError::SchemaChanged {
+                    detail: format!("idem_records.{column} is {actual}, expected {kind}"),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_splits_into_its_statements_with_the_version_last() {
+        let statements: Vec<String> = statements().collect();
+        assert_eq!(statements.len(), 10, "{statements:#?}");
+        assert!(statements[0].contains("CREATE TABLE IF NOT EXISTS idem_meta"));
+        assert!(
+            statements
+                .last()
+                .is_some_and(|s| s.contains("'schema_version', 1")),
+            "the version row is written last"
+        );
+        assert!(statements.iter().all(|s| !s.contains("--")));
+    }
+}

@@ -1,0 +1,82 @@
+//! The statements of the engine, sent as prepared statements (the driver keeps them
+//! per connection). Each protocol step is one autocommit statement; the time every
+//! statement uses is the database's (`idem_now()`), never below the record's last
+//! update, so that a record's times never go backwards.
+
+use idem_core::Timestamp;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Row, Value};
+
+use super::error::database;
+use super::row::time_at;
+use crate::error::Error;
+
+/// A fresh key's claim: a plain `INSERT` (a duplicate key, error 1062, means a record is
+/// there), returning what the database chose: the generation from the sequence and the
+/// time. Parameters: tenant, operation, key, fingerprint, lease (ms).
+pub(super) const CLAIM: &str = "INSERT INTO idem_records \
+       (tenant, operation, idem_key, fingerprint, generation, revision, state, created_at, updated_at, lease_until) \
+     VALUES (?, ?, ?, ?, NEXTVAL(idem_generation), 0, 0, idem_now(), idem_now(), idem_now() + ?) \
+     RETURNING generation, created_at, lease_until";
+
+/// One record with the time a write of it would use and its revision:
+/// `(time, revision, record…)`. Parameters: tenant, operation, key.
+pub(super) const READ: &str = "SELECT GREATEST(idem_now(), updated_at), revision, \
+       fingerprint, generation, state, verdict, created_at, updated_at, lease_until, \
+       completed_at, expires_at, outcome_code, outcome_body \
+     FROM idem_records WHERE tenant = ? AND operation = ? AND idem_key = ?";
+
+/// One record: `(record…)`. Parameters: tenant, operation, key.
+pub(super) const GET: &str = "SELECT fingerprint, generation, state, verdict, created_at, \
+       updated_at, lease_until, completed_at, expires_at, outcome_code, outcome_body \
+     FROM idem_records WHERE tenant = ? AND operation = ? AND idem_key = ?";
+
+/// The next generation of the sequence.
+pub(super) const NEXT_GENERATION: &str = "SELECT NEXTVAL(idem_generation)";
+
+/// The record the core decided, over the revision read: one affected row when the row
+/// was still that revision (the revision always changes, so the count does not depend on
+/// `CLIENT_FOUND_ROWS`). Parameters: the record's columns, then tenant, operation, key,
+/// the revision read.
+pub(super) const REPLACE: &str = "UPDATE idem_records SET fingerprint = ?, generation = ?, \
+       state = ?, verdict = ?, created_at = ?, updated_at = ?, lease_until = ?, \
+       completed_at = ?, expires_at = ?, outcome_code = ?, outcome_body = ?, \
+       revision = revision + 1 \
+     WHERE tenant = ? AND operation = ? AND idem_key = ? AND revision = ?";
+
+/// The delete the core decided, over the revision read. Parameters: tenant, operation,
+/// key, the revision read.
+pub(super) const DELETE: &str = "DELETE FROM idem_records \
+     WHERE tenant = ? AND operation = ? AND idem_key = ? AND revision = ?";
+
+/// The database's clock, in ms.
+pub(super) const CLOCK: &str = "SELECT idem_now()";
+
+/// The order of ids on every engine: the order of their key bytes, as the file keeps them
+/// (`RecordId::to_key_bytes`: a tenant's length byte, the tenant, an operation's length
+/// byte, the operation, the key). The columns are `VARBINARY`, compared byte by byte.
+pub(super) const KEY_ORDER: &str = "LENGTH(tenant), tenant, LENGTH(operation), operation, idem_key";
+
+/// Runs `sql` with `params` and returns how many rows it changed.
+pub(super) async fn exec_count<Q: Queryable>(
+    q: &mut Q,
+    sql: &str,
+    params: Vec<Value>,
+) -> Result<u64, mysql_async::Error> {
+    let result = q.exec_iter(sql, params).await?;
+    let changed = result.affected_rows();
+    result.drop_result().await?;
+    Ok(changed)
+}
+
+/// The database's clock now.
+pub(super) async fn clock<Q: Queryable>(
+    q: &mut Q,
+    operation: &'static str,
+) -> Result<Timestamp, Error> {
+    let row: Option<Row> = q.query_first(CLOCK).await.map_err(database(operation))?;
+    let row = row.ok_or_else(|| Error::Corrupt {
+        detail: "idem_now() returned no row".into(),
+    })?;
+    time_at(&row, 0)
+}

@@ -1,0 +1,224 @@
+//! Bad input at connect: one clear error each, and nothing written.
+
+use idem_store::mysql::{ConnectError, MySqlStore};
+
+use crate::server::Server;
+use crate::{fresh_database, shared_server, tables};
+
+/// The driver's server error code under a [`ConnectError::Connect`].
+fn server_code(error: &ConnectError) -> Option<u16> {
+    match error {
+        ConnectError::Connect(mysql_async::Error::Server(e)) => Some(e.code),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_a_connect_error_not_input() {
+    // A port nothing listens on: bound, then let go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let error = MySqlStore::connect(&format!("mysql://root@127.0.0.1:{port}/shop"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ConnectError::Connect(mysql_async::Error::Io(_))),
+        "{error:?}"
+    );
+    assert_eq!(error.to_string(), "connecting to the database");
+    assert!(!error.is_input());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_are_refused_by_the_server_and_nothing_is_written() {
+    let server = shared_server();
+    let db = fresh_database(&server);
+    server.sql(&format!(
+        "CREATE USER IF NOT EXISTS 'idem'@'127.0.0.1' IDENTIFIED BY 'right'; \
+         GRANT ALL ON {db}.* TO 'idem'@'127.0.0.1'"
+    ));
+    let url = format!("mysql://idem:wrong@127.0.0.1:{}/{db}", server.port());
+    let error = MySqlStore::connect(&url).await.unwrap_err();
+    assert_eq!(server_code(&error), Some(1045), "{error:?}");
+    assert!(!error.is_input());
+    assert_eq!(tables(&server, &db), "", "nothing was created");
+    // The right password connects and makes the schema.
+    let url = format!("mysql://idem:right@127.0.0.1:{}/{db}", server.port());
+    MySqlStore::connect(&url).await.unwrap();
+    assert!(tables(&server, &db).contains("idem_records"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_does_not_exist_is_refused_and_not_made() {
+    let server = shared_server();
+    let error = MySqlStore::connect(&server.url_of("no_such_db"))
+        .await
+        .unwrap_err();
+    assert_eq!(server_code(&error), Some(1049), "{error:?}");
+    assert_eq!(server.sql("SHOW DATABASES LIKE 'no_such_db'"), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_schema_is_refused_naming_both_versions_and_left_untouched() {
+    let server = shared_server();
+    let db = fresh_database(&server);
+    MySqlStore::connect(&server.url_of(&db)).await.unwrap();
+    server.sql(&format!(
+        "UPDATE {db}.idem_meta SET value = 99 WHERE name = 'schema_version'"
+    ));
+    let error = MySqlStore::connect(&server.url_of(&db)).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ConnectError::NewerSchema {
+                found: 99,
+                supported: 1
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "the database's idem schema is version 99, newer than this build reads (at most 1); use a newer idem"
+    );
+    assert_eq!(
+        server.sql(&format!(
+            "SELECT value FROM {db}.idem_meta WHERE name = 'schema_version'"
+        )),
+        "99\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_schema_creation_an_empty_database_is_refused_and_left_empty() {
+    let server = shared_server();
+    let db = fresh_database(&server);
+    let error = MySqlStore::builder()
+        .create_schema(false)
+        .connect(&server.url_of(&db))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ConnectError::NoSchema), "{error:?}");
+    assert_eq!(tables(&server, &db), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_timeout_the_server_cannot_keep_is_refused_as_input() {
+    let server = shared_server();
+    let db = fresh_database(&server);
+    let error = MySqlStore::builder()
+        .lock_timeout(std::time::Duration::from_millis(500))
+        .connect(&server.url_of(&db))
+        .await
+        .unwrap_err();
+    assert!(error.is_input(), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        "lock_timeout: 500ms, must be a whole number of seconds, at least 1 (innodb_lock_wait_timeout)"
+    );
+    assert_eq!(tables(&server, &db), "");
+}
+
+/// Connects to a fresh database on `server` as told, and returns the error, if any, with
+/// the tables the attempt left.
+async fn connect_to(server: &Server, accept: bool, url_accept: bool) -> (Option<String>, String) {
+    let db = fresh_database(server);
+    let mut url = server.url_of(&db);
+    if url_accept {
+        url.push_str("?accept_unsafe_durability=true");
+    }
+    let connected = MySqlStore::builder()
+        .accept_unsafe_durability(accept)
+        .connect(&url)
+        .await;
+    (connected.err().map(|e| e.to_string()), tables(server, &db))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_flushed_once_a_second_is_refused_unless_accepted() {
+    let server = Server::start_with(&[("innodb_flush_log_at_trx_commit", "2")]);
+    let (error, tables) = connect_to(&server, false, false).await;
+    assert_eq!(
+        error.as_deref(),
+        Some(
+            "innodb_flush_log_at_trx_commit is 2: an answered request could be lost in a crash; \
+             set innodb_flush_log_at_trx_commit = 1 (SET GLOBAL, and in the server's configuration) \
+             (or accept the risk: accept_unsafe_durability=true in the URL)"
+        )
+    );
+    assert_eq!(tables, "", "nothing was written");
+    let (error, tables) = connect_to(&server, true, false).await;
+    assert_eq!(error, None, "the builder's opt-in");
+    assert!(tables.contains("idem_records"));
+    let (error, _) = connect_to(&server, false, true).await;
+    assert_eq!(error, None, "the URL's opt-in");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_log_without_sync_is_refused_unless_accepted() {
+    let server = Server::start_with(&[
+        ("log-bin", "mariadb-bin"),
+        ("server-id", "1"),
+        ("sync_binlog", "0"),
+    ]);
+    let (error, tables) = connect_to(&server, false, false).await;
+    let error = error.expect("refused");
+    assert!(
+        error.starts_with("sync_binlog is 0: an answered request could be lost in a crash; with the binary log on, set sync_binlog = 1"),
+        "{error}"
+    );
+    assert_eq!(tables, "", "nothing was written");
+    let (error, _) = connect_to(&server, false, true).await;
+    assert_eq!(error, None, "the URL's opt-in");
+    // With sync_binlog = 1 the same server is safe.
+    server.sql("SET GLOBAL sync_binlog = 1");
+    let (error, _) = connect_to(&server, false, false).await;
+    assert_eq!(error, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ten_replicas_connecting_at_once_to_an_empty_database_make_one_schema() {
+    let server = shared_server();
+    let db = fresh_database(&server);
+    let url = server.url_of(&db);
+    let connecting: Vec<_> = (0..10)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { MySqlStore::connect(&url).await.map(drop) })
+        })
+        .collect();
+    for connected in connecting {
+        connected.await.unwrap().unwrap();
+    }
+    assert_eq!(
+        server.sql(&format!(
+            "SELECT value FROM {db}.idem_meta WHERE name = 'schema_version'"
+        )),
+        "1\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_records_table_changed_by_hand_is_refused_naming_the_column() {
+    let server = shared_server();
+    for (change, detail) in [
+        (
+            "DROP COLUMN revision",
+            "idem's schema was changed: idem_records has no column revision (bigint)",
+        ),
+        (
+            // A collation would fold keys that differ in case or trailing spaces.
+            "MODIFY idem_key VARCHAR(255) COLLATE utf8mb4_general_ci NOT NULL",
+            "idem's schema was changed: idem_records.idem_key is varchar, expected varbinary",
+        ),
+    ] {
+        let db = fresh_database(&server);
+        MySqlStore::connect(&server.url_of(&db)).await.unwrap();
+        server.sql(&format!("ALTER TABLE {db}.idem_records {change}"));
+        let error = MySqlStore::connect(&server.url_of(&db)).await.unwrap_err();
+        assert_eq!(error.to_string(), detail);
+    }
+}
