@@ -31,6 +31,11 @@ step "MariaDB server binaries, for the tests that start their own servers (maria
 # MariaDB; as root the servers run as the `mysql` user, which the package makes.
 command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || { apt-get update && apt-get install -y mariadb-server galera-4; }
 
+step "Redis server, for the tests that start their own servers (redis-server, redis-cli)"
+# idem-store's `redis` feature (on in the workspace through idem-cli) tests on Debian's
+# Redis 7.0; each test starts its own server in a temporary directory.
+command -v redis-server >/dev/null || [ -x /usr/bin/redis-server ] || { apt-get update && apt-get install -y redis-server; }
+
 step "cargo fmt --all --check"
 cargo fmt --all --check
 
@@ -42,7 +47,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --features idem-store/http
 
 step "idem-store: no module import cycle; the engines apart on the seam (scripts/module-cycles.py)"
-python3 scripts/module-cycles.py store/src --floor seam --engines file,postgres,mysql
+python3 scripts/module-cycles.py store/src --floor seam --engines file,postgres,mysql,redis
 
 step "test-only features reach no product: none in the workspace's graph without dev-dependencies"
 # idem-tests enables them through dev-dependencies only; a release build with them fails

@@ -51,6 +51,12 @@ durability is the server's: a server whose settings can lose an answered request
 refused, naming the setting, unless the URL says accept_unsafe_durability=true. TLS: the
 URL's require_ssl=true; $PGSSLROOTCERT's roots are trusted there too.
 
+--db redis://[:PASSWORD@]HOST:PORT/N names a Redis server (7.0 or newer) in the same way, for
+the receiver's commands (entities and tokens are refused there by name). A server that can
+lose an answered request (appendonly no, appendfsync other than always, a maxmemory-policy
+other than noeviction) is refused, naming the setting, unless the URL says
+accept_unsafe_durability=true. `idem schema` prints idem's function library.
+
 Examples:
   idem demo                                   # the whole story in one screen
   idem exec shop-7 nightly-report 2025-03-01 -- ./report.sh
@@ -70,8 +76,9 @@ Examples:
     propagate_version = true
 )]
 pub(crate) struct Cli {
-    /// The store file, a PostgreSQL URL (postgres://user@host/db) or a MariaDB one
-    /// (mysql://user@host/db) [default: $IDEM_DB, else ./idem.redb].
+    /// The store file, a PostgreSQL URL (postgres://user@host/db), a MariaDB one
+    /// (mysql://user@host/db) or a Redis one (redis://host:port/0) [default: $IDEM_DB,
+    /// else ./idem.redb].
     #[arg(long, global = true, value_name = "PATH|URL")]
     pub(crate) db: Option<PathBuf>,
     /// Replaces the clock: RFC 3339 (2025-03-01T12:00:00Z) or milliseconds since the epoch.
@@ -381,8 +388,8 @@ Example:
 Example:
   idem stats --json")]
     Stats,
-    /// Prints the SQL of idem's schema on PostgreSQL (on MariaDB with --db mysql://...), for a
-    /// DBA who applies it by hand.
+    /// Prints the SQL of idem's schema on PostgreSQL (on MariaDB with --db mysql://...; the
+    /// function library on Redis with --db redis://...), for a DBA who applies it by hand.
     #[command(after_help = "\
 idem creates this schema itself the first time begin, exec or import connects to a database
 without it, when its role may create tables. Where it may not, a DBA applies the SQL once;

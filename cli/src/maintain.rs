@@ -58,10 +58,11 @@ pub(crate) fn list(session: &Session, filter: ListFilter) -> Ending {
 }
 
 /// `idem schema`: the SQL of idem's schema on PostgreSQL, or on MariaDB when `--db`
-/// names a `mysql://` database.
+/// names a `mysql://` database; idem's function library when it names a Redis server.
 pub(crate) fn schema(session: &Session) -> Ending {
     let engine = match session.engine()? {
         "mysql" => "mysql",
+        "redis" => "redis",
         _ => "postgres",
     };
     let (version, sql) = idem_store::any::database_schema(engine)

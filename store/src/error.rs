@@ -265,6 +265,18 @@ pub enum Error {
         /// The driver's error, with the server's message.
         source: mysql_async::Error,
     },
+    /// The Redis server failed the call (the Redis engine): it refused a command or a
+    /// function, or the connection was lost. A refused call wrote nothing; after a lost
+    /// connection the engine read the record back, and this error means it could not
+    /// tell or could not reach the server.
+    #[cfg(feature = "redis")]
+    #[error("redis: {operation}")]
+    Redis {
+        /// The call that failed: `begin`, `complete`, `sweep`, ...
+        operation: &'static str,
+        /// The driver's error, with the server's message.
+        source: redis::RedisError,
+    },
     /// A begin lost the race for its key to other writers more times than the bound,
     /// each time to a write that changed the record between its read and its write.
     /// Nothing was written by this call; a retry is safe.

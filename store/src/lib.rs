@@ -125,6 +125,8 @@ pub mod http;
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod seam;
 
 pub use error::{Error, ExecuteError, ImportError, MaintainError, OpenError, WriteError};

@@ -21,7 +21,7 @@ use crate::seam::poll::block_on;
 #[derive(Debug)]
 pub struct BlockingStore {
     store: AnyStore,
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    #[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -34,7 +34,7 @@ impl AnyStoreBuilder {
     /// does not start.
     pub fn open_blocking(self, target: impl AsRef<OsStr>) -> Result<BlockingStore, AnyOpenError> {
         let target = target.as_ref();
-        #[cfg(any(feature = "postgres", feature = "mysql"))]
+        #[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
         if super::database_of(target).is_some() {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -48,7 +48,7 @@ impl AnyStoreBuilder {
         }
         Ok(BlockingStore {
             store: block_on(self.open(target))?,
-            #[cfg(any(feature = "postgres", feature = "mysql"))]
+            #[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
             runtime: None,
         })
     }
@@ -63,7 +63,7 @@ impl BlockingStore {
 
     /// Runs `future` to its end on this thread.
     fn wait<F: Future>(&self, future: F) -> F::Output {
-        #[cfg(any(feature = "postgres", feature = "mysql"))]
+        #[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
         if let Some(runtime) = &self.runtime {
             return runtime.block_on(future);
         }
@@ -115,7 +115,7 @@ impl BlockingStore {
     ) -> Result<(), Error> {
         match &self.store.engine {
             Engine::File(store) => store.list(filter, visit),
-            #[cfg(any(feature = "postgres", feature = "mysql"))]
+            #[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
             _ => {
                 let mut visit = visit;
                 for (id, record) in

@@ -1,6 +1,7 @@
 //! One way in, chosen by what the user gives: a path opens the redb file, a
 //! `postgres://` (or `postgresql://`) URL the PostgreSQL engine, a `mysql://` (or
-//! `mariadb://`) URL the MariaDB engine. [`AnyStore`] is the one
+//! `mariadb://`) URL the MariaDB engine, a `redis://` URL the Redis engine. [`AnyStore`]
+//! is the one
 //! type that the CLI, `idem proxy` and a service with the tower layer hold, whatever the
 //! engine: it offers the seam ([`crate::Receiver`], [`crate::entity::Entities`],
 //! [`crate::token::Tokens`]) and hands an engine's own operations over by type
@@ -41,6 +42,8 @@ use crate::file::open::StoreBuilder;
 use crate::mysql::MySqlStore;
 #[cfg(feature = "postgres")]
 use crate::postgres::{ConnectError, PgStore};
+#[cfg(feature = "redis")]
+use crate::redis::RedisStore;
 
 /// An open store on any engine: what [`AnyStore::open`] or [`AnyStoreBuilder::open`]
 /// chose by the target.
@@ -58,6 +61,8 @@ enum Engine {
     Postgres(PgStore),
     #[cfg(feature = "mysql")]
     MySql(MySqlStore),
+    #[cfg(feature = "redis")]
+    Redis(RedisStore),
 }
 
 /// How to open an [`AnyStore`]; each setting applies to the engines it names and is
@@ -98,6 +103,11 @@ pub enum AnyOpenError {
     #[cfg(feature = "mysql")]
     #[error(transparent)]
     MySql(#[from] crate::mysql::ConnectError),
+    /// The Redis server could not be reached, its settings were refused, or idem's
+    /// function library could not be loaded.
+    #[cfg(feature = "redis")]
+    #[error(transparent)]
+    Redis(#[from] crate::redis::ConnectError),
     /// The runtime that a blocking store's database calls run on did not start.
     #[error("starting the database client's runtime")]
     Runtime(#[source] std::io::Error),
@@ -122,6 +132,8 @@ impl AnyOpenError {
             AnyOpenError::Postgres(e) => e.is_input(),
             #[cfg(feature = "mysql")]
             AnyOpenError::MySql(e) => e.is_input(),
+            #[cfg(feature = "redis")]
+            AnyOpenError::Redis(e) => e.is_input(),
             AnyOpenError::Scheme { .. } => true,
             AnyOpenError::Missing { .. } | AnyOpenError::Runtime(_) => false,
         }
@@ -135,6 +147,8 @@ enum Target<'t> {
     Postgres(&'t str),
     #[cfg(feature = "mysql")]
     MySql(&'t str),
+    #[cfg(feature = "redis")]
+    Redis(&'t str),
 }
 
 impl Target<'_> {
@@ -168,15 +182,22 @@ impl Target<'_> {
                 scheme: scheme.into(),
                 problem: "this build of idem-store has no MariaDB engine (feature `mysql`)",
             }),
+            #[cfg(feature = "redis")]
+            "redis" => Ok(Target::Redis(text)),
+            #[cfg(not(feature = "redis"))]
+            "redis" => Err(AnyOpenError::Scheme {
+                scheme: scheme.into(),
+                problem: "this build of idem-store has no Redis engine (feature `redis`)",
+            }),
             _ => Err(AnyOpenError::Scheme {
                 scheme: scheme.into(),
-                problem: "no engine for this scheme; a path opens a store file, postgres:// a PostgreSQL database, mysql:// a MariaDB one",
+                problem: "no engine for this scheme; a path opens a store file, postgres:// a PostgreSQL database, mysql:// a MariaDB one, redis:// a Redis server",
             }),
         }
     }
 }
 
-/// The name of the engine `target` names (`file`, `postgres` or `mysql`), without
+/// The name of the engine `target` names (`file`, `postgres`, `mysql` or `redis`), without
 /// opening it.
 ///
 /// # Errors
@@ -189,12 +210,14 @@ pub fn engine_of(target: impl AsRef<OsStr>) -> Result<&'static str, AnyOpenError
         Target::Postgres(_) => "postgres",
         #[cfg(feature = "mysql")]
         Target::MySql(_) => "mysql",
+        #[cfg(feature = "redis")]
+        Target::Redis(_) => "redis",
     })
 }
 
-/// The version and the SQL of idem's schema on the database engine named `engine`
-/// (`postgres` or `mysql`), for a DBA who creates it by hand; `None` for an engine
-/// without one (the file) or not in this build.
+/// The version and the text of idem's schema on the database engine named `engine`
+/// (`postgres` or `mysql`: its SQL; `redis`: its function library), for a DBA who
+/// creates it by hand; `None` for an engine without one (the file) or not in this build.
 #[must_use]
 pub fn database_schema(engine: &str) -> Option<(i64, &'static str)> {
     match engine {
@@ -202,11 +225,13 @@ pub fn database_schema(engine: &str) -> Option<(i64, &'static str)> {
         "postgres" => Some((PgStore::schema_version(), PgStore::schema_sql())),
         #[cfg(feature = "mysql")]
         "mysql" => Some((MySqlStore::schema_version(), MySqlStore::schema_sql())),
+        #[cfg(feature = "redis")]
+        "redis" => Some((RedisStore::library_version(), RedisStore::library())),
         _ => None,
     }
 }
 
-/// The database server `target` names (`PostgreSQL`, `MariaDB`), or `None` for a file. A server
+/// The database server `target` names (`PostgreSQL`, `MariaDB`, `Redis`), or `None` for a file. A server
 /// keeps time on its own clock, the fleet's: a caller's `now` is not used there, and a
 /// tool that lets its user set `now` refuses to. A file uses the caller's `now`.
 #[must_use]
@@ -217,6 +242,8 @@ pub fn database_of(target: impl AsRef<OsStr>) -> Option<&'static str> {
         Ok(Target::Postgres(_)) => Some("PostgreSQL"),
         #[cfg(feature = "mysql")]
         Ok(Target::MySql(_)) => Some("MariaDB"),
+        #[cfg(feature = "redis")]
+        Ok(Target::Redis(_)) => Some("Redis"),
     }
 }
 
@@ -291,10 +318,11 @@ impl AnyStoreBuilder {
         self
     }
 
-    /// Whether a MariaDB engine connects although the server's durability settings let
-    /// an acknowledged commit be lost in a crash
-    /// ([`crate::mysql::MySqlStoreBuilder::accept_unsafe_durability`]); off by default.
-    /// Ignored by the other engines.
+    /// Whether a MariaDB or Redis engine connects although the server's durability
+    /// settings let an acknowledged write be lost in a crash
+    /// (`MySqlStoreBuilder::accept_unsafe_durability`,
+    /// `RedisStoreBuilder::accept_unsafe_durability`); off by default. Ignored by the
+    /// other engines.
     #[must_use]
     pub fn accept_unsafe_durability(mut self, accept: bool) -> AnyStoreBuilder {
         self.accept_unsafe_durability = accept;
@@ -317,6 +345,14 @@ impl AnyStoreBuilder {
             Target::Postgres(url) => Engine::Postgres(self.connect(url).await?),
             #[cfg(feature = "mysql")]
             Target::MySql(url) => Engine::MySql(self.connect_mysql(url).await?),
+            #[cfg(feature = "redis")]
+            Target::Redis(url) => Engine::Redis(
+                RedisStore::builder()
+                    .config(self.config.clone())
+                    .accept_unsafe_durability(self.accept_unsafe_durability)
+                    .connect(url)
+                    .await?,
+            ),
         };
         Ok(AnyStore { engine })
     }
@@ -388,7 +424,7 @@ impl AnyStore {
         AnyStore::builder().open(target).await
     }
 
-    /// The engine's name: `file`, `postgres` or `mysql`.
+    /// The engine's name: `file`, `postgres`, `mysql` or `redis`.
     #[must_use]
     pub fn engine(&self) -> &'static str {
         match &self.engine {
@@ -397,6 +433,8 @@ impl AnyStore {
             Engine::Postgres(_) => "postgres",
             #[cfg(feature = "mysql")]
             Engine::MySql(_) => "mysql",
+            #[cfg(feature = "redis")]
+            Engine::Redis(_) => "redis",
         }
     }
 
@@ -469,7 +507,7 @@ mod tests {
         assert!(refused.is_input());
         assert_eq!(
             refused.to_string(),
-            "mysql+tls://: no engine for this scheme; a path opens a store file, postgres:// a PostgreSQL database, mysql:// a MariaDB one"
+            "mysql+tls://: no engine for this scheme; a path opens a store file, postgres:// a PostgreSQL database, mysql:// a MariaDB one, redis:// a Redis server"
         );
     }
 

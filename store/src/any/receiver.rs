@@ -29,6 +29,8 @@ macro_rules! on {
             Engine::Postgres($store) => $call,
             #[cfg(feature = "mysql")]
             Engine::MySql($store) => $call,
+            #[cfg(feature = "redis")]
+            Engine::Redis($store) => $call,
         }
     };
 }

@@ -14,7 +14,12 @@ pub(crate) mod poll;
 pub(crate) mod receiver;
 pub(crate) mod reconcile;
 pub(crate) mod report;
-#[cfg(any(feature = "http", feature = "postgres", feature = "mysql"))]
+#[cfg(any(
+    feature = "http",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "redis"
+))]
 pub(crate) mod running;
 pub(crate) mod token;
 pub(crate) mod transfer;

@@ -446,3 +446,167 @@ fn shared_maria_server() -> Arc<crate::maria_server::Server> {
     *held = Arc::downgrade(&server);
     server
 }
+
+/// A Redis server of its own, whose clock the test moves as the database harnesses do:
+/// idem's function library is loaded again with the server's clock plus an offset, and
+/// the store connects again (it loads no library where this version's is there).
+#[cfg(feature = "redis")]
+pub(crate) struct Redis {
+    /// `None` only while it reconnects.
+    store: Option<Arc<idem_store::redis::RedisStore>>,
+    config: Config,
+    /// A plain connection to the server, for its clock and the library.
+    db: redis::aio::MultiplexedConnection,
+    /// How far the server's clock was moved on.
+    offset: u64,
+    /// Stopped and removed once the test is done (fields drop in order).
+    server: crate::redis_server::Server,
+}
+
+#[cfg(feature = "redis")]
+impl Redis {
+    async fn connect(&self) -> Arc<idem_store::redis::RedisStore> {
+        let store = idem_store::redis::RedisStore::builder()
+            .config(self.config.clone())
+            .connect(&self.server.url())
+            .await
+            .unwrap();
+        Arc::new(store)
+    }
+
+    async fn reconnect(&mut self) {
+        let store = self.store.take().expect("the store is connected");
+        let store = Arc::into_inner(store).expect("no task of the test holds the store");
+        drop(store);
+        self.store = Some(self.connect().await);
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Engine for Redis {
+    type Store = idem_store::redis::RedisStore;
+    const HOLDS: &'static str = "the server";
+    const GAPLESS_GENERATIONS: bool = false;
+    const MARGIN_MS: u64 = 5_000;
+
+    async fn open(config: Config) -> Redis {
+        let server = crate::redis_server::Server::start();
+        let client = redis::Client::open(server.url()).unwrap();
+        let db = client.get_multiplexed_async_connection().await.unwrap();
+        let mut h = Redis {
+            store: None,
+            config,
+            db,
+            offset: 0,
+            server,
+        };
+        h.store = Some(h.connect().await);
+        h
+    }
+
+    fn store(&self) -> &idem_store::redis::RedisStore {
+        self.store.as_ref().expect("the store is connected")
+    }
+
+    fn shared(&self) -> Arc<idem_store::redis::RedisStore> {
+        Arc::clone(self.store.as_ref().expect("the store is connected"))
+    }
+
+    async fn replica(&self) -> Arc<idem_store::redis::RedisStore> {
+        self.connect().await
+    }
+
+    /// Not used by the engine; a test's clock all the same, moved as the server's is.
+    fn now(&self) -> Timestamp {
+        Timestamp(T0 + self.offset)
+    }
+
+    async fn clock(&self) -> Timestamp {
+        let mut db = self.db.clone();
+        let now: u64 = redis::cmd("FCALL")
+            .arg("idem_now")
+            .arg(0)
+            .query_async(&mut db)
+            .await
+            .unwrap();
+        Timestamp(now)
+    }
+
+    async fn pass(&mut self, ms: u64) {
+        self.offset += ms;
+        // The library's own text, with the offset on its clock.
+        let library = idem_store::redis::RedisStore::library().replacen(
+            "local CLOCK_OFFSET_MS = 0",
+            &format!("local CLOCK_OFFSET_MS = {}", self.offset),
+            1,
+        );
+        assert_ne!(library, idem_store::redis::RedisStore::library());
+        let _loaded: String = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(library)
+            .query_async(&mut self.db)
+            .await
+            .unwrap();
+        self.reconnect().await;
+    }
+
+    async fn restart(&mut self) {
+        self.reconnect().await;
+    }
+
+    /// The server keeps the records and their indexes together (one function call
+    /// writes both): nothing to check beside it.
+    fn check_integrity(&self) {}
+}
+
+/// On Redis, entities, claimed values and tokens are refused by name
+/// ([`idem_store::Error::Unsupported`]), and nothing is written.
+#[cfg(feature = "redis")]
+pub(crate) async fn layers_refused_by_name() {
+    use idem_store::entity::EntityId;
+    let h = Redis::open(Config::default()).await;
+    let store = h.store();
+    let machine = crate::machines::machine(&["new", "paid"], &[("new", "paid")]);
+    let id = EntityId::new("shop", "order", "o-1").unwrap();
+    let refusals = [
+        store
+            .transition(&machine, &id, "paid", None, h.now())
+            .await
+            .unwrap_err(),
+        store.get_entity(&id).await.unwrap_err(),
+        store
+            .claim_unique("shop", "email", "a@example.com", "u-1")
+            .await
+            .unwrap_err(),
+        store
+            .issue_token("shop", "charge", 60_000, None, [7; 16], h.now())
+            .await
+            .unwrap_err(),
+        store.sweep_tokens(h.now(), 10).await.unwrap_err(),
+    ];
+    for refusal in refusals {
+        assert!(
+            matches!(
+                refusal,
+                idem_store::Error::Unsupported {
+                    engine: "redis",
+                    ..
+                }
+            ),
+            "{refusal:?}"
+        );
+        assert!(
+            refusal
+                .to_string()
+                .contains("the redis engine does not offer it"),
+            "{refusal}"
+        );
+    }
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut h.db.clone())
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+}

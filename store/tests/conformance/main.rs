@@ -3,7 +3,9 @@
 //! [`idem_store::entity::Entities`] and [`idem_store::token::Tokens`]), run on every
 //! engine under the same names:
 //! `conformance::file::NAME` on the redb file, `conformance::postgres::NAME` on
-//! PostgreSQL, `conformance::mariadb::NAME` on MariaDB (`--features mysql`).
+//! PostgreSQL, `conformance::mariadb::NAME` on MariaDB (`--features mysql`),
+//! `conformance::redis::NAME` on Redis (`--features redis`: the receiver's part, since
+//! the engine refuses the layers after the key).
 //!
 //! Each test is written once, as an async function generic over an [`Engine`] (the
 //! harness: a fresh store of one engine, and the few things an engine differs in for a
@@ -22,6 +24,10 @@ mod server;
 #[cfg(feature = "mysql")]
 #[path = "../common/mariadb.rs"]
 mod maria_server;
+
+#[cfg(feature = "redis")]
+#[path = "../common/redis.rs"]
+mod redis_server;
 
 #[path = "../common/machines.rs"]
 mod machines;
@@ -54,7 +60,16 @@ pub(crate) const DAY: u64 = 24 * HOUR;
 /// in the module this is called in, running `crate::family::name::<$engine>()`.
 macro_rules! suite {
     ($engine:ty) => {
-        suite!(@each $engine;
+        receiver_suite!($engine);
+        layer_suite!($engine);
+    };
+}
+
+/// The receiver's part of [`suite!`]: the protocol, fencing, retention, maintenance,
+/// reconcile, export and import, and the races; what every engine offers.
+macro_rules! receiver_suite {
+    ($engine:ty) => {
+        each!($engine;
             protocol::a_fresh_key_is_claimed_and_a_second_begin_is_in_progress,
             protocol::a_settled_key_replays_its_outcome_byte_for_byte,
             protocol::a_failed_outcome_replays_as_failed,
@@ -109,12 +124,21 @@ macro_rules! suite {
             transfer::export_then_import_is_lossless,
             transfer::importing_the_same_export_again_changes_nothing,
             transfer::a_bad_import_line_is_named_and_nothing_is_imported,
-            transfer::an_import_refused_at_one_line_writes_nothing_of_the_others,
             transfer::tombstones_go_through_export_and_import,
             races::sixty_four_callers_on_a_fresh_key_claim_it_once,
             races::sixty_four_callers_on_an_expired_lease_take_it_over_once,
             races::sixty_four_callers_on_a_key_past_retention_claim_it_once,
             races::sweepers_racing_claimers_lose_no_claim_and_claim_no_key_twice,
+        );
+    };
+}
+
+/// The layers' part of [`suite!`]: entities, claimed values, tokens, and an import that
+/// holds them with records and intents.
+macro_rules! layer_suite {
+    ($engine:ty) => {
+        each!($engine;
+            transfer::an_import_refused_at_one_line_writes_nothing_of_the_others,
             entities::a_move_the_machine_allows_is_applied_and_any_other_is_refused,
             entities::a_stale_expected_version_is_refused_and_writes_nothing,
             entities::callbacks_in_every_order_end_in_one_state_and_no_move_runs_twice,
@@ -136,7 +160,11 @@ macro_rules! suite {
             tokens::tokens_go_through_export_and_import,
         );
     };
-    (@each $engine:ty; $($family:ident :: $name:ident),* $(,)?) => {
+}
+
+/// Makes a test of each `family::name` on `$engine`.
+macro_rules! each {
+    ($engine:ty; $($family:ident :: $name:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $name() {
@@ -186,6 +214,29 @@ mod mariadb {
             crate::engine::MariaDb,
         >()
         .await;
+    }
+}
+
+/// The suite's receiver part on Redis (`idem_store::redis::RedisStore`, `--features
+/// redis`), each test on a server of its own; the layers after the key are refused there
+/// by name.
+#[cfg(feature = "redis")]
+mod redis {
+    receiver_suite!(crate::engine::Redis);
+
+    /// The server's clock rule: the caller's clock is not used, however far off.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn database_clock_decides_whatever_the_callers_clock_says() {
+        crate::clock::database_clock_decides_whatever_the_callers_clock_says::<
+            crate::engine::Redis,
+        >()
+        .await;
+    }
+
+    /// Entities, claimed values and tokens are refused by name, and nothing is written.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn the_layers_after_the_key_are_refused_by_name() {
+        crate::engine::layers_refused_by_name().await;
     }
 }
 

@@ -1,0 +1,167 @@
+//! The operator's commands on a Redis server (`--db redis://…`), on a throwaway server:
+//! the same JSON and exit statuses as on a file, the server's clock, the function library
+//! printed for an operator, moving records between a file and the server, a server whose
+//! settings are refused, and two proxies on one server.
+
+mod common;
+
+#[path = "../../store/tests/common/redis.rs"]
+mod server;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::Idem;
+use common::http::{Proxy, Upstream, post};
+use serde_json::json;
+use server::Server;
+
+/// An `idem` whose `--db` is `server`.
+fn on(server: &Server) -> Idem {
+    Idem {
+        db: PathBuf::from(server.url()),
+        ..Idem::new()
+    }
+}
+
+#[test]
+fn the_receiver_commands_work_on_redis_as_on_a_file() {
+    let server = Server::start();
+    let idem = on(&server);
+
+    let run = idem.run(&["--json", "begin", "shop", "charge", "k-1", "--payload", "-"]);
+    run.code(0);
+    let claimed = run.json();
+    assert_eq!(claimed["decision"], "claimed");
+    let generation = claimed["generation"].as_u64().unwrap().to_string();
+    idem.run(&["--json", "begin", "shop", "charge", "k-1"])
+        .code(4);
+    idem.run_stdin(
+        &["--json", "begin", "shop", "charge", "k-1", "--payload", "-"],
+        b"other",
+    )
+    .code(3);
+    let receipt = idem.file("receipt.bin", b"receipt \x00\xff");
+    idem.run(&[
+        "--json",
+        "complete",
+        "shop",
+        "charge",
+        "k-1",
+        "--generation",
+        &generation,
+        "--code",
+        "201",
+        "--outcome",
+        &receipt,
+    ])
+    .code(0);
+    let replay = idem.run(&["--json", "begin", "shop", "charge", "k-1"]);
+    replay.code(0);
+    let replay = replay.json();
+    assert_eq!(
+        (&replay["decision"], &replay["code"], &replay["outcome_b64"]),
+        (&json!("replay"), &json!(201), &json!("cmVjZWlwdCAA/w=="))
+    );
+    // A stale generation: exit 6.
+    idem.run(&[
+        "release",
+        "shop",
+        "charge",
+        "k-1",
+        "--generation",
+        &generation,
+    ])
+    .code(6);
+    let stats = idem.run(&["--json", "stats"]);
+    stats.code(0);
+    assert_eq!(stats.json()["succeeded"], json!(1));
+    let listed = idem.run(&["--json", "list", "--state", "succeeded"]);
+    listed.code(0);
+    assert!(listed.stdout.contains("\"k-1\""), "{}", listed.stdout);
+
+    // The server's clock is the fleet's: --now is refused, before anything is written.
+    idem.run(&["--now", "0", "begin", "shop", "charge", "k-9"])
+        .code(2)
+        .one_error_line(&["--now", "Redis"]);
+    idem.run(&["get", "shop", "charge", "k-9"]).code(7);
+    // A command of the file alone names why.
+    idem.run(&["check"])
+        .code(2)
+        .one_error_line(&["--db", "Redis", "store file"]);
+
+    // The function library an operator loads by hand.
+    let library = idem.run(&["schema"]);
+    library.code(0);
+    assert!(
+        library.stdout.starts_with("#!lua name=idem"),
+        "{}",
+        library.stdout
+    );
+
+    // Records move from the server to a file and back unchanged.
+    let exported = idem.path("redis.jsonl");
+    let exported = exported.to_str().unwrap();
+    idem.run(&["export", "--out", exported]).code(0);
+    let file = Idem::new();
+    file.run(&["import", exported]).code(0);
+    let again = file.path("again.jsonl");
+    file.run(&["export", "--out", again.to_str().unwrap()])
+        .code(0);
+    let other_server = Server::start();
+    let other = on(&other_server);
+    let run = other.run(&["--json", "import", again.to_str().unwrap()]);
+    run.code(0);
+    assert_eq!(run.json()["imported"], 1);
+    let replay = other.run(&["--json", "begin", "shop", "charge", "k-1"]);
+    assert_eq!(replay.json()["outcome_b64"], json!("cmVjZWlwdCAA/w=="));
+}
+
+#[test]
+fn a_server_that_can_lose_an_answer_is_refused_unless_the_url_accepts_it() {
+    let server = Server::start_with(&["--appendfsync everysec"]);
+    let idem = on(&server);
+    idem.run(&["begin", "t", "o", "k"])
+        .code(1)
+        .one_error_line(&[
+            "appendfsync is everysec",
+            "appendfsync always",
+            "accept_unsafe_durability=true",
+        ]);
+    assert_eq!(server.cli(&["DBSIZE"]), "0", "nothing was written");
+    let accepted = Idem {
+        db: PathBuf::from(format!("{}?accept_unsafe_durability=true", server.url())),
+        ..Idem::new()
+    };
+    accepted.run(&["begin", "t", "o", "k"]).code(0);
+}
+
+#[test]
+fn two_proxies_on_one_server_run_a_request_once_and_both_replay_it() {
+    let server = Server::start();
+    let idem = on(&server);
+    let upstream = Upstream::start(Duration::from_millis(1));
+    let proxies: Vec<Proxy> = (0..2)
+        .map(|_| Proxy::start(&idem, &upstream.url(), &["--tenant", "shop"]))
+        .collect();
+    let headers = [("Idempotency-Key", "\"order-1\"")];
+    let first = post(
+        proxies[0].address,
+        "/orders",
+        &headers,
+        "{\"key\":\"order-1\"}",
+    );
+    assert_eq!(first.status, 201, "{}", first.problem());
+    let replay = post(
+        proxies[1].address,
+        "/orders",
+        &headers,
+        "{\"key\":\"order-1\"}",
+    );
+    assert_eq!((replay.status, &replay.body), (first.status, &first.body));
+    assert_eq!(
+        replay.header("idempotent-replayed").as_deref(),
+        Some("true")
+    );
+    assert_eq!(upstream.executions("\"order-1\""), 1, "ran once");
+}

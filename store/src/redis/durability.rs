@@ -1,0 +1,168 @@
+//! The server checked at connect: that it is a Redis with functions (7.0 or newer), that
+//! its settings keep what it acknowledges, and that it holds idem's function library,
+//! loaded here when it has none. Redis sets durability for the whole server, so the
+//! engine can only read it, and refuses unsafe values unless told to accept them.
+
+use redis::aio::ConnectionManager;
+
+use super::{ConnectError, LIBRARY, LIBRARY_VERSION};
+
+/// One finding of [`unsafe_setting`]: the setting, its value, the fix.
+type Finding = (&'static str, String, &'static str);
+
+/// The value of `INFO server`'s `field`.
+fn info_field<'i>(info: &'i str, field: &str) -> Option<&'i str> {
+    info.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// Refuses a server older than 7.0 (functions), then reads its durability settings and
+/// refuses the first unsafe one, unless `accept` says to run with it.
+pub(super) async fn check(conn: &mut ConnectionManager, accept: bool) -> Result<(), ConnectError> {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(conn)
+        .await
+        .map_err(ConnectError::Connect)?;
+    let version = info_field(&info, "redis_version")
+        .unwrap_or("unknown")
+        .to_owned();
+    let major = version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse::<u32>().ok())
+        .unwrap_or(0);
+    if major < 7 {
+        return Err(ConnectError::Server {
+            version,
+            problem: "this engine needs Redis 7.0 or newer (functions: FUNCTION LOAD, FCALL)",
+        });
+    }
+    let mut settings = Vec::new();
+    for name in ["appendonly", "appendfsync", "maxmemory-policy"] {
+        let pair: Result<Vec<String>, _> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(name)
+            .query_async(conn)
+            .await;
+        match pair {
+            Ok(pair) => settings.push((name, pair.get(1).cloned().unwrap_or_default())),
+            Err(_) if accept => return Ok(()),
+            Err(e) => return Err(ConnectError::ReadSettings(e)),
+        }
+    }
+    match unsafe_setting(&settings) {
+        Some((setting, value, fix)) if !accept => Err(ConnectError::UnsafeDurability {
+            setting,
+            value,
+            fix,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The first setting that lets an acknowledged write be lost, if any.
+fn unsafe_setting(settings: &[(&str, String)]) -> Option<Finding> {
+    let value = |name: &str| {
+        settings
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.to_ascii_lowercase())
+            .unwrap_or_default()
+    };
+    if value("appendonly") != "yes" {
+        return Some((
+            "appendonly",
+            value("appendonly"),
+            "turn the append-only file on (appendonly yes): without it a restart forgets every claim since the last snapshot",
+        ));
+    }
+    if value("appendfsync") != "always" {
+        return Some((
+            "appendfsync",
+            value("appendfsync"),
+            "set appendfsync always: the server then answers a write once it is on disk",
+        ));
+    }
+    if value("maxmemory-policy") != "noeviction" {
+        return Some((
+            "maxmemory-policy",
+            value("maxmemory-policy"),
+            "set maxmemory-policy noeviction: any other policy drops claims when memory runs short",
+        ));
+    }
+    None
+}
+
+/// Loads idem's library when the server has none; refuses a newer one. A server with an
+/// older one gets this build's (`FUNCTION LOAD REPLACE`: the functions change, the data
+/// stays).
+pub(super) async fn load_library(conn: &mut ConnectionManager) -> Result<(), ConnectError> {
+    let found: Result<i64, _> = redis::cmd("FCALL_RO")
+        .arg("idem_version")
+        .arg(0)
+        .query_async(conn)
+        .await;
+    match found {
+        Ok(found) if found > LIBRARY_VERSION => {
+            return Err(ConnectError::NewerLibrary {
+                found,
+                supported: LIBRARY_VERSION,
+            });
+        }
+        Ok(found) if found == LIBRARY_VERSION => return Ok(()),
+        Ok(_) => {}
+        // No library yet (the function is not found).
+        Err(e) if e.code() == Some("ERR") => {}
+        Err(e) => return Err(ConnectError::LoadLibrary(e)),
+    }
+    let loaded: Result<String, _> = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(LIBRARY)
+        .query_async(conn)
+        .await;
+    loaded.map(drop).map_err(ConnectError::LoadLibrary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(appendonly: &str, fsync: &str, policy: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("appendonly", appendonly.to_owned()),
+            ("appendfsync", fsync.to_owned()),
+            ("maxmemory-policy", policy.to_owned()),
+        ]
+    }
+
+    #[test]
+    fn each_unsafe_setting_is_named_with_its_value() {
+        assert_eq!(
+            unsafe_setting(&settings("yes", "always", "noeviction")),
+            None
+        );
+        let named = |s: &[(&'static str, String)]| unsafe_setting(s).map(|(n, v, _)| (n, v));
+        assert_eq!(
+            named(&settings("no", "always", "noeviction")),
+            Some(("appendonly", "no".to_owned()))
+        );
+        assert_eq!(
+            named(&settings("yes", "everysec", "noeviction")),
+            Some(("appendfsync", "everysec".to_owned()))
+        );
+        assert_eq!(
+            named(&settings("yes", "always", "allkeys-lru")),
+            Some(("maxmemory-policy", "allkeys-lru".to_owned()))
+        );
+    }
+
+    #[test]
+    fn the_version_is_read_from_info() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nredis_git_sha1:00000000\r\n";
+        assert_eq!(info_field(info, "redis_version"), Some("7.0.15"));
+        assert_eq!(info_field(info, "redis_mode"), None);
+    }
+}

@@ -1,0 +1,259 @@
+//! `impl Receiver for RedisStore`: the protocol inputs as function calls. idem-core
+//! decides; each write is applied over the record's bytes the engine read; the steps are
+//! in `two_phase.rs`.
+
+use std::future::Future;
+use std::io::{BufRead, Write};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use idem_core::protocol::{self, Decision, Resolution};
+use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
+
+use super::RedisStore;
+use super::keys::{decode, record_key};
+use super::two_phase::{BEGIN_ATTEMPTS, failed, written};
+use crate::error::{Error, ImportError, MaintainError};
+use crate::seam::filter::ListFilter;
+use crate::seam::receiver::{GiveUp, Receiver};
+use crate::seam::reconcile;
+use crate::seam::report::{
+    Abandoned, Check, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
+};
+
+/// A begin's calls, as a future that may move to a task of its own.
+type BeginWork = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>;
+
+/// A begin's calls, run in the caller's task. Dropped before they answered (the HTTP
+/// client hung up), they finish in a task of their own, which gives back a claim
+/// they made: no key stays claimed by nobody.
+struct Claiming {
+    store: RedisStore,
+    id: RecordId,
+    work: Option<BeginWork>,
+}
+
+impl Future for Claiming {
+    type Output = Result<Decision, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(work) = self.work.as_mut() else {
+            return Poll::Ready(Err(Error::Corrupt {
+                detail: "a begin was polled after its answer".into(),
+            }));
+        };
+        let decided = std::task::ready!(work.as_mut().poll(cx));
+        self.work = None;
+        Poll::Ready(decided)
+    }
+}
+
+impl Drop for Claiming {
+    fn drop(&mut self) {
+        let Some(work) = self.work.take() else {
+            return;
+        };
+        let (store, id) = (self.store.clone(), self.id.clone());
+        let entered = store.inner.background.enter();
+        self.store.inner.runtime.spawn(async move {
+            let _entered = entered;
+            if let Ok(Decision::Claimed { generation, .. }) = work.await {
+                // A failure leaves the claim Pending; a retry after its lease finds it
+                // as the protocol says.
+                let _given_back = store.release(&id, generation, Timestamp(0)).await;
+            }
+        });
+    }
+}
+
+impl RedisStore {
+    /// A begin's calls: a claim, or the core's answer on the record in the way.
+    async fn claim_or_answer(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+    ) -> Result<Decision, Error> {
+        for _ in 0..BEGIN_ATTEMPTS {
+            if let Some(decision) = self.begin_once(id, fingerprint).await? {
+                return Ok(decision);
+            }
+        }
+        Err(Error::Contended {
+            attempts: BEGIN_ATTEMPTS,
+        })
+    }
+}
+
+impl Receiver for RedisStore {
+    fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    async fn ready(&self) -> bool {
+        self.ping().await
+    }
+
+    /// Waits for the begins left by their callers and the give-ups, which run in tasks
+    /// of their own.
+    async fn idle(&self) {
+        self.inner.background.idle().await;
+    }
+
+    /// Claims or answers on the server's clock; `now` is not used.
+    ///
+    /// The calls run in the caller's task; when this future is dropped before they answered,
+    /// they finish in a task of their own, which gives back a claim they made.
+    async fn begin(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        _now: Timestamp,
+    ) -> Result<Decision, Error> {
+        let (store, key) = (self.clone(), id.clone());
+        Claiming {
+            store: self.clone(),
+            id: id.clone(),
+            work: Some(Box::pin(async move {
+                store.claim_or_answer(&key, fingerprint).await
+            })),
+        }
+        .await
+    }
+
+    async fn heartbeat(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        _now: Timestamp,
+    ) -> Result<Record, Error> {
+        let config = &self.inner.config;
+        let record = self
+            .fenced("heartbeat", id, |current, now| {
+                protocol::heartbeat(current, generation, now, config).map(Some)
+            })
+            .await?;
+        written(record)
+    }
+
+    async fn complete(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        verdict: Verdict,
+        outcome: Outcome,
+        _now: Timestamp,
+    ) -> Result<Record, Error> {
+        let config = &self.inner.config;
+        let record = self
+            .fenced("complete", id, |current, now| {
+                protocol::complete(current, generation, verdict, outcome.clone(), now, config)
+                    .map(Some)
+            })
+            .await?;
+        written(record)
+    }
+
+    async fn release(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        _now: Timestamp,
+    ) -> Result<(), Error> {
+        self.fenced("release", id, |current, _| {
+            protocol::release(current, generation).map(|_| None)
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn mark_unknown(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        _now: Timestamp,
+    ) -> Result<Record, Error> {
+        let record = self
+            .fenced("mark_unknown", id, |current, now| {
+                protocol::mark_unknown(current, generation, now).map(Some)
+            })
+            .await?;
+        written(record)
+    }
+
+    async fn resolve(
+        &self,
+        id: &RecordId,
+        resolution: Resolution,
+        _now: Timestamp,
+    ) -> Result<Option<Record>, Error> {
+        self.resolve_fenced("resolve", id, None, resolution).await
+    }
+
+    fn give_up(&self, id: &RecordId, generation: Generation, how: GiveUp, now: Timestamp) {
+        let store = self.clone();
+        let id = id.clone();
+        let entered = self.inner.background.enter();
+        self.inner.runtime.spawn(async move {
+            let _entered = entered;
+            // A failure leaves the claim Pending; a retry after its lease finds it as
+            // the protocol says.
+            let _given_up = match how {
+                GiveUp::Release => store.release(&id, generation, now).await,
+                GiveUp::MarkUnknown => store.mark_unknown(&id, generation, now).await.map(drop),
+            };
+        });
+    }
+
+    async fn get(&self, id: &RecordId) -> Result<Option<Record>, Error> {
+        let mut conn = self.conn();
+        let bytes: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(record_key(id))
+            .query_async(&mut conn)
+            .await
+            .map_err(failed("get"))?;
+        decode(&bytes.unwrap_or_default(), id)
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<(RecordId, Record)>, Error> {
+        self.list_records(filter).await
+    }
+
+    async fn stats(&self, _now: Timestamp) -> Result<Stats, MaintainError> {
+        self.stats_now().await
+    }
+
+    /// Counted on the index of Unknown records.
+    async fn unknown_keys(&self) -> Result<u64, MaintainError> {
+        self.unknown_now().await
+    }
+
+    async fn sweep(
+        &self,
+        _now: Timestamp,
+        limit: usize,
+        dry_run: bool,
+    ) -> Result<SweepReport, Error> {
+        self.sweep_now(limit, dry_run).await
+    }
+
+    async fn recover_abandoned(&self, _now: Timestamp, limit: usize) -> Result<Abandoned, Error> {
+        reconcile::recover_abandoned(self, Timestamp(0), limit).await
+    }
+
+    async fn reconcile<E: Send>(
+        &self,
+        _now: Timestamp,
+        limit: usize,
+        checker: impl FnMut(&RecordId, &Record) -> Result<Check, E> + Send,
+    ) -> Result<ReconcileReport, ReconcileError<E>> {
+        reconcile::reconcile(self, Timestamp(0), limit, checker).await
+    }
+
+    async fn export(&self, out: &mut (dyn Write + Send)) -> Result<Transferred, MaintainError> {
+        self.export_records(out).await
+    }
+
+    async fn import(&self, input: &mut (dyn BufRead + Send)) -> Result<Transferred, ImportError> {
+        self.import_records(input).await
+    }
+}

@@ -1,0 +1,243 @@
+//! The Redis engine's own tests (`--features redis`), beside the conformance suite: what
+//! it refuses at connect, one clear error each and nothing written; 64 callers on one
+//! key; a `kill -9` of the server under load. Each test starts a throwaway server
+//! (`common/redis.rs`): without Redis installed they fail, never skip.
+
+#[path = "../common/redis.rs"]
+mod server;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::protocol::Decision;
+use idem_core::{Config, Fingerprint, Generation, Outcome, RecordId, State, Timestamp, Verdict};
+use idem_store::Receiver;
+use idem_store::redis::{ConnectError, RedisStore};
+use server::Server;
+
+fn id(key: &str) -> RecordId {
+    RecordId::new("shop", "charge", key).unwrap()
+}
+
+fn fp(text: &str) -> Fingerprint {
+    Fingerprint::of_bytes(text.as_bytes())
+}
+
+/// The keys on `server`: a refused connect writes none.
+fn keys(server: &Server) -> String {
+    server.cli(&["KEYS", "*"])
+}
+
+/// The refusal of a connect to `server` with `url`'s tail appended.
+async fn refusal(server: &Server, tail: &str) -> ConnectError {
+    let url = format!("{}{tail}", server.url());
+    RedisStore::connect(&url).await.unwrap_err()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_can_lose_an_answer_is_refused_naming_the_setting_and_the_fix() {
+    let cases: [(&[&str], &str, &str); 3] = [
+        (&["--appendonly no"], "appendonly is no", "appendonly yes"),
+        (
+            &["--appendfsync everysec"],
+            "appendfsync is everysec",
+            "appendfsync always",
+        ),
+        (
+            &["--maxmemory-policy allkeys-lru"],
+            "maxmemory-policy is allkeys-lru",
+            "maxmemory-policy noeviction",
+        ),
+    ];
+    for (options, named, fix) in cases {
+        let server = Server::start_with(options);
+        let refused = refusal(&server, "").await;
+        let message = refused.to_string();
+        assert!(
+            matches!(refused, ConnectError::UnsafeDurability { .. }),
+            "{refused:?}"
+        );
+        assert!(message.starts_with(named), "{message}");
+        assert!(message.contains(fix), "{message}");
+        assert!(
+            message.contains("accept_unsafe_durability=true"),
+            "{message}"
+        );
+        assert!(!refused.is_input(), "{refused:?}");
+        assert_eq!(keys(&server), "", "a refused connect writes nothing");
+        assert_eq!(server.cli(&["FUNCTION", "LIST"]), "", "nor loads a library");
+        // Accepted knowingly, it connects and works.
+        let store = RedisStore::connect(&format!("{}?accept_unsafe_durability=true", server.url()))
+            .await
+            .unwrap();
+        let decision = store.begin(&id("k"), fp("k"), Timestamp(0)).await.unwrap();
+        assert!(matches!(decision, Decision::Claimed { .. }), "{decision:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_wrong_credentials_and_a_database_out_of_range_are_named() {
+    // Nobody listens on a port just freed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let unreachable = RedisStore::builder()
+        .connect_timeout(Duration::from_secs(1))
+        .connect(&format!("redis://127.0.0.1:{port}/0"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(unreachable, ConnectError::Connect(_)),
+        "{unreachable:?}"
+    );
+    assert_eq!(
+        unreachable.to_string(),
+        "connecting to the redis server",
+        "{unreachable:?}"
+    );
+
+    let server = Server::start_with(&["--requirepass s3cret"]);
+    let wrong = RedisStore::connect(&format!("redis://:wrong@127.0.0.1:{}/0", server.port()))
+        .await
+        .unwrap_err();
+    let chain = format!("{wrong}: {}", std::error::Error::source(&wrong).unwrap());
+    assert!(matches!(wrong, ConnectError::Connect(_)), "{wrong:?}");
+    assert!(
+        chain.to_lowercase().contains("pass") || chain.contains("WRONGPASS"),
+        "{chain}"
+    );
+    let right =
+        RedisStore::connect(&format!("redis://:s3cret@127.0.0.1:{}/0", server.port())).await;
+    assert!(right.is_ok(), "{:?}", right.err());
+
+    let plain = Server::start();
+    let url = format!("redis://127.0.0.1:{}/99", plain.port());
+    let refused = RedisStore::connect(&url).await.unwrap_err();
+    let chain = format!(
+        "{refused}: {}",
+        std::error::Error::source(&refused).unwrap()
+    );
+    assert!(matches!(refused, ConnectError::Connect(_)), "{refused:?}");
+    assert!(chain.contains("out of range"), "{chain}");
+
+    let bad_url = RedisStore::connect("redis://127.0.0.1:notaport/0")
+        .await
+        .unwrap_err();
+    assert!(bad_url.is_input(), "{bad_url:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_callers_on_one_key_claim_it_once_a_round_with_unique_generations() {
+    let server = Server::start();
+    let store = Arc::new(RedisStore::connect(&server.url()).await.unwrap());
+    let mut generations = BTreeSet::new();
+    for round in 0..200 {
+        let key = id(&format!("k-{round}"));
+        let mut callers = Vec::new();
+        for _ in 0..64 {
+            let (store, key) = (Arc::clone(&store), key.clone());
+            callers.push(tokio::spawn(async move {
+                store.begin(&key, fp("same"), Timestamp(0)).await.unwrap()
+            }));
+        }
+        let mut claimed = Vec::new();
+        for caller in callers {
+            match caller.await.unwrap() {
+                Decision::Claimed { generation, .. } => claimed.push(generation),
+                Decision::InProgress { .. } => {}
+                other => panic!("round {round}: {other:?}"),
+            }
+        }
+        assert_eq!(claimed.len(), 1, "round {round}: {claimed:?}");
+        assert!(
+            generations.insert(claimed[0]),
+            "{claimed:?} handed out twice"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kill_9_under_load_loses_no_acknowledged_claim_or_outcome_and_no_generation_repeats() {
+    let mut server = Server::start();
+    let url = server.url();
+    let store = Arc::new(
+        RedisStore::builder()
+            .config(Config::default())
+            .response_timeout(Duration::from_secs(2))
+            .connect(&url)
+            .await
+            .unwrap(),
+    );
+    // Eight writers claim and settle keys of their own until told to stop; each one
+    // records what was answered to it.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for writer in 0..8 {
+        let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+        writers.push(tokio::spawn(async move {
+            let mut acknowledged = Vec::new();
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                let key = id(&format!("w{writer}-{n}"));
+                let Ok(Decision::Claimed { generation, .. }) =
+                    store.begin(&key, fp(key.key()), Timestamp(0)).await
+                else {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                };
+                let outcome = Outcome::new(200, key.key().as_bytes().to_vec());
+                let settled = store
+                    .complete(&key, generation, Verdict::Succeeded, outcome, Timestamp(0))
+                    .await
+                    .is_ok();
+                acknowledged.push((key, generation, settled));
+            }
+            acknowledged
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    server.kill9();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.restart();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut answered = Vec::new();
+    for writer in writers {
+        answered.extend(writer.await.unwrap());
+    }
+    let settled = answered.iter().filter(|(_, _, s)| *s).count();
+    println!(
+        "{} claims and {settled} settles answered across a kill -9 and a restart",
+        answered.len()
+    );
+    assert!(settled > 20, "too little load to tell: {settled} settles");
+    let mut highest = Generation(0);
+    let mut seen = BTreeSet::new();
+    for (key, generation, settled) in &answered {
+        assert!(seen.insert(*generation), "{generation} handed out twice");
+        highest = highest.max(*generation);
+        let record = store.get(key).await.unwrap();
+        let record = record.unwrap_or_else(|| panic!("{key}: an answered claim was lost"));
+        assert_eq!(record.generation, *generation, "{key}");
+        if *settled {
+            assert_eq!(
+                record.state(),
+                State::Succeeded,
+                "{key}: an answered settle was lost"
+            );
+        }
+    }
+    // A claim after the restart is fenced above everything answered before it.
+    let after = store
+        .begin(&id("after"), fp("after"), Timestamp(0))
+        .await
+        .unwrap();
+    let Decision::Claimed { generation, .. } = after else {
+        panic!("{after:?}")
+    };
+    assert!(generation > highest, "{generation} after {highest}");
+}
