@@ -50,7 +50,7 @@ const SAFE: [&str; 3] = [
 pub struct Server {
     dir: PathBuf,
     port: u16,
-    /// The `--name value` options, given again at every start.
+    /// The `--name value…` options, given again at every start.
     options: Vec<String>,
     child: Option<Child>,
 }
@@ -66,8 +66,8 @@ impl Server {
         Server::start_with(&[])
     }
 
-    /// Starts a server with the engine's settings, then `options` (each `--name value`,
-    /// which override them: `--appendfsync everysec`).
+    /// Starts a server with the engine's settings, then `options` (each `--name value…`,
+    /// which override them: `--appendfsync everysec`, `--replicaof 127.0.0.1 6379`).
     ///
     /// # Panics
     ///
@@ -142,6 +142,26 @@ impl Server {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// Waits until this server, a replica, has its primary's data and follows it
+    /// (`master_link_status:up`), bounded.
+    ///
+    /// # Panics
+    ///
+    /// When it does not within the start timeout.
+    pub fn wait_for_primary(&self) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        while Instant::now() < deadline {
+            if self
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
+            {
+                return;
+            }
+            sleep(POLL);
+        }
+        panic!("the replica did not reach its primary: {}", self.log_tail());
+    }
+
     /// SIGKILLs the server: what it had not written to its append-only file is lost, as
     /// in a crash.
     pub fn kill9(&mut self) {
@@ -195,8 +215,7 @@ impl Server {
             .args(["--save", ""])
             .args(["--daemonize", "no"]);
         for option in &self.options {
-            let (name, value) = option.split_once(' ').unwrap_or((option, ""));
-            command.arg(name).arg(value);
+            command.args(option.split_whitespace());
         }
         let child = command
             .stdin(Stdio::null())

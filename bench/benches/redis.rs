@@ -1,0 +1,418 @@
+//! idem on Redis beside the guard teams write by hand, in one run on one server: begin +
+//! complete through idem, against the same two function calls sent by the bench with no
+//! idem code (the floor: `idem_read` and `idem_write` with bytes made in advance), and
+//! against seed 004's guard (`GET` a cached result, `SET NX PX` a lock, then a pipeline
+//! of `SET` the result and `DEL` the lock: no fencing, no durable claim, no Unknown);
+//! taking turns, at 1 and 64 callers; and a replay through idem beside a bare `GET`.
+//!
+//! ```text
+//! cargo bench -p idem-bench --bench redis [-- --ops N] [--callers N]
+//! ```
+//!
+//! `--ops` is the number of keys of each timed run of one caller (3,000 by default; runs
+//! of many callers make four times as many); `--callers` runs one number of callers
+//! instead of 1 and 64. It starts a throwaway server of its own (as the tests do), with
+//! the settings the engine requires (`appendonly yes`, `appendfsync always`,
+//! `noeviction`), or uses the server at `IDEM_BENCH_REDIS_URL`. Every row's callers share
+//! one connection, on which their calls are pipelined, as idem's store does. The rows
+//! take turns five times, in an order reversed every other round; a row's figures are its
+//! median run, a ratio the median of the rounds' ratios. Prints figures only: nothing
+//! here asserts a speed.
+
+#[path = "../../store/tests/common/redis.rs"]
+mod server;
+
+use std::error::Error;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use idem_bench::measure::{BenchError, KeySequence, Row, Timing, table};
+use idem_core::protocol::Decision;
+use idem_core::{
+    Config, Fingerprint, Generation, Outcome, Record, RecordId, Status, Timestamp, Verdict,
+};
+use idem_store::Receiver;
+use idem_store::redis::RedisStore;
+use redis::aio::MultiplexedConnection;
+use tokio::sync::Barrier;
+
+const CALLERS: [u32; 2] = [1, 64];
+
+/// Rounds of turns: each row runs once a round, beside the others.
+const PAIRS: usize = 5;
+
+/// Runs of many callers make this many times as many calls as runs of one.
+const MANY: u32 = 4;
+
+/// The outcome every row stores: a small JSON answer.
+const ANSWER: &[u8] = b"{\"id\":\"ch_1\",\"status\":\"paid\"}";
+
+fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
+    let ops = argument("--ops")?.unwrap_or(3_000);
+    let callers: Vec<u32> = match argument("--callers")? {
+        Some(callers) => vec![callers],
+        None => CALLERS.to_vec(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let server;
+    let url = match std::env::var("IDEM_BENCH_REDIS_URL") {
+        Ok(url) => url,
+        Err(_) => {
+            server = server::Server::start();
+            server.url()
+        }
+    };
+    runtime.block_on(run(&url, ops, &callers))
+}
+
+/// The number after `flag` on the command line, if the flag is there.
+fn argument(flag: &str) -> Result<Option<u32>, BenchError> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == flag) {
+        Some(i) => Ok(Some(
+            args.get(i + 1)
+                .ok_or(format!("{flag} needs a number"))?
+                .parse()
+                .map_err(|e| format!("{flag}: {e}"))?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Times `total` calls spread over `callers` tasks started together; `call` gets the
+/// caller's number and the call's number.
+async fn measure<S, F>(
+    callers: u32,
+    total: u32,
+    state: Arc<S>,
+    call: impl Fn(Arc<S>, u32, u32) -> F + Send + Sync + 'static,
+) -> Result<Timing, BenchError>
+where
+    S: Send + Sync + 'static,
+    F: Future<Output = Result<(), BenchError>> + Send + 'static,
+{
+    let per_caller = (total / callers).max(1);
+    let start = Arc::new(Barrier::new(callers as usize + 1));
+    let call = Arc::new(call);
+    let tasks: Vec<_> = (0..callers)
+        .map(|caller| {
+            let (start, call, state) = (Arc::clone(&start), Arc::clone(&call), Arc::clone(&state));
+            tokio::spawn(async move {
+                start.wait().await;
+                let began = Instant::now();
+                let mut calls = Vec::with_capacity(per_caller as usize);
+                for n in 0..per_caller {
+                    let one = Instant::now();
+                    call(Arc::clone(&state), caller, n).await?;
+                    calls.push(one.elapsed());
+                }
+                Ok::<_, BenchError>((began, Instant::now(), calls))
+            })
+        })
+        .collect();
+    start.wait().await;
+    let (mut first, mut last) = (None::<Instant>, None::<Instant>);
+    let mut calls = Vec::new();
+    for task in tasks {
+        let (began, ended, mine) = task.await??;
+        first = Some(first.map_or(began, |f| f.min(began)));
+        last = Some(last.map_or(ended, |l| l.max(ended)));
+        calls.extend(mine);
+    }
+    let total = match (first, last) {
+        (Some(first), Some(last)) => last - first,
+        _ => std::time::Duration::ZERO,
+    };
+    eprintln!(
+        "    {} calls in {:.2} s: {:.0}/s",
+        calls.len(),
+        total.as_secs_f64(),
+        calls.len() as f64 / total.as_secs_f64()
+    );
+    Ok(Timing { total, calls })
+}
+
+/// The median, over rounds, of `a`'s rate over `b`'s in the same round.
+fn paired(a: &[Row], b: &[Row]) -> f64 {
+    let mut ratios: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .map(|(a, b)| a.per_second / b.per_second)
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
+}
+
+/// The row of median rate among `rows`.
+fn median(mut rows: Vec<Row>) -> Row {
+    rows.sort_by(|a, b| a.per_second.total_cmp(&b.per_second));
+    rows.swap_remove(rows.len() / 2)
+}
+
+/// idem's record key of `id`, as its library names it.
+fn record_key(id: &RecordId) -> Vec<u8> {
+    let mut key = b"{idem}:r:".to_vec();
+    key.extend_from_slice(&id.to_key_bytes());
+    key
+}
+
+/// One key through idem: begin, then complete.
+async fn through_idem(store: &RedisStore, id: &RecordId) -> Result<(), BenchError> {
+    let Decision::Claimed { generation, .. } = store
+        .begin(id, Fingerprint::of_bytes(id.key().as_bytes()), Timestamp(0))
+        .await?
+    else {
+        return Err(format!("{id}: not claimed").into());
+    };
+    store
+        .complete(
+            id,
+            generation,
+            Verdict::Succeeded,
+            Outcome::new(200, ANSWER.to_vec()),
+            Timestamp(0),
+        )
+        .await?;
+    Ok(())
+}
+
+/// One key through idem's two function calls sent by hand: the read (which draws the
+/// generation), the claim's write; the read again, the settle's write. The records are
+/// made here, without idem-core's decisions or the store's code around the calls.
+async fn by_hand(conn: &MultiplexedConnection, id: &RecordId) -> Result<(), BenchError> {
+    let mut conn = conn.clone();
+    let key = record_key(id);
+    let member = id.to_key_bytes();
+    let (_, now, drawn): (Vec<u8>, u64, u64) = redis::cmd("FCALL")
+        .arg("idem_read")
+        .arg(1)
+        .arg(&key)
+        .arg("claim")
+        .query_async(&mut conn)
+        .await?;
+    let pending = Record {
+        fingerprint: Fingerprint::of_bytes(id.key().as_bytes()),
+        generation: Generation(drawn),
+        created_at: Timestamp(now),
+        updated_at: Timestamp(now),
+        status: Status::Pending {
+            lease_until: Timestamp(now + 30_000),
+        },
+    };
+    let claimed = pending.encode();
+    let written: i64 = redis::cmd("FCALL")
+        .arg("idem_write")
+        .arg(1)
+        .arg(&key)
+        .arg(&member)
+        .arg("")
+        .arg(&claimed)
+        .arg("pending")
+        .arg(now)
+        .arg(0)
+        .arg(now)
+        .query_async(&mut conn)
+        .await?;
+    if written != 1 {
+        return Err(format!("{id}: the claim's write lost").into());
+    }
+    let (seen, now, _): (Vec<u8>, u64, u64) = redis::cmd("FCALL")
+        .arg("idem_read")
+        .arg(1)
+        .arg(&key)
+        .arg("")
+        .query_async(&mut conn)
+        .await?;
+    let expires_at = now + Config::default().success_retention_ms;
+    let settled = Record {
+        updated_at: Timestamp(now),
+        status: Status::Settled {
+            verdict: Verdict::Succeeded,
+            outcome: Outcome::new(200, ANSWER.to_vec()),
+            completed_at: Timestamp(now),
+            expires_at: Timestamp(expires_at),
+        },
+        ..pending
+    };
+    let written: i64 = redis::cmd("FCALL")
+        .arg("idem_write")
+        .arg(1)
+        .arg(&key)
+        .arg(&member)
+        .arg(&seen)
+        .arg(settled.encode())
+        .arg("succeeded")
+        .arg(expires_at)
+        .arg(expires_at + Config::default().tombstone_retention_ms)
+        .arg(now)
+        .query_async(&mut conn)
+        .await?;
+    if written != 1 {
+        return Err(format!("{id}: the settle's write lost").into());
+    }
+    Ok(())
+}
+
+/// One key through seed 004's guard: `GET` the cached result (none), `SET NX PX` the
+/// lock, then one pipeline that stores the result and deletes the lock.
+async fn seed_guard(conn: &MultiplexedConnection, key: &str) -> Result<(), BenchError> {
+    let mut conn = conn.clone();
+    let result_key = format!("seed:result:{key}");
+    let lock_key = format!("seed:lock:{key}");
+    let cached: Option<Vec<u8>> = redis::cmd("GET")
+        .arg(&result_key)
+        .query_async(&mut conn)
+        .await?;
+    if cached.is_some() {
+        return Err(format!("{key}: already cached").into());
+    }
+    let locked: Option<String> = redis::cmd("SET")
+        .arg(&lock_key)
+        .arg("1")
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut conn)
+        .await?;
+    if locked.is_none() {
+        return Err(format!("{key}: locked").into());
+    }
+    let _stored: () = redis::pipe()
+        .cmd("SET")
+        .arg(&result_key)
+        .arg(ANSWER)
+        .arg("PX")
+        .arg(86_400_000)
+        .ignore()
+        .cmd("DEL")
+        .arg(&lock_key)
+        .ignore()
+        .query_async(&mut conn)
+        .await?;
+    Ok(())
+}
+
+async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + Send + Sync>> {
+    let client = redis::Client::open(url)?;
+    let conn = client.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn.clone())
+        .await?;
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .trim()
+        .to_owned();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "idem-bench redis: Redis {version}, {cores} cores, {ops} keys per run of one caller \
+         ({MANY}x that for many callers), appendfsync always"
+    );
+    let store = Arc::new(RedisStore::connect(url).await?);
+    let keys = Arc::new(KeySequence::default());
+    let mut rows = Vec::new();
+    let mut ratios = Vec::new();
+    for &callers in every {
+        let total = if callers > 1 { ops * MANY } else { ops };
+        let (mut idem_rows, mut hand_rows, mut seed_rows) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..PAIRS {
+            let mut turns = [0, 1, 2];
+            if round % 2 == 1 {
+                turns.reverse();
+            }
+            for turn in turns {
+                match turn {
+                    0 => {
+                        eprintln!("  idem begin + complete, {callers} callers");
+                        let keys = Arc::clone(&keys);
+                        let timing =
+                            measure(callers, total, Arc::clone(&store), move |store, _, _| {
+                                let id = RecordId::new("shop", "charge", &keys.next("idem"));
+                                async move { through_idem(&store, &id?).await }
+                            })
+                            .await?;
+                        idem_rows.push(Row::new(
+                            "redis_idem",
+                            "idem begin + complete (4 calls)",
+                            callers,
+                            &timing,
+                        ));
+                    }
+                    1 => {
+                        eprintln!("  the same calls by hand, {callers} callers");
+                        let keys = Arc::clone(&keys);
+                        let timing =
+                            measure(callers, total, Arc::new(conn.clone()), move |conn, _, _| {
+                                let id = RecordId::new("shop", "charge", &keys.next("hand"));
+                                async move { by_hand(&conn, &id?).await }
+                            })
+                            .await?;
+                        hand_rows.push(Row::new(
+                            "redis_floor",
+                            "idem's 4 function calls by hand (floor)",
+                            callers,
+                            &timing,
+                        ));
+                    }
+                    _ => {
+                        eprintln!("  seed 004's guard, {callers} callers");
+                        let keys = Arc::clone(&keys);
+                        let timing =
+                            measure(callers, total, Arc::new(conn.clone()), move |conn, _, _| {
+                                let key = keys.next("seed");
+                                async move { seed_guard(&conn, &key).await }
+                            })
+                            .await?;
+                        seed_rows.push(Row::new(
+                            "redis_seed004",
+                            "seed 004's guard: GET, SET NX PX, SET + DEL",
+                            callers,
+                            &timing,
+                        ));
+                    }
+                }
+            }
+        }
+        ratios.push((
+            callers,
+            paired(&idem_rows, &hand_rows),
+            paired(&idem_rows, &seed_rows),
+        ));
+        rows.push(median(idem_rows));
+        rows.push(median(hand_rows));
+        rows.push(median(seed_rows));
+
+        // A replay through idem (one call) beside a bare GET of a record.
+        let settled = RecordId::new("shop", "charge", &keys.next("replayed"))?;
+        through_idem(&store, &settled).await?;
+        let fingerprint = Fingerprint::of_bytes(settled.key().as_bytes());
+        let timing = measure(callers, total, Arc::clone(&store), move |store, _, _| {
+            let settled = settled.clone();
+            async move {
+                match store.begin(&settled, fingerprint, Timestamp(0)).await? {
+                    Decision::Replay { .. } => Ok(()),
+                    other => Err(format!("not a replay: {other:?}").into()),
+                }
+            }
+        })
+        .await?;
+        rows.push(Row::new(
+            "redis_replay",
+            "idem replay (1 call)",
+            callers,
+            &timing,
+        ));
+    }
+    println!("{}", table(&rows));
+    for (callers, floor, seed) in ratios {
+        println!(
+            "{callers} callers: idem / the same calls by hand {floor:.2}x; idem / seed 004's guard {seed:.2}x"
+        );
+    }
+    Ok(())
+}
