@@ -32,16 +32,14 @@ mod entities;
 
 use std::error::Error;
 use std::sync::Arc;
-use std::time::Instant;
 
-use idem_bench::measure::{BenchError, Row, Timing, table};
+use idem_bench::measure::{BenchError, Row, measure_tasks as measure, table};
 use idem_core::protocol::Decision;
 use idem_core::{Fingerprint, Outcome, RecordId, Timestamp, Verdict};
 use idem_store::Receiver;
 use idem_store::postgres::tokio_postgres::types::ToSql;
 use idem_store::postgres::tokio_postgres::{self, Client, NoTls};
 use idem_store::postgres::{PgStore, fresh_key_statements};
-use tokio::sync::Barrier;
 
 const CALLERS: [u32; 2] = [1, 64];
 
@@ -134,64 +132,6 @@ async fn connect(url: &str) -> Result<Client, BenchError> {
     });
     client.batch_execute("SET synchronous_commit = on").await?;
     Ok(client)
-}
-
-/// Times `total` calls spread over `callers` tasks started together; `call` gets the
-/// caller's number and the call's number.
-async fn measure<S, F>(
-    callers: u32,
-    total: u32,
-    state: Vec<S>,
-    call: impl Fn(Arc<S>, u32, u32) -> F + Send + Sync + 'static,
-) -> Result<Timing, BenchError>
-where
-    S: Send + Sync + 'static,
-    F: Future<Output = Result<(), BenchError>> + Send + 'static,
-{
-    let per_caller = (total / callers).max(1);
-    let start = Arc::new(Barrier::new(callers as usize + 1));
-    let call = Arc::new(call);
-    let tasks: Vec<_> = state
-        .into_iter()
-        .take(callers as usize)
-        .enumerate()
-        .map(|(caller, state)| {
-            let (start, call, state) = (Arc::clone(&start), Arc::clone(&call), Arc::new(state));
-            tokio::spawn(async move {
-                start.wait().await;
-                let began = Instant::now();
-                let mut calls = Vec::with_capacity(per_caller as usize);
-                for n in 0..per_caller {
-                    let one = Instant::now();
-                    call(Arc::clone(&state), caller as u32, n).await?;
-                    calls.push(one.elapsed());
-                }
-                Ok::<_, BenchError>((began, Instant::now(), calls))
-            })
-        })
-        .collect();
-    start.wait().await;
-    // From the first caller's start to the last caller's end.
-    let mut first: Option<Instant> = None;
-    let mut last: Option<Instant> = None;
-    let mut calls = Vec::new();
-    for task in tasks {
-        let (began, ended, mine) = task.await??;
-        first = Some(first.map_or(began, |f| f.min(began)));
-        last = Some(last.map_or(ended, |l| l.max(ended)));
-        calls.extend(mine);
-    }
-    let total = match (first, last) {
-        (Some(first), Some(last)) => last - first,
-        _ => std::time::Duration::ZERO,
-    };
-    eprintln!(
-        "    {} calls in {:.2} s: {:.0}/s",
-        calls.len(),
-        total.as_secs_f64(),
-        calls.len() as f64 / total.as_secs_f64()
-    );
-    Ok(Timing { total, calls })
 }
 
 async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + Send + Sync>> {

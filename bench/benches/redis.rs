@@ -23,11 +23,9 @@
 mod server;
 
 use std::error::Error;
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
 
-use idem_bench::measure::{BenchError, KeySequence, Row, Timing, table};
+use idem_bench::measure::{BenchError, KeySequence, Row, measure_tasks, table};
 use idem_core::protocol::Decision;
 use idem_core::{
     Config, Fingerprint, Generation, Outcome, Record, RecordId, Status, Timestamp, Verdict,
@@ -35,7 +33,6 @@ use idem_core::{
 use idem_store::Receiver;
 use idem_store::redis::RedisStore;
 use redis::aio::MultiplexedConnection;
-use tokio::sync::Barrier;
 
 const CALLERS: [u32; 2] = [1, 64];
 
@@ -82,57 +79,9 @@ fn argument(flag: &str) -> Result<Option<u32>, BenchError> {
     }
 }
 
-/// Times `total` calls spread over `callers` tasks started together; `call` gets the
-/// caller's number and the call's number.
-async fn measure<S, F>(
-    callers: u32,
-    total: u32,
-    state: Arc<S>,
-    call: impl Fn(Arc<S>, u32, u32) -> F + Send + Sync + 'static,
-) -> Result<Timing, BenchError>
-where
-    S: Send + Sync + 'static,
-    F: Future<Output = Result<(), BenchError>> + Send + 'static,
-{
-    let per_caller = (total / callers).max(1);
-    let start = Arc::new(Barrier::new(callers as usize + 1));
-    let call = Arc::new(call);
-    let tasks: Vec<_> = (0..callers)
-        .map(|caller| {
-            let (start, call, state) = (Arc::clone(&start), Arc::clone(&call), Arc::clone(&state));
-            tokio::spawn(async move {
-                start.wait().await;
-                let began = Instant::now();
-                let mut calls = Vec::with_capacity(per_caller as usize);
-                for n in 0..per_caller {
-                    let one = Instant::now();
-                    call(Arc::clone(&state), caller, n).await?;
-                    calls.push(one.elapsed());
-                }
-                Ok::<_, BenchError>((began, Instant::now(), calls))
-            })
-        })
-        .collect();
-    start.wait().await;
-    let (mut first, mut last) = (None::<Instant>, None::<Instant>);
-    let mut calls = Vec::new();
-    for task in tasks {
-        let (began, ended, mine) = task.await??;
-        first = Some(first.map_or(began, |f| f.min(began)));
-        last = Some(last.map_or(ended, |l| l.max(ended)));
-        calls.extend(mine);
-    }
-    let total = match (first, last) {
-        (Some(first), Some(last)) => last - first,
-        _ => std::time::Duration::ZERO,
-    };
-    eprintln!(
-        "    {} calls in {:.2} s: {:.0}/s",
-        calls.len(),
-        total.as_secs_f64(),
-        calls.len() as f64 / total.as_secs_f64()
-    );
-    Ok(Timing { total, calls })
+/// A clone of `shared` for each of `callers`: every row's callers share one connection.
+fn each<S: Clone>(callers: u32, shared: &S) -> Vec<S> {
+    (0..callers).map(|_| shared.clone()).collect()
 }
 
 /// The median, over rounds, of `a`'s rate over `b`'s in the same round.
@@ -330,12 +279,16 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
                     0 => {
                         eprintln!("  idem begin + complete, {callers} callers");
                         let keys = Arc::clone(&keys);
-                        let timing =
-                            measure(callers, total, Arc::clone(&store), move |store, _, _| {
+                        let timing = measure_tasks(
+                            callers,
+                            total,
+                            each(callers, &store),
+                            move |store, _, _| {
                                 let id = RecordId::new("shop", "charge", &keys.next("idem"));
                                 async move { through_idem(&store, &id?).await }
-                            })
-                            .await?;
+                            },
+                        )
+                        .await?;
                         idem_rows.push(Row::new(
                             "redis_idem",
                             "idem begin + complete (4 calls)",
@@ -346,12 +299,16 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
                     1 => {
                         eprintln!("  the same calls by hand, {callers} callers");
                         let keys = Arc::clone(&keys);
-                        let timing =
-                            measure(callers, total, Arc::new(conn.clone()), move |conn, _, _| {
+                        let timing = measure_tasks(
+                            callers,
+                            total,
+                            each(callers, &conn),
+                            move |conn, _, _| {
                                 let id = RecordId::new("shop", "charge", &keys.next("hand"));
                                 async move { by_hand(&conn, &id?).await }
-                            })
-                            .await?;
+                            },
+                        )
+                        .await?;
                         hand_rows.push(Row::new(
                             "redis_floor",
                             "idem's 4 function calls by hand (floor)",
@@ -362,12 +319,16 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
                     _ => {
                         eprintln!("  seed 004's guard, {callers} callers");
                         let keys = Arc::clone(&keys);
-                        let timing =
-                            measure(callers, total, Arc::new(conn.clone()), move |conn, _, _| {
+                        let timing = measure_tasks(
+                            callers,
+                            total,
+                            each(callers, &conn),
+                            move |conn, _, _| {
                                 let key = keys.next("seed");
                                 async move { seed_guard(&conn, &key).await }
-                            })
-                            .await?;
+                            },
+                        )
+                        .await?;
                         seed_rows.push(Row::new(
                             "redis_seed004",
                             "seed 004's guard: GET, SET NX PX, SET + DEL",
@@ -391,7 +352,7 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
         let settled = RecordId::new("shop", "charge", &keys.next("replayed"))?;
         through_idem(&store, &settled).await?;
         let fingerprint = Fingerprint::of_bytes(settled.key().as_bytes());
-        let timing = measure(callers, total, Arc::clone(&store), move |store, _, _| {
+        let timing = measure_tasks(callers, total, each(callers, &store), move |store, _, _| {
             let settled = settled.clone();
             async move {
                 match store.begin(&settled, fingerprint, Timestamp(0)).await? {

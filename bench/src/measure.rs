@@ -6,8 +6,9 @@
 
 use std::error::Error as StdError;
 use std::fmt::Write as _;
-use std::sync::Barrier;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -137,6 +138,70 @@ pub fn measure(
             calls,
         })
     })
+}
+
+/// Times `total` calls spread over `callers` tasks started together; `call` gets the
+/// caller's number and the call's number, and its own of `state` (one per caller: a
+/// connection of its own, or a clone of a shared handle). Each run's rate goes to stderr
+/// as it ends.
+///
+/// # Errors
+///
+/// The first error a call returned; a task that panicked.
+pub async fn measure_tasks<S, F>(
+    callers: u32,
+    total: u32,
+    state: Vec<S>,
+    call: impl Fn(Arc<S>, u32, u32) -> F + Send + Sync + 'static,
+) -> Result<Timing, BenchError>
+where
+    S: Send + Sync + 'static,
+    F: Future<Output = Result<(), BenchError>> + Send + 'static,
+{
+    let per_caller = (total / callers).max(1);
+    let start = Arc::new(tokio::sync::Barrier::new(callers as usize + 1));
+    let call = Arc::new(call);
+    let tasks: Vec<_> = state
+        .into_iter()
+        .take(callers as usize)
+        .enumerate()
+        .map(|(caller, state)| {
+            let (start, call, state) = (Arc::clone(&start), Arc::clone(&call), Arc::new(state));
+            tokio::spawn(async move {
+                start.wait().await;
+                let began = Instant::now();
+                let mut calls = Vec::with_capacity(per_caller as usize);
+                for n in 0..per_caller {
+                    let one = Instant::now();
+                    call(Arc::clone(&state), caller as u32, n).await?;
+                    calls.push(one.elapsed());
+                }
+                Ok::<_, BenchError>((began, Instant::now(), calls))
+            })
+        })
+        .collect();
+    start.wait().await;
+    // From the first caller's start to the last caller's end.
+    let mut first: Option<Instant> = None;
+    let mut last: Option<Instant> = None;
+    let mut calls = Vec::new();
+    for task in tasks {
+        let (began, ended, mine) = task.await??;
+        first = Some(first.map_or(began, |f| f.min(began)));
+        last = Some(last.map_or(ended, |l| l.max(ended)));
+        calls.extend(mine);
+    }
+    let total = match (first, last) {
+        (Some(first), Some(last)) => last - first,
+        _ => std::time::Duration::ZERO,
+    };
+    eprintln!(
+        "    {} calls in {:.2} s: {:.0}/s",
+        calls.len(),
+        total.as_secs_f64(),
+        calls.len() as f64 / total.as_secs_f64()
+    );
+    Ok(Timing { total, calls })
 }
 
 /// The rows as a text table, one line each under a header line.

@@ -17,9 +17,12 @@
 //!   of receivers (docs/postgres.md).
 //! - `mysql::MySqlStore` (feature `mysql`): the same on one MariaDB database
 //!   (docs/mariadb.md).
+//! - `redis::RedisStore` (feature `redis`): the receiver on one Redis server, its
+//!   writes a function library's compare-and-set (docs/redis.md); the layers after the
+//!   key are refused there by name.
 //!
 //! [`any::AnyStore`] opens the engine that what the user gives names (`terminal.redb`,
-//! `postgres://…`, `mysql://…`) behind one type; [`any::BlockingStore`] is the same for a caller
+//! `postgres://…`, `mysql://…`, `redis://…`) behind one type; [`any::BlockingStore`] is the same for a caller
 //! without an async runtime. The `idem` CLI and `idem proxy` open every store that way.
 //!
 //! # The seam

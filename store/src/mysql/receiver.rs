@@ -2,10 +2,7 @@
 //! each statement carries the core's write, conditioned on the revision the engine read;
 //! the steps are in `two_phase.rs`.
 
-use std::future::Future;
 use std::io::{BufRead, Write};
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use idem_core::protocol::{self, Decision, Resolution};
 use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
@@ -18,57 +15,13 @@ use super::row::{key_values, record_at};
 use super::statements::GET;
 use super::two_phase::BEGIN_ATTEMPTS;
 use crate::error::{Error, ImportError, MaintainError};
+use crate::seam::claiming::Claiming;
 use crate::seam::filter::ListFilter;
 use crate::seam::receiver::{GiveUp, Receiver};
 use crate::seam::reconcile;
 use crate::seam::report::{
     Abandoned, Check, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
 };
-
-/// A begin's statements, as a future that may move to a task of its own.
-type BeginWork = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>;
-
-/// A begin's statements, run in the caller's task. Dropped before they answered (the
-/// HTTP client hung up), they finish in a task of their own, which gives back a claim
-/// they made: no key stays claimed by nobody.
-struct Claiming {
-    store: MySqlStore,
-    id: RecordId,
-    work: Option<BeginWork>,
-}
-
-impl Future for Claiming {
-    type Output = Result<Decision, Error>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Some(work) = self.work.as_mut() else {
-            return Poll::Ready(Err(Error::Corrupt {
-                detail: "a begin was polled after its answer".into(),
-            }));
-        };
-        let decided = std::task::ready!(work.as_mut().poll(cx));
-        self.work = None;
-        Poll::Ready(decided)
-    }
-}
-
-impl Drop for Claiming {
-    fn drop(&mut self) {
-        let Some(work) = self.work.take() else {
-            return;
-        };
-        let (store, id) = (self.store.clone(), self.id.clone());
-        let entered = store.inner.background.enter();
-        self.store.inner.runtime.spawn(async move {
-            let _entered = entered;
-            if let Ok(Decision::Claimed { generation, .. }) = work.await {
-                // A failure leaves the claim Pending; a retry after its lease finds it
-                // as the protocol says.
-                let _given_back = store.release(&id, generation, Timestamp(0)).await;
-            }
-        });
-    }
-}
 
 impl MySqlStore {
     /// A begin's statements: a claim, or the core's answer on the record in the way.
@@ -122,13 +75,13 @@ impl Receiver for MySqlStore {
         _now: Timestamp,
     ) -> Result<Decision, Error> {
         let (store, key) = (self.clone(), id.clone());
-        Claiming {
-            store: self.clone(),
-            id: id.clone(),
-            work: Some(Box::pin(async move {
-                store.claim_or_answer(&key, fingerprint).await
-            })),
-        }
+        Claiming::new(
+            self.clone(),
+            id.clone(),
+            self.inner.runtime.clone(),
+            self.inner.background.clone(),
+            Box::pin(async move { store.claim_or_answer(&key, fingerprint).await }),
+        )
         .await
     }
 

@@ -5,6 +5,8 @@
 //!
 //! The seam imports no engine; every engine imports it.
 
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
+pub(crate) mod claiming;
 pub(crate) mod clock;
 pub(crate) mod entity;
 pub(crate) mod filter;
