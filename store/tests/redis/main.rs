@@ -1,6 +1,7 @@
 //! The Redis engine's own tests (`--features redis`), beside the conformance suite: what
 //! it refuses at connect, one clear error each and nothing written; 64 callers on one
-//! key; a `kill -9` of the server under load. Each test starts a throwaway server
+//! key; a `kill -9` of the server under load; a failover to a replica, counted; the
+//! watchdog, in the store and through the tower layer. Each test starts a throwaway server
 //! (`common/redis.rs`): without Redis installed they fail, never skip.
 
 #[path = "../common/redis.rs"]
@@ -392,4 +393,94 @@ async fn a_dead_holders_lease_ends_and_its_late_write_is_refused() {
         store.get(&key).await.unwrap().unwrap().state(),
         State::Unknown
     );
+}
+
+/// A keyed request whose handler runs three times the lease: the layer extends the lease
+/// while it runs, so its key never reads Unknown (nor is taken over), it runs once and is
+/// settled. Without the watchdog, a begin after the lease would turn the key Unknown.
+#[cfg(feature = "http")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_layer_a_handler_three_times_slower_than_the_lease_keeps_its_key() {
+    use std::convert::Infallible;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use bytes::Bytes;
+    use http::{Request, Response};
+    use http_body_util::Full;
+    use idem_core::protocol::Decision;
+    use idem_core::{Fingerprint, RecordId, State, Timestamp};
+    use idem_store::Receiver;
+    use idem_store::http::{IdempotencyLayer, RequestBody, Settings, Tenant};
+    use idem_store::redis::RedisStore;
+    use tower::{Layer, ServiceExt};
+
+    let server = Server::start();
+    let config = idem_core::Config {
+        lease_ms: 400,
+        ..idem_core::Config::default()
+    };
+    let store = Arc::new(
+        RedisStore::builder()
+            .config(config)
+            .connect(&server.url())
+            .await
+            .unwrap(),
+    );
+    let executions = Arc::new(AtomicUsize::new(0));
+    let handler = tower::service_fn({
+        let executions = Arc::clone(&executions);
+        move |_: Request<RequestBody<Full<Bytes>>>| {
+            executions.fetch_add(1, Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(Duration::from_millis(1_200)).await;
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(
+                    b"{\"paid\":1}",
+                ))))
+            }
+        }
+    });
+    let settings = Settings {
+        tenant: Tenant::Fixed("shop".into()),
+        ..Settings::default()
+    };
+    let service = IdempotencyLayer::new(Arc::clone(&store), settings).layer(handler);
+    let request = Request::post("/orders")
+        .header("idempotency-key", "\"slow-1\"")
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+    let first = tokio::spawn(service.oneshot(request));
+    let id = RecordId::new("shop", "POST /orders", "slow-1").unwrap();
+    // The handler runs: the key is claimed.
+    while executions.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut looked = 0;
+    while !first.is_finished() {
+        // A begin under the key, on the server's clock, as a request on another
+        // replica would make: the claim still holds, never Unknown nor taken over.
+        let seen = store
+            .begin(&id, Fingerprint::of_bytes(b"another"), Timestamp(0))
+            .await
+            .unwrap();
+        // Another body under the key: a conflict with the Pending claim while it holds.
+        match seen {
+            Decision::Conflict {
+                state: State::Pending,
+                ..
+            } => looked += 1,
+            // Settled meanwhile.
+            Decision::Conflict {
+                state: State::Succeeded,
+                ..
+            } => {}
+            other => panic!("while the handler ran, a begin answered {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(looked > 10, "looked {looked} times");
+    let answer = first.await.unwrap().unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(executions.load(Ordering::SeqCst), 1, "it ran once");
+    let record = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(record.state(), State::Succeeded);
 }
