@@ -1,7 +1,8 @@
 //! The operator's commands on a Redis server (`--db redis://…`), on a throwaway server:
 //! the same JSON and exit statuses as on a file, the server's clock, the function library
 //! printed for an operator, moving records between a file and the server, a server whose
-//! settings are refused, and two proxies on one server.
+//! settings are refused (and, accepted, named by the proxy's /healthz and /metrics), and
+//! two proxies on one server.
 
 mod common;
 
@@ -12,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::Idem;
-use common::http::{Proxy, Upstream, post};
+use common::http::{Proxy, Upstream, get, post};
 use serde_json::json;
 use server::Server;
 
@@ -134,6 +135,33 @@ fn a_server_that_can_lose_an_answer_is_refused_unless_the_url_accepts_it() {
         ..Idem::new()
     };
     accepted.run(&["begin", "t", "o", "k"]).code(0);
+
+    // A proxy that runs so says it where an operator looks: /healthz and /metrics.
+    let upstream = Upstream::start(Duration::from_millis(1));
+    let proxy = Proxy::start(&accepted, &upstream.url(), &["--tenant", "shop"]);
+    let health = get(proxy.address, "/healthz");
+    assert_eq!(
+        (health.status, health.body.as_str()),
+        (
+            200,
+            "ready\ndurability risk accepted: appendfsync is everysec (accept_unsafe_durability)\n"
+        )
+    );
+    let metrics = get(proxy.address, "/metrics").body;
+    assert!(
+        metrics.contains("\nidem_proxy_durability_risk_accepted 1\n"),
+        "{metrics}"
+    );
+    // And one on a server with the required settings says nothing of the kind.
+    let safe = Server::start();
+    let proxy = Proxy::start(&on(&safe), &upstream.url(), &["--tenant", "shop"]);
+    let health = get(proxy.address, "/healthz");
+    assert_eq!((health.status, health.body.as_str()), (200, "ready\n"));
+    let metrics = get(proxy.address, "/metrics").body;
+    assert!(
+        metrics.contains("\nidem_proxy_durability_risk_accepted 0\n"),
+        "{metrics}"
+    );
 }
 
 #[test]

@@ -141,14 +141,20 @@ where
     }
 
     /// 200 when the store can take requests, 503 with the cause otherwise (a full
-    /// disk, a database that does not answer).
+    /// disk, a database that does not answer); a durability risk accepted at connect is
+    /// named either way.
     async fn healthz(&self) -> Answer {
+        let risk = self
+            .store
+            .accepted_risk()
+            .map(|risk| format!("durability risk accepted: {risk} (accept_unsafe_durability)\n"))
+            .unwrap_or_default();
         match self.store.unready().await {
-            None => own(200, "text/plain; charset=utf-8", "ready\n".to_owned()),
+            None => own(200, "text/plain; charset=utf-8", format!("ready\n{risk}")),
             Some(cause) => own(
                 503,
                 "text/plain; charset=utf-8",
-                format!("the store cannot take requests: {cause}\n"),
+                format!("the store cannot take requests: {cause}\n{risk}"),
             ),
         }
     }
@@ -158,6 +164,8 @@ where
             self.metrics.commit_counts(counts);
         }
         self.metrics.unsettled((self.unsettled)());
+        self.metrics
+            .risk_accepted(self.store.accepted_risk().is_some());
         if self.metrics.unknown_keys_due()
             && let Ok(count) = self.store.unknown_keys().await
         {

@@ -62,6 +62,7 @@ pub(super) struct Metrics {
     store_seconds: Family<CallLabel, Histogram>,
     store_failures: Family<FailureLabel, Counter>,
     unknown_keys: Gauge,
+    risk_accepted: Gauge,
     unsettled_keys: Gauge,
     unsettled_bytes: Gauge,
     unsettled_dropped: Counter,
@@ -153,6 +154,12 @@ impl Metrics {
             "Keys whose outcome is unknown and that wait for a reconciler (read at most every 10 s)",
             unknown_keys.clone(),
         );
+        let risk_accepted = Gauge::default();
+        registry.register(
+            "durability_risk_accepted",
+            "1 when the store runs under a server setting that can lose an answered request, accepted at connect (accept_unsafe_durability); /healthz names it",
+            risk_accepted.clone(),
+        );
         let commits = file.then(|| {
             let commits = Commits {
                 commits: Counter::default(),
@@ -186,6 +193,7 @@ impl Metrics {
             store_seconds,
             store_failures,
             unknown_keys,
+            risk_accepted,
             unsettled_keys,
             unsettled_bytes,
             unsettled_dropped,
@@ -284,6 +292,11 @@ impl Metrics {
     pub(super) fn unknown_keys(&self, count: u64) {
         self.unknown_keys
             .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Whether the store runs under an accepted durability risk (read at a scrape).
+    pub(super) fn risk_accepted(&self, accepted: bool) {
+        self.risk_accepted.set(i64::from(accepted));
     }
 
     /// Every metric in Prometheus text form.

@@ -52,6 +52,10 @@ impl Receiver for AnyStore {
         on!(self, store => Receiver::idle(store).await);
     }
 
+    fn accepted_risk(&self) -> Option<&str> {
+        on!(self, store => Receiver::accepted_risk(store))
+    }
+
     fn commit_counts(&self) -> Option<CommitCounts> {
         on!(self, store => Receiver::commit_counts(store))
     }

@@ -42,8 +42,8 @@ pub(super) async fn check_server(conn: &mut Conn) -> Result<(), ConnectError> {
 type Finding = (&'static str, String, &'static str);
 
 /// Reads the server's durability settings and refuses the first unsafe one, unless
-/// `accept` says to run with it.
-pub(super) async fn check(conn: &mut Conn, accept: bool) -> Result<(), ConnectError> {
+/// `accept` says to run with it: then the risk accepted, named with its value.
+pub(super) async fn check(conn: &mut Conn, accept: bool) -> Result<Option<String>, ConnectError> {
     let rows: Vec<(String, String)> = conn
         .query(
             "SHOW GLOBAL VARIABLES WHERE Variable_name IN \
@@ -63,7 +63,8 @@ pub(super) async fn check(conn: &mut Conn, accept: bool) -> Result<(), ConnectEr
             value,
             fix,
         }),
-        _ => Ok(()),
+        Some((variable, value, _)) => Ok(Some(format!("{variable} is {value}"))),
+        None => Ok(None),
     }
 }
 

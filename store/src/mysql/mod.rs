@@ -83,6 +83,8 @@ struct Inner {
     runtime: Handle,
     /// The begins left by their callers and the give-ups, running in tasks of their own.
     background: crate::seam::running::Running,
+    /// The unsafe durability setting accepted at connect, if any.
+    accepted_risk: Option<String>,
 }
 
 impl std::fmt::Debug for MySqlStore {
@@ -356,12 +358,13 @@ impl MySqlStoreBuilder {
             .map_err(ConnectError::Connect)?;
         let checked = async {
             durability::check_server(&mut conn).await?;
-            durability::check(&mut conn, accept_unsafe).await?;
-            schema::ensure(&mut conn, self.create_schema).await
+            let risk = durability::check(&mut conn, accept_unsafe).await?;
+            schema::ensure(&mut conn, self.create_schema).await?;
+            Ok::<_, ConnectError>(risk)
         }
         .await;
         let _ = conn.disconnect().await;
-        checked?;
+        let accepted_risk = checked?;
         let pool = mysql_async::Pool::new(pool::options(&opts, &session, self.pool_size));
         Ok(MySqlStore {
             inner: Arc::new(Inner {
@@ -369,6 +372,7 @@ impl MySqlStoreBuilder {
                 pool,
                 runtime,
                 background: crate::seam::running::Running::default(),
+                accepted_risk,
             }),
         })
     }

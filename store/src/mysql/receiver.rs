@@ -54,6 +54,10 @@ impl Receiver for MySqlStore {
         &self.inner.config
     }
 
+    fn accepted_risk(&self) -> Option<&str> {
+        self.inner.accepted_risk.as_deref()
+    }
+
     async fn ready(&self) -> bool {
         self.ping().await
     }

@@ -18,8 +18,12 @@ fn info_field<'i>(info: &'i str, field: &str) -> Option<&'i str> {
 }
 
 /// Refuses a server older than 7.0 (functions), then reads its durability settings and
-/// refuses the first unsafe one, unless `accept` says to run with it.
-pub(super) async fn check(conn: &mut ConnectionManager, accept: bool) -> Result<(), ConnectError> {
+/// refuses the first unsafe one, unless `accept` says to run with it: then the risk
+/// accepted, named with its value (or as settings that could not be read).
+pub(super) async fn check(
+    conn: &mut ConnectionManager,
+    accept: bool,
+) -> Result<Option<String>, ConnectError> {
     let info: String = redis::cmd("INFO")
         .arg("server")
         .query_async(conn)
@@ -48,7 +52,12 @@ pub(super) async fn check(conn: &mut ConnectionManager, accept: bool) -> Result<
             .await;
         match pair {
             Ok(pair) => settings.push((name, pair.get(1).cloned().unwrap_or_default())),
-            Err(_) if accept => return Ok(()),
+            Err(_) if accept => {
+                return Ok(Some(
+                    "the server's durability settings could not be read (CONFIG GET refused)"
+                        .to_owned(),
+                ));
+            }
             Err(e) => return Err(ConnectError::ReadSettings(e)),
         }
     }
@@ -58,7 +67,8 @@ pub(super) async fn check(conn: &mut ConnectionManager, accept: bool) -> Result<
             value,
             fix,
         }),
-        _ => Ok(()),
+        Some((setting, value, _)) => Ok(Some(format!("{setting} is {value}"))),
+        None => Ok(None),
     }
 }
 

@@ -68,6 +68,8 @@ struct Inner {
     runtime: Handle,
     /// The begins left by their callers and the give-ups, running in tasks of their own.
     background: crate::seam::running::Running,
+    /// The unsafe durability setting accepted at connect, if any.
+    accepted_risk: Option<String>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -245,7 +247,7 @@ impl RedisStoreBuilder {
         let mut conn = ConnectionManager::new_with_config(client, manager)
             .await
             .map_err(ConnectError::Connect)?;
-        durability::check(&mut conn, accept).await?;
+        let accepted_risk = durability::check(&mut conn, accept).await?;
         durability::load_library(&mut conn).await?;
         Ok(RedisStore {
             inner: Arc::new(Inner {
@@ -253,6 +255,7 @@ impl RedisStoreBuilder {
                 conn,
                 runtime,
                 background: crate::seam::running::Running::default(),
+                accepted_risk,
             }),
         })
     }

@@ -42,6 +42,10 @@ impl Receiver for RedisStore {
         &self.inner.config
     }
 
+    fn accepted_risk(&self) -> Option<&str> {
+        self.inner.accepted_risk.as_deref()
+    }
+
     async fn ready(&self) -> bool {
         self.ping().await
     }

@@ -72,6 +72,14 @@ pub trait Receiver: Send + Sync + 'static {
         }
     }
 
+    /// The durability risk this engine runs under by its operator's choice: a server
+    /// setting that can lose an answered request, accepted at connect
+    /// (`accept_unsafe_durability`), named with its value; `None` when there is none. What
+    /// a health check and a metric show, so that the choice stays seen.
+    fn accepted_risk(&self) -> Option<&str> {
+        None
+    }
+
     /// Ready once nothing this engine started in the background is still running (a
     /// claim given back after its caller left, a give-up): what a server waits for
     /// before it exits. An engine that finishes such work before it is dropped (the
