@@ -193,3 +193,43 @@ fn two_proxies_on_one_server_run_a_request_once_and_both_replay_it() {
     );
     assert_eq!(upstream.executions("\"order-1\""), 1, "ran once");
 }
+
+#[test]
+fn entities_move_on_redis_and_tokens_are_refused_by_name() {
+    let server = Server::start();
+    let idem = on(&server);
+    let machine = idem.file(
+        "payment.json",
+        br#"{"states": ["created", "paid"], "initial": "created", "moves": [["created", "paid"]]}"#,
+    );
+    let mv = |to: &str, extra: &[&str]| {
+        let mut args = vec![
+            "--json",
+            "transition",
+            "shop",
+            "payment",
+            "p-1",
+            to,
+            "--machine",
+            &machine,
+        ];
+        args.extend_from_slice(extra);
+        idem.run(&args)
+    };
+    let created = mv("created", &[]);
+    created.code(0);
+    assert_eq!(created.json()["version"], json!(1));
+    mv("paid", &["--expected-version", "1"]).code(0);
+    let stale = mv("paid", &["--expected-version", "1"]);
+    stale.code(0);
+    assert_eq!(stale.json()["decision"], "already_there");
+    let back = mv("created", &[]);
+    back.code(6);
+    assert_eq!(back.json()["decision"], "illegal");
+    let listed = idem.run(&["--json", "entity", "list", "payment", "--state", "paid"]);
+    listed.code(0);
+    assert!(listed.stdout.contains("\"p-1\""), "{}", listed.stdout);
+    idem.run(&["token", "issue", "shop", "redeem", "--ttl", "15m"])
+        .code(2)
+        .one_error_line(&["token issue", "redis"]);
+}

@@ -15,6 +15,11 @@
 --                      below it (a server clock stepped back, a restart)
 --   {idem}:sizes       each record's size in bytes, by id
 --   {idem}:bytes       the sizes' sum: what the records take
+--   {idem}:e:<id>      an entity: idem-core's encoding of it; <id> its address's key bytes
+--   {idem}:entities    every entity's <id>, score 0, in the order of their bytes
+--   {idem}:ek:<kind>   the entities of a kind: <len state><state><id>, score 0
+--   {idem}:u:<id>      a claimed value's holder; <id> the key bytes of (tenant, scope, value)
+--   {idem}:unique      every claimed value's <id>, score 0
 -- An <id> is idem-core's key bytes of the record id.
 
 local VERSION = 1
@@ -163,6 +168,34 @@ local function import(keys, args)
   return {1, written}
 end
 
+-- keys: a value (an entity, a claimed value). args: the bytes read ('' for absent), the
+-- bytes to write ('' to delete), then triples: an index (a sorted set of its own keys'
+-- members, score 0), a member to take out of it ('' none), a member to put in ('' none).
+-- Returns 1 when written, 0 when the value is no longer the one read.
+local function swap(keys, args)
+  local current = redis.call('GET', keys[1])
+  if not current then current = '' end
+  if current ~= args[1] then
+    return 0
+  end
+  if args[2] == '' then
+    redis.call('DEL', keys[1])
+  else
+    redis.call('SET', keys[1], args[2])
+  end
+  local i = 3
+  while i + 2 <= #args do
+    if args[i + 1] ~= '' then
+      redis.call('ZREM', args[i], args[i + 1])
+    end
+    if args[i + 2] ~= '' then
+      redis.call('ZADD', args[i], 0, args[i + 2])
+    end
+    i = i + 3
+  end
+  return 1
+end
+
 -- keys: none. Returns the library's version.
 local function version(keys, args)
   return VERSION
@@ -174,4 +207,5 @@ redis.register_function('idem_next_generation', next_generation)
 redis.register_function('idem_write', write)
 redis.register_function('idem_forget', forget)
 redis.register_function('idem_import', import)
+redis.register_function('idem_swap', swap)
 redis.register_function{function_name = 'idem_version', callback = version, flags = {'no-writes'}}

@@ -27,17 +27,19 @@
 //!   unless told to accept it ([`RedisStoreBuilder::accept_unsafe_durability`]).
 //! - A call whose connection broke reads the record back before it answers.
 //!
-//! What only a transaction of the caller's own can hold (atomic execute, the inbox), and
-//! for now the entities, claimed values and tokens, are refused with
-//! [`crate::Error::Unsupported`].
+//! Entities (moved by a state machine with a version check) and claimed values are kept
+//! beside the records, each written by a compare-and-set of its own. What only a
+//! transaction of the caller's own can hold (atomic execute, the inbox), and for now the
+//! one-time tokens, are refused with [`crate::Error::Unsupported`].
 //!
 //! A `RedisStore` needs a tokio runtime: connect it from inside one.
 
 mod durability;
+mod entity;
 mod keys;
-mod layers;
 mod maintain;
 mod receiver;
+mod token;
 mod transfer;
 mod two_phase;
 

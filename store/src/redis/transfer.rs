@@ -1,21 +1,26 @@
 //! Export and import on Redis: the same JSON lines as every engine's, read through the
-//! one line reader they share (`seam/transfer/`). Records move; an input that holds
-//! intents, entities, claimed values or tokens is refused by its first such line, since
-//! this engine keeps none. An import checks every record before it writes any, and
-//! writes them with `idem_import`, which refuses the whole call when a record there
-//! differs; the generation counter is only ever raised.
+//! one line reader they share (`seam/transfer/`). Records, entities and claimed values
+//! move; an input that holds intents or tokens is refused by its first such line, since
+//! this engine keeps none. An import checks every line against what the server holds
+//! before it writes any, then writes the records with `idem_import` (which refuses the
+//! whole call when a record there differs), the entities and claimed values each by a
+//! compare-and-set; the generation counter is only ever raised.
 
 use std::io::{BufRead, Write};
 
 use idem_core::{Generation, Record, RecordId, Timestamp};
 
 use super::RedisStore;
+use super::entity::{ENTITIES, UNIQUE, id_of_bytes};
 use super::keys::{FLOOR, GENERATION, IDS, placed, record_key};
 use super::two_phase::failed;
 use crate::error::{Error, ImportError, MaintainError};
+use crate::seam::entity::{Entities, unique_key};
 use crate::seam::report::Transferred;
 use crate::seam::transfer::view::RecordView;
-use crate::seam::transfer::{Line, Lines, write_header, write_line};
+use crate::seam::transfer::{
+    BusinessLine, EntityView, Line, Lines, UniqueView, write_header, write_line,
+};
 
 /// Records one `idem_import` call writes at most.
 const IMPORT_BATCH: usize = 500;
@@ -40,6 +45,23 @@ impl RedisStore {
             }
             start += EXPORT_PAGE;
         }
+        let mut entities = Vec::new();
+        for member in self.all_of(ENTITIES).await? {
+            let id = id_of_bytes(&member)?;
+            if let Some(entity) = self.get_entity(&id).await? {
+                entities.push((id, entity));
+            }
+        }
+        let mut claimed = Vec::new();
+        for member in self.all_of(UNIQUE).await? {
+            let id = RecordId::from_key_bytes(&member).map_err(|source| Error::Decode {
+                what: "a claimed value's key".into(),
+                source,
+            })?;
+            if let Some(holder) = self.holder_of("export", &member).await? {
+                claimed.push((id, holder));
+            }
+        }
         let mut conn = self.conn();
         let generation: Option<u64> = redis::cmd("GET")
             .arg(GENERATION)
@@ -48,6 +70,8 @@ impl RedisStore {
             .map_err(failed("export"))?;
         let counts = Transferred {
             records: records.len() as u64,
+            entities: entities.len() as u64,
+            unique: claimed.len() as u64,
             ..Transferred::default()
         };
         let mut out = std::io::BufWriter::new(out);
@@ -61,8 +85,27 @@ impl RedisStore {
         for (id, record) in &records {
             write_line(&mut out, &RecordView::new(id, record))?;
         }
+        for (id, entity) in &entities {
+            write_line(&mut out, &BusinessLine::Entity(EntityView::new(id, entity)))?;
+        }
+        for (id, holder) in &claimed {
+            let view = UniqueView::new(id.tenant(), id.operation(), id.key(), holder);
+            write_line(&mut out, &BusinessLine::Unique(view))?;
+        }
         out.flush().map_err(MaintainError::Export)?;
         Ok(counts)
+    }
+
+    /// Every member of the index `index`, in its order.
+    async fn all_of(&self, index: &str) -> Result<Vec<Vec<u8>>, Error> {
+        let mut conn = self.conn();
+        redis::cmd("ZRANGE")
+            .arg(index)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .map_err(failed("export"))
     }
 
     async fn members_of_ids(&self, start: usize) -> Result<Vec<Vec<u8>>, Error> {
@@ -99,6 +142,8 @@ impl RedisStore {
         let mut highest = Generation(0);
         let mut floor = Timestamp(0);
         let mut records: Vec<(u64, RecordId, Record)> = Vec::new();
+        let mut entities = Vec::new();
+        let mut claimed = Vec::new();
         while let Some((number, line)) = lines.next_line()? {
             let kept = match line {
                 Line::Header {
@@ -115,8 +160,26 @@ impl RedisStore {
                     records.push((number, id, record));
                     continue;
                 }
+                Line::Business(BusinessLine::Entity(view)) => {
+                    let (id, entity) = view.to_entity().map_err(|m| ImportError::Line {
+                        line: number,
+                        message: format!("entity: {m}"),
+                    })?;
+                    entities.push((number, id, entity));
+                    continue;
+                }
+                Line::Business(BusinessLine::Unique(view)) => {
+                    let (tenant, scope, value, holder) =
+                        view.to_claim().map_err(|m| ImportError::Line {
+                            line: number,
+                            message: format!("unique: {m}"),
+                        })?;
+                    let key = unique_key(tenant, scope, value)?;
+                    let name = format!("{tenant}/{scope}/{value}");
+                    claimed.push((number, key, name, holder.to_owned()));
+                    continue;
+                }
                 Line::Intent(_) => "intents",
-                Line::Business(_) => "entities or claimed values",
                 Line::Token(_) => "tokens",
             };
             return Err(ImportError::Line {
@@ -141,6 +204,34 @@ impl RedisStore {
                     line: *number,
                     message: format!(
                         "{id}: the server already holds a different record under this id"
+                    ),
+                });
+            }
+        }
+        for (number, id, entity) in &entities {
+            if self
+                .get_entity(id)
+                .await?
+                .is_some_and(|there| there != *entity)
+            {
+                return Err(ImportError::Line {
+                    line: *number,
+                    message: format!(
+                        "entity {id}: the server already holds a different entity under this id"
+                    ),
+                });
+            }
+        }
+        for (number, key, name, holder) in &claimed {
+            if self
+                .holder_of("import", key)
+                .await?
+                .is_some_and(|there| there != *holder)
+            {
+                return Err(ImportError::Line {
+                    line: *number,
+                    message: format!(
+                        "unique {name}: the server already holds it for another holder"
                     ),
                 });
             }
@@ -175,6 +266,22 @@ impl RedisStore {
                         "{id}: the server already holds a different record under this id"
                     ),
                 });
+            }
+        }
+        // Written where nothing is there yet (what is there is the same, checked above);
+        // a writer that came in between fails the import, as a conflict would.
+        for (_, id, entity) in &entities {
+            if self.get_entity(id).await?.is_none()
+                && !self.swap_entity(id, &[], None, entity).await?
+            {
+                return Err(Error::Contended { attempts: 1 }.into());
+            }
+        }
+        for (_, key, _, holder) in &claimed {
+            if self.holder_of("import", key).await?.is_none()
+                && !self.swap_unique("import", key, "", holder).await?
+            {
+                return Err(Error::Contended { attempts: 1 }.into());
             }
         }
         Ok(transferred)

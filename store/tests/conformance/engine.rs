@@ -560,29 +560,23 @@ impl Engine for Redis {
     fn check_integrity(&self) {}
 }
 
-/// On Redis, entities, claimed values and tokens are refused by name
-/// ([`idem_store::Error::Unsupported`]), and nothing is written.
+/// On Redis, tokens are refused by name ([`idem_store::Error::Unsupported`]), and
+/// nothing is written.
 #[cfg(feature = "redis")]
 pub(crate) async fn layers_refused_by_name() {
-    use idem_store::entity::EntityId;
     let h = Redis::open(Config::default()).await;
     let store = h.store();
-    let machine = crate::machines::machine(&["new", "paid"], &[("new", "paid")]);
-    let id = EntityId::new("shop", "order", "o-1").unwrap();
+    let id = idem_core::RecordId::new("shop", "charge", "k").unwrap();
     let refusals = [
-        store
-            .transition(&machine, &id, "paid", None, h.now())
-            .await
-            .unwrap_err(),
-        store.get_entity(&id).await.unwrap_err(),
-        store
-            .claim_unique("shop", "email", "a@example.com", "u-1")
-            .await
-            .unwrap_err(),
         store
             .issue_token("shop", "charge", 60_000, None, [7; 16], h.now())
             .await
             .unwrap_err(),
+        store
+            .consume(&id, idem_core::Fingerprint::of_bytes(b"k"), h.now())
+            .await
+            .unwrap_err(),
+        store.get_token(&id).await.unwrap_err(),
         store.sweep_tokens(h.now(), 10).await.unwrap_err(),
     ];
     for refusal in refusals {

@@ -4,8 +4,8 @@
 //! engine under the same names:
 //! `conformance::file::NAME` on the redb file, `conformance::postgres::NAME` on
 //! PostgreSQL, `conformance::mariadb::NAME` on MariaDB (`--features mysql`),
-//! `conformance::redis::NAME` on Redis (`--features redis`: the receiver's part, since
-//! the engine refuses the layers after the key).
+//! `conformance::redis::NAME` on Redis (`--features redis`: the receiver's and the
+//! entities' parts, since the engine refuses tokens).
 //!
 //! Each test is written once, as an async function generic over an [`Engine`] (the
 //! harness: a fresh store of one engine, and the few things an engine differs in for a
@@ -61,7 +61,8 @@ pub(crate) const DAY: u64 = 24 * HOUR;
 macro_rules! suite {
     ($engine:ty) => {
         receiver_suite!($engine);
-        layer_suite!($engine);
+        entity_suite!($engine);
+        token_suite!($engine);
     };
 }
 
@@ -133,12 +134,10 @@ macro_rules! receiver_suite {
     };
 }
 
-/// The layers' part of [`suite!`]: entities, claimed values, tokens, and an import that
-/// holds them with records and intents.
-macro_rules! layer_suite {
+/// The entities' part of [`suite!`]: entities moved by a machine, claimed values.
+macro_rules! entity_suite {
     ($engine:ty) => {
         each!($engine;
-            transfer::an_import_refused_at_one_line_writes_nothing_of_the_others,
             entities::a_move_the_machine_allows_is_applied_and_any_other_is_refused,
             entities::a_stale_expected_version_is_refused_and_writes_nothing,
             entities::callbacks_in_every_order_end_in_one_state_and_no_move_runs_twice,
@@ -148,6 +147,16 @@ macro_rules! layer_suite {
             entities::entities_and_claimed_values_go_through_export_and_import,
             uniqueness::a_business_value_is_claimed_once_and_held_until_released,
             uniqueness::a_claimed_value_that_breaks_a_rule_is_refused_naming_the_field,
+        );
+    };
+}
+
+/// The tokens' part of [`suite!`]: one-time tokens, and an import that holds records,
+/// intents and entities together.
+macro_rules! token_suite {
+    ($engine:ty) => {
+        each!($engine;
+            transfer::an_import_refused_at_one_line_writes_nothing_of_the_others,
             tokens::a_token_is_consumed_once_and_every_later_consume_answers_that_use,
             tokens::a_token_not_issued_for_its_key_or_expired_unused_is_refused_and_writes_nothing,
             tokens::a_released_consume_gives_the_token_back,
@@ -217,12 +226,13 @@ mod mariadb {
     }
 }
 
-/// The suite's receiver part on Redis (`idem_store::redis::RedisStore`, `--features
-/// redis`), each test on a server of its own; the layers after the key are refused there
-/// by name.
+/// The suite's receiver and entity parts on Redis (`idem_store::redis::RedisStore`,
+/// `--features redis`), each test on a server of its own; tokens are refused there by
+/// name.
 #[cfg(feature = "redis")]
 mod redis {
     receiver_suite!(crate::engine::Redis);
+    entity_suite!(crate::engine::Redis);
 
     /// The server's clock rule: the caller's clock is not used, however far off.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -233,9 +243,9 @@ mod redis {
         .await;
     }
 
-    /// Entities, claimed values and tokens are refused by name, and nothing is written.
+    /// Tokens are refused by name, and nothing is written.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn the_layers_after_the_key_are_refused_by_name() {
+    async fn tokens_are_refused_by_name() {
         crate::engine::layers_refused_by_name().await;
     }
 }
