@@ -236,8 +236,7 @@ fn failure_of(e: &AnyOpenError, message: String) -> Failure {
 /// A store error as a failure with the exit status of the contract.
 pub(crate) fn store_failure(e: Error) -> Failure {
     let exit = match &e {
-        // A command the store's engine does not offer: the --db is wrong for it.
-        Error::Id(_) | Error::Token(_) | Error::Unsupported { .. } => Exit::Usage,
+        Error::Id(_) | Error::Token(_) => Exit::Usage,
         Error::Refused(Refusal::NotFound) => Exit::NotFound,
         Error::Refused(Refusal::Stale { .. } | Refusal::WrongState { .. }) => Exit::Stale,
         Error::Refused(_) => Exit::Usage,

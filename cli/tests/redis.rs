@@ -195,7 +195,7 @@ fn two_proxies_on_one_server_run_a_request_once_and_both_replay_it() {
 }
 
 #[test]
-fn entities_move_on_redis_and_tokens_are_refused_by_name() {
+fn entities_and_tokens_work_on_redis() {
     let server = Server::start();
     let idem = on(&server);
     let machine = idem.file(
@@ -229,7 +229,33 @@ fn entities_move_on_redis_and_tokens_are_refused_by_name() {
     let listed = idem.run(&["--json", "entity", "list", "payment", "--state", "paid"]);
     listed.code(0);
     assert!(listed.stdout.contains("\"p-1\""), "{}", listed.stdout);
-    idem.run(&["token", "issue", "shop", "redeem", "--ttl", "15m"])
-        .code(2)
-        .one_error_line(&["token issue", "redis"]);
+    // A one-time token, issued once for an intent, used once.
+    let issue = || {
+        let run = idem.run(&[
+            "--json", "token", "issue", "shop", "redeem", "--ttl", "15m", "--intent", "order-9",
+        ]);
+        run.code(0);
+        run.json()["token"].as_str().unwrap().to_owned()
+    };
+    let token = issue();
+    assert_eq!(issue(), token, "the same intent's token again");
+    let consume = || {
+        idem.run(&[
+            "token",
+            "consume",
+            "shop",
+            "redeem",
+            &token,
+            "--",
+            "sh",
+            "-c",
+            "echo redeemed",
+        ])
+    };
+    let first = consume();
+    first.code(0);
+    assert_eq!(first.stdout, "redeemed\n");
+    let again = consume();
+    again.code(0);
+    assert_eq!(again.stdout, "redeemed\n", "replayed, not run again");
 }

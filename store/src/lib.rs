@@ -17,9 +17,8 @@
 //!   of receivers (docs/postgres.md).
 //! - `mysql::MySqlStore` (feature `mysql`): the same on one MariaDB database
 //!   (docs/mariadb.md).
-//! - `redis::RedisStore` (feature `redis`): the receiver and the entities on one Redis
-//!   server, each write a function library's compare-and-set (docs/redis.md); tokens
-//!   are refused there by name.
+//! - `redis::RedisStore` (feature `redis`): the same on one Redis server, each write a
+//!   function library's compare-and-set (docs/redis.md); no atomic execute there.
 //!
 //! [`any::AnyStore`] opens the engine that what the user gives names (`terminal.redb`,
 //! `postgres://…`, `mysql://…`, `redis://…`) behind one type; [`any::BlockingStore`] is the same for a caller

@@ -20,6 +20,11 @@
 --   {idem}:ek:<kind>   the entities of a kind: <len state><state><id>, score 0
 --   {idem}:u:<id>      a claimed value's holder; <id> the key bytes of (tenant, scope, value)
 --   {idem}:unique      every claimed value's <id>, score 0
+--   {idem}:t:<id>      an issued token's entry; <id> the key bytes of (tenant, operation,
+--                      token)
+--   {idem}:tokens      every issued token's <id>, scored by the time it expires
+--   {idem}:ti:<id>     an intent's entry: the token issued for it last; <id> the key bytes
+--                      of (tenant, operation, intent id)
 -- An <id> is idem-core's key bytes of the record id.
 
 local VERSION = 1
@@ -196,6 +201,47 @@ local function swap(keys, args)
   return 1
 end
 
+-- keys: any. Returns {their values ('' for absent ones), the clock}: read together.
+local function read_many(keys, args)
+  local values = {}
+  for i, key in ipairs(keys) do
+    values[i] = redis.call('GET', key) or ''
+  end
+  return {values, now_ms()}
+end
+
+-- keys: a new token's entry. args: the entry's bytes, the time it expires (ms), the
+-- token's id, its intent's entry key ('' for none), that entry as read ('' for absent),
+-- the token's bytes (the intent's entry's new value). Returns 1 when written, 0 when the
+-- intent's entry changed since it was read, -1 when the token is there already.
+local function issue(keys, args)
+  if redis.call('EXISTS', keys[1]) == 1 then
+    return -1
+  end
+  if args[4] ~= '' then
+    local current = redis.call('GET', args[4]) or ''
+    if current ~= args[5] then
+      return 0
+    end
+    redis.call('SET', args[4], args[6])
+  end
+  redis.call('SET', keys[1], args[1])
+  redis.call('ZADD', '{idem}:tokens', tonumber(args[2]), args[3])
+  return 1
+end
+
+-- keys: a token's entry. args: the token's id, its intent's entry key ('' for none), the
+-- token's bytes. Deletes the entry, and the intent's entry where it names this token.
+-- Returns how many entries of tokens it deleted (0 or 1).
+local function drop_token(keys, args)
+  local dropped = redis.call('DEL', keys[1])
+  redis.call('ZREM', '{idem}:tokens', args[1])
+  if args[2] ~= '' and redis.call('GET', args[2]) == args[3] then
+    redis.call('DEL', args[2])
+  end
+  return dropped
+end
+
 -- keys: none. Returns the library's version.
 local function version(keys, args)
   return VERSION
@@ -208,4 +254,7 @@ redis.register_function('idem_write', write)
 redis.register_function('idem_forget', forget)
 redis.register_function('idem_import', import)
 redis.register_function('idem_swap', swap)
+redis.register_function('idem_read_many', read_many)
+redis.register_function('idem_issue', issue)
+redis.register_function('idem_drop_token', drop_token)
 redis.register_function{function_name = 'idem_version', callback = version, flags = {'no-writes'}}

@@ -27,10 +27,10 @@
 //!   unless told to accept it ([`RedisStoreBuilder::accept_unsafe_durability`]).
 //! - A call whose connection broke reads the record back before it answers.
 //!
-//! Entities (moved by a state machine with a version check) and claimed values are kept
-//! beside the records, each written by a compare-and-set of its own. What only a
-//! transaction of the caller's own can hold (atomic execute, the inbox), and for now the
-//! one-time tokens, are refused with [`crate::Error::Unsupported`].
+//! Entities (moved by a state machine with a version check), claimed values and one-time
+//! tokens are kept beside the records, each written by a compare-and-set of its own. What
+//! only a transaction of the caller's own can hold (atomic execute with the caller's
+//! writes, the inbox) is not offered: Redis has no transaction that holds them.
 //!
 //! A `RedisStore` needs a tokio runtime: connect it from inside one.
 

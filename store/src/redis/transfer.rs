@@ -1,6 +1,6 @@
 //! Export and import on Redis: the same JSON lines as every engine's, read through the
-//! one line reader they share (`seam/transfer/`). Records, entities and claimed values
-//! move; an input that holds intents or tokens is refused by its first such line, since
+//! one line reader they share (`seam/transfer/`). Records, entities, claimed values and
+//! tokens move; an input that holds intents is refused by its first such line, since
 //! this engine keeps none. An import checks every line against what the server holds
 //! before it writes any, then writes the records with `idem_import` (which refuses the
 //! whole call when a record there differs), the entities and claimed values each by a
@@ -8,18 +8,20 @@
 
 use std::io::{BufRead, Write};
 
-use idem_core::{Generation, Record, RecordId, Timestamp};
+use idem_core::{Generation, IssuedToken, Record, RecordId, Timestamp, Token};
 
 use super::RedisStore;
 use super::entity::{ENTITIES, UNIQUE, id_of_bytes};
 use super::keys::{FLOOR, GENERATION, IDS, placed, record_key};
+use super::token::{TOKENS, intent_key};
 use super::two_phase::failed;
 use crate::error::{Error, ImportError, MaintainError};
 use crate::seam::entity::{Entities, unique_key};
 use crate::seam::report::Transferred;
+use crate::seam::token::Tokens;
 use crate::seam::transfer::view::RecordView;
 use crate::seam::transfer::{
-    BusinessLine, EntityView, Line, Lines, UniqueView, write_header, write_line,
+    BusinessLine, EntityView, Line, Lines, TokenLine, UniqueView, write_header, write_line,
 };
 
 /// Records one `idem_import` call writes at most.
@@ -62,6 +64,18 @@ impl RedisStore {
                 claimed.push((id, holder));
             }
         }
+        let mut tokens = Vec::new();
+        let mut token_ids = self.all_of(TOKENS).await?;
+        token_ids.sort();
+        for member in token_ids {
+            let id = RecordId::from_key_bytes(&member).map_err(|source| Error::Decode {
+                what: "a token's id".into(),
+                source,
+            })?;
+            if let Some(entry) = self.get_token(&id).await? {
+                tokens.push((id, entry));
+            }
+        }
         let mut conn = self.conn();
         let generation: Option<u64> = redis::cmd("GET")
             .arg(GENERATION)
@@ -72,6 +86,7 @@ impl RedisStore {
             records: records.len() as u64,
             entities: entities.len() as u64,
             unique: claimed.len() as u64,
+            tokens: tokens.len() as u64,
             ..Transferred::default()
         };
         let mut out = std::io::BufWriter::new(out);
@@ -91,6 +106,9 @@ impl RedisStore {
         for (id, holder) in &claimed {
             let view = UniqueView::new(id.tenant(), id.operation(), id.key(), holder);
             write_line(&mut out, &BusinessLine::Unique(view))?;
+        }
+        for (id, entry) in &tokens {
+            write_line(&mut out, &TokenLine::new(id, entry))?;
         }
         out.flush().map_err(MaintainError::Export)?;
         Ok(counts)
@@ -144,6 +162,7 @@ impl RedisStore {
         let mut records: Vec<(u64, RecordId, Record)> = Vec::new();
         let mut entities = Vec::new();
         let mut claimed = Vec::new();
+        let mut tokens = Vec::new();
         while let Some((number, line)) = lines.next_line()? {
             let kept = match line {
                 Line::Header {
@@ -179,8 +198,16 @@ impl RedisStore {
                     claimed.push((number, key, name, holder.to_owned()));
                     continue;
                 }
+                Line::Token(line) => {
+                    let (_, id, entry) = line.to_token().map_err(|message| ImportError::Line {
+                        line: number,
+                        message,
+                    })?;
+                    floor = floor.max(entry.issued_at);
+                    tokens.push((number, id, entry));
+                    continue;
+                }
                 Line::Intent(_) => "intents",
-                Line::Token(_) => "tokens",
             };
             return Err(ImportError::Line {
                 line: number,
@@ -236,6 +263,20 @@ impl RedisStore {
                 });
             }
         }
+        for (number, id, entry) in &tokens {
+            if self
+                .get_token(id)
+                .await?
+                .is_some_and(|there| there != *entry)
+            {
+                return Err(ImportError::Line {
+                    line: *number,
+                    message: format!(
+                        "token {id}: the server already holds a different token under this id"
+                    ),
+                });
+            }
+        }
         if records.is_empty() {
             self.raise_generation(highest, floor).await?;
         }
@@ -284,7 +325,49 @@ impl RedisStore {
                 return Err(Error::Contended { attempts: 1 }.into());
             }
         }
+        for (_, id, entry) in &tokens {
+            if self.get_token(id).await?.is_some() {
+                continue;
+            }
+            self.import_token(id, entry).await?;
+        }
         Ok(transferred)
+    }
+
+    /// Writes an imported token that is not there; its intent's entry names it when it
+    /// names no token, or one issued before it (as issuing leaves it).
+    async fn import_token(&self, id: &RecordId, entry: &IssuedToken) -> Result<(), Error> {
+        let intent = match &entry.intent_id {
+            None => None,
+            Some(intent_id) => {
+                let key = intent_key(id.tenant(), id.operation(), intent_id)?;
+                let mut conn = self.conn();
+                let named: Option<Vec<u8>> = redis::cmd("GET")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(failed("import"))?;
+                let named = named.unwrap_or_default();
+                let later = if named.is_empty() {
+                    false
+                } else {
+                    let token = Token::decode(&named).map_err(|source| Error::Decode {
+                        what: "an intent's token".into(),
+                        source,
+                    })?;
+                    let other = RecordId::new(id.tenant(), id.operation(), token.as_str())?;
+                    self.get_token(&other)
+                        .await?
+                        .is_some_and(|there| there.issued_at > entry.issued_at)
+                };
+                (!later).then_some((key, named))
+            }
+        };
+        let intent = intent.as_ref().map(|(k, n)| (k.as_slice(), n.as_slice()));
+        match self.write_issue(id, entry, intent).await? {
+            Some(()) => Ok(()),
+            None => Err(Error::Contended { attempts: 1 }),
+        }
     }
 
     /// Raises the generation counter to at least `generation` and the clock floor to at

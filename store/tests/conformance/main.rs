@@ -4,8 +4,8 @@
 //! engine under the same names:
 //! `conformance::file::NAME` on the redb file, `conformance::postgres::NAME` on
 //! PostgreSQL, `conformance::mariadb::NAME` on MariaDB (`--features mysql`),
-//! `conformance::redis::NAME` on Redis (`--features redis`: the receiver's and the
-//! entities' parts, since the engine refuses tokens).
+//! `conformance::redis::NAME` on Redis (`--features redis`: all but the outbox's part,
+//! since the engine keeps no intents).
 //!
 //! Each test is written once, as an async function generic over an [`Engine`] (the
 //! harness: a fresh store of one engine, and the few things an engine differs in for a
@@ -63,6 +63,7 @@ macro_rules! suite {
         receiver_suite!($engine);
         entity_suite!($engine);
         token_suite!($engine);
+        outbox_suite!($engine);
     };
 }
 
@@ -151,12 +152,10 @@ macro_rules! entity_suite {
     };
 }
 
-/// The tokens' part of [`suite!`]: one-time tokens, and an import that holds records,
-/// intents and entities together.
+/// The tokens' part of [`suite!`]: one-time tokens.
 macro_rules! token_suite {
     ($engine:ty) => {
         each!($engine;
-            transfer::an_import_refused_at_one_line_writes_nothing_of_the_others,
             tokens::a_token_is_consumed_once_and_every_later_consume_answers_that_use,
             tokens::a_token_not_issued_for_its_key_or_expired_unused_is_refused_and_writes_nothing,
             tokens::a_released_consume_gives_the_token_back,
@@ -167,6 +166,16 @@ macro_rules! token_suite {
             tokens::the_token_sweep_deletes_expired_tokens_in_batches_and_a_use_still_replays,
             tokens::bad_token_input_names_the_field_and_the_rule_and_writes_nothing,
             tokens::tokens_go_through_export_and_import,
+        );
+    };
+}
+
+/// The outbox's part of [`suite!`]: an import that holds records, the sender's intents
+/// and entities together.
+macro_rules! outbox_suite {
+    ($engine:ty) => {
+        each!($engine;
+            transfer::an_import_refused_at_one_line_writes_nothing_of_the_others,
         );
     };
 }
@@ -226,13 +235,13 @@ mod mariadb {
     }
 }
 
-/// The suite's receiver and entity parts on Redis (`idem_store::redis::RedisStore`,
-/// `--features redis`), each test on a server of its own; tokens are refused there by
-/// name.
+/// The suite on Redis (`idem_store::redis::RedisStore`, `--features redis`) but for the
+/// outbox's part (the engine keeps no intents), each test on a server of its own.
 #[cfg(feature = "redis")]
 mod redis {
     receiver_suite!(crate::engine::Redis);
     entity_suite!(crate::engine::Redis);
+    token_suite!(crate::engine::Redis);
 
     /// The server's clock rule: the caller's clock is not used, however far off.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -241,12 +250,6 @@ mod redis {
             crate::engine::Redis,
         >()
         .await;
-    }
-
-    /// Tokens are refused by name, and nothing is written.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn tokens_are_refused_by_name() {
-        crate::engine::layers_refused_by_name().await;
     }
 }
 
