@@ -2,7 +2,7 @@
 //! the same JSON and exit statuses as on a file, the server's clock, the function library
 //! printed for an operator, moving records between a file and the server, a server whose
 //! settings are refused (and, accepted, named by the proxy's /healthz and /metrics), and
-//! two proxies on one server.
+//! two proxies on one server, three proxies on a three-master cluster.
 
 mod common;
 
@@ -258,4 +258,78 @@ fn entities_and_tokens_work_on_redis() {
     let again = consume();
     again.code(0);
     assert_eq!(again.stdout, "redeemed\n", "replayed, not run again");
+}
+
+#[test]
+fn three_proxies_on_a_three_master_cluster_run_each_key_once() {
+    let cluster = server::start_cluster(3);
+    let upstream = Upstream::start(Duration::from_millis(5));
+    // A proxy on each node, each told only its own node: the cluster leads each to the
+    // master of idem's slot.
+    let proxies: Vec<Proxy> = cluster
+        .iter()
+        .map(|node| {
+            let idem = Idem {
+                db: PathBuf::from(format!("{}?cluster=true", node.url())),
+                ..Idem::new()
+            };
+            Proxy::start(&idem, &upstream.url(), &["--tenant", "shop"])
+        })
+        .collect();
+    let addresses: Vec<_> = proxies.iter().map(|p| p.address).collect();
+    for n in 0..20 {
+        let key = format!("\"order-{n}\"");
+        let body = format!("{{\"order\":{n}}}");
+        // The same key from the three proxies at once.
+        let answers: Vec<(u16, String)> = std::thread::scope(|scope| {
+            let sent: Vec<_> = addresses
+                .iter()
+                .map(|address| {
+                    let (key, body) = (&key, &body);
+                    scope.spawn(move || {
+                        let answer = post(*address, "/orders", &[("Idempotency-Key", key)], body);
+                        (answer.status, answer.body)
+                    })
+                })
+                .collect();
+            sent.into_iter().map(|s| s.join().unwrap()).collect()
+        });
+        assert!(
+            answers
+                .iter()
+                .all(|(status, _)| [201, 409].contains(status)),
+            "{key}: {answers:?}"
+        );
+        // Settled: every proxy replays the one answer.
+        let first = loop {
+            let answer = post(addresses[0], "/orders", &[("Idempotency-Key", &key)], &body);
+            if answer.status != 409 {
+                break answer;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(first.status, 201, "{key}: {}", first.problem());
+        for address in &addresses[1..] {
+            let replay = post(*address, "/orders", &[("Idempotency-Key", &key)], &body);
+            assert_eq!((replay.status, &replay.body), (201, &first.body), "{key}");
+        }
+        assert_eq!(upstream.executions(&key), 1, "{key} ran once");
+    }
+    // Every master was given idem's library; the records live on the one that holds the
+    // slot of {idem}.
+    let holders: Vec<usize> = cluster
+        .iter()
+        .map(|node| {
+            assert!(
+                node.cli(&["FUNCTION", "LIST"]).contains("idem"),
+                "a master without the library"
+            );
+            node.cli(&["DBSIZE"]).parse().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        holders.iter().filter(|&&keys| keys > 0).count(),
+        1,
+        "{holders:?}"
+    );
 }

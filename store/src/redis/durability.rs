@@ -3,6 +3,7 @@
 //! loaded here when it has none. Redis sets durability for the whole server, so the
 //! engine can only read it, and refuses unsafe values unless told to accept them.
 
+use redis::Value;
 use redis::aio::ConnectionManager;
 
 use super::{ConnectError, LIBRARY, LIBRARY_VERSION};
@@ -103,6 +104,54 @@ fn unsafe_setting(settings: &[(&str, String)]) -> Option<Finding> {
         ));
     }
     None
+}
+
+/// The masters of the Redis Cluster `conn` is a node of (`CLUSTER SLOTS`): host and port
+/// of each, once.
+pub(super) async fn masters(
+    conn: &mut ConnectionManager,
+) -> Result<Vec<(String, u16)>, ConnectError> {
+    let not_a_cluster = || {
+        ConnectError::Url(
+            "cluster=true: the server answers no cluster's slots (is it a node of a Redis Cluster?)"
+                .to_owned(),
+        )
+    };
+    let slots: Value = match redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await {
+        Ok(slots) => slots,
+        // "This instance has cluster support disabled".
+        Err(e) if e.code() == Some("ERR") => return Err(not_a_cluster()),
+        Err(e) => return Err(ConnectError::Connect(e)),
+    };
+    let Value::Array(ranges) = slots else {
+        return Err(not_a_cluster());
+    };
+    let mut masters = Vec::new();
+    for range in ranges {
+        // [first slot, last slot, [host, port, id, …] of the master, then its replicas]
+        let Value::Array(parts) = range else {
+            return Err(not_a_cluster());
+        };
+        let Some(Value::Array(node)) = parts.get(2) else {
+            return Err(not_a_cluster());
+        };
+        let host = match node.first() {
+            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+            Some(Value::SimpleString(host)) => host.clone(),
+            _ => return Err(not_a_cluster()),
+        };
+        let Some(Value::Int(port)) = node.get(1) else {
+            return Err(not_a_cluster());
+        };
+        let port = u16::try_from(*port).map_err(|_| not_a_cluster())?;
+        if !masters.contains(&(host.clone(), port)) {
+            masters.push((host, port));
+        }
+    }
+    if masters.is_empty() {
+        return Err(not_a_cluster());
+    }
+    Ok(masters)
 }
 
 /// Loads idem's library when the server has none; refuses a newer one. A server with an

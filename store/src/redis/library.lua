@@ -75,7 +75,7 @@ local function read(keys, args)
   return {value, now, generation}
 end
 
--- keys: none. Returns the clock.
+-- keys: any key of the library (a cluster routes the call by it). Returns the clock.
 local function now(keys, args)
   return now_ms()
 end
@@ -242,6 +242,17 @@ local function drop_token(keys, args)
   return dropped
 end
 
+-- keys: the generation counter. args: a generation, a time (ms). Raises the counter to
+-- the generation and the floor to the time, never lowers either (an import without
+-- records). Returns 1.
+local function raise(keys, args)
+  if tonumber(args[1]) > tonumber(redis.call('GET', keys[1]) or '0') then
+    redis.call('SET', keys[1], args[1])
+  end
+  raise_floor(tonumber(args[2]))
+  return 1
+end
+
 -- keys: none. Returns the library's version.
 local function version(keys, args)
   return VERSION
@@ -254,6 +265,7 @@ redis.register_function('idem_write', write)
 redis.register_function('idem_forget', forget)
 redis.register_function('idem_import', import)
 redis.register_function('idem_swap', swap)
+redis.register_function('idem_raise', raise)
 redis.register_function('idem_read_many', read_many)
 redis.register_function('idem_issue', issue)
 redis.register_function('idem_drop_token', drop_token)

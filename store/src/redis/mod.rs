@@ -47,7 +47,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::{Config, ConfigError};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 use tokio::runtime::Handle;
 
 /// The library's source: idem's functions as `FUNCTION LOAD` takes them.
@@ -66,7 +68,7 @@ pub struct RedisStore {
 
 struct Inner {
     config: Config,
-    conn: ConnectionManager,
+    conn: Link,
     runtime: Handle,
     /// The begins left by their callers and the give-ups, running in tasks of their own.
     background: crate::seam::running::Running,
@@ -79,6 +81,42 @@ impl std::fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
+    }
+}
+
+/// The store's connection: to one server, or to a Redis Cluster, which sends each call
+/// to the master that holds the slot of `{idem}` (and follows it when it moves).
+#[derive(Clone)]
+enum Link {
+    One(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Link {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Link::One(conn) => conn.req_packed_command(cmd),
+            Link::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Link::One(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Link::One(conn) => conn.get_db(),
+            Link::Cluster(conn) => conn.get_db(),
+        }
     }
 }
 
@@ -220,7 +258,8 @@ impl RedisStoreBuilder {
 
     /// Connects to the server at `url` (`redis://[user:password@]host:port/db`), checks
     /// it keeps what it acknowledges, and loads idem's function library when the server
-    /// has none.
+    /// has none. With `?cluster=true`, `url` names one node of a Redis Cluster: every
+    /// master is checked and given the library, and the store follows the cluster.
     ///
     /// # Errors
     ///
@@ -237,8 +276,8 @@ impl RedisStoreBuilder {
             }
         }
         let runtime = Handle::try_current().map_err(|_| ConnectError::NoRuntime)?;
-        let (url, accept_from_url) = without_accept(url)?;
-        let accept = self.accept_unsafe_durability || accept_from_url;
+        let (url, params) = engine_params(url)?;
+        let accept = self.accept_unsafe_durability || params.accept;
         let client =
             redis::Client::open(url.as_str()).map_err(|e| ConnectError::Url(e.to_string()))?;
         let manager = ConnectionManagerConfig::new()
@@ -246,11 +285,41 @@ impl RedisStoreBuilder {
             .set_response_timeout(Some(self.response_timeout))
             .set_number_of_retries(6)
             .set_max_delay(Duration::from_secs(1));
-        let mut conn = ConnectionManager::new_with_config(client, manager)
+        let mut seed = ConnectionManager::new_with_config(client, manager.clone())
             .await
             .map_err(ConnectError::Connect)?;
-        let accepted_risk = durability::check(&mut conn, accept).await?;
-        durability::load_library(&mut conn).await?;
+        let (conn, accepted_risk) = if params.cluster {
+            // Each master checked and given the library, on a connection of its own.
+            let mut risk = None;
+            for (host, port) in durability::masters(&mut seed).await? {
+                let node = url
+                    .as_str()
+                    .into_connection_info()
+                    .map_err(|e| ConnectError::Url(e.to_string()))?
+                    .set_addr(redis::ConnectionAddr::Tcp(host, port));
+                let client =
+                    redis::Client::open(node).map_err(|e| ConnectError::Url(e.to_string()))?;
+                let mut master = ConnectionManager::new_with_config(client, manager.clone())
+                    .await
+                    .map_err(ConnectError::Connect)?;
+                let found = durability::check(&mut master, accept).await?;
+                durability::load_library(&mut master).await?;
+                risk = risk.or(found);
+            }
+            let cluster = redis::cluster::ClusterClientBuilder::new(vec![url.as_str()])
+                .connection_timeout(self.connect_timeout)
+                .response_timeout(self.response_timeout)
+                .build()
+                .map_err(|e| ConnectError::Url(e.to_string()))?
+                .get_async_connection()
+                .await
+                .map_err(ConnectError::Connect)?;
+            (Link::Cluster(cluster), risk)
+        } else {
+            let risk = durability::check(&mut seed, accept).await?;
+            durability::load_library(&mut seed).await?;
+            (Link::One(seed), risk)
+        };
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 config: self.config,
@@ -263,30 +332,50 @@ impl RedisStoreBuilder {
     }
 }
 
-/// `url` without the engine's own parameter, and whether it said to accept unsafe
-/// durability.
-fn without_accept(url: &str) -> Result<(String, bool), ConnectError> {
+/// The URL parameter that names a node of a Redis Cluster.
+const CLUSTER: &str = "cluster";
+
+/// What the engine's own URL parameters say.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Params {
+    /// `accept_unsafe_durability=true`.
+    accept: bool,
+    /// `cluster=true`.
+    cluster: bool,
+}
+
+/// `url` without the engine's own parameters (which the driver does not know), and what
+/// they say.
+fn engine_params(url: &str) -> Result<(String, Params), ConnectError> {
+    let mut params = Params::default();
     let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), false));
+        return Ok((url.to_owned(), params));
     };
-    let mut accept = false;
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some((ACCEPT_UNSAFE, "true")) => accept = true,
-            Some((ACCEPT_UNSAFE, "false")) => accept = false,
-            Some((ACCEPT_UNSAFE, other)) => {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let flag = match name {
+            ACCEPT_UNSAFE => &mut params.accept,
+            CLUSTER => &mut params.cluster,
+            _ => {
+                kept.push(pair);
+                continue;
+            }
+        };
+        *flag = match value {
+            "true" => true,
+            "false" => false,
+            other => {
                 return Err(ConnectError::Url(format!(
-                    "{ACCEPT_UNSAFE}: {other:?}, must be true or false"
+                    "{name}: {other:?}, must be true or false"
                 )));
             }
-            _ => kept.push(pair),
-        }
+        };
     }
     if kept.is_empty() {
-        Ok((base.to_owned(), accept))
+        Ok((base.to_owned(), params))
     } else {
-        Ok((format!("{base}?{}", kept.join("&")), accept))
+        Ok((format!("{base}?{}", kept.join("&")), params))
     }
 }
 
@@ -320,7 +409,7 @@ impl RedisStore {
     }
 
     /// A handle on the one connection (calls on clones are pipelined on it).
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> Link {
         self.inner.conn.clone()
     }
 
@@ -339,20 +428,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_url_parameter_is_taken_out_and_the_rest_kept() {
+    fn the_url_parameters_are_taken_out_and_the_rest_kept() {
+        let only = |accept, cluster| Params { accept, cluster };
         assert_eq!(
-            without_accept("redis://h:1/0").unwrap(),
-            ("redis://h:1/0".to_owned(), false)
+            engine_params("redis://h:1/0").unwrap(),
+            ("redis://h:1/0".to_owned(), only(false, false))
         );
         assert_eq!(
-            without_accept("redis://h:1/0?accept_unsafe_durability=true").unwrap(),
-            ("redis://h:1/0".to_owned(), true)
+            engine_params("redis://h:1/0?accept_unsafe_durability=true").unwrap(),
+            ("redis://h:1/0".to_owned(), only(true, false))
         );
         assert_eq!(
-            without_accept("redis://h:1/0?protocol=resp3&accept_unsafe_durability=true").unwrap(),
-            ("redis://h:1/0?protocol=resp3".to_owned(), true)
+            engine_params("redis://h:1/0?protocol=resp3&accept_unsafe_durability=true").unwrap(),
+            ("redis://h:1/0?protocol=resp3".to_owned(), only(true, false))
         );
-        let refused = without_accept("redis://h/0?accept_unsafe_durability=yes").unwrap_err();
+        assert_eq!(
+            engine_params("redis://h:1/0?cluster=true").unwrap(),
+            ("redis://h:1/0".to_owned(), only(false, true))
+        );
+        let refused = engine_params("redis://h/0?accept_unsafe_durability=yes").unwrap_err();
         assert_eq!(
             refused.to_string(),
             "redis URL: accept_unsafe_durability: \"yes\", must be true or false"

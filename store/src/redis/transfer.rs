@@ -378,9 +378,10 @@ impl RedisStore {
         floor: Timestamp,
     ) -> Result<(), Error> {
         let mut conn = self.conn();
-        let _written: (i64, usize) = redis::cmd("FCALL")
-            .arg("idem_import")
-            .arg(0)
+        let _raised: i64 = redis::cmd("FCALL")
+            .arg("idem_raise")
+            .arg(1)
+            .arg(GENERATION)
             .arg(generation.0)
             .arg(floor.0)
             .query_async(&mut conn)

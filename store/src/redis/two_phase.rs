@@ -11,7 +11,7 @@ use idem_core::{Fingerprint, Generation, Record, RecordId, Refusal, Timestamp};
 use redis::RedisError;
 
 use super::RedisStore;
-use super::keys::{GENERATION, decode, placed, record_key};
+use super::keys::{FLOOR, GENERATION, decode, placed, record_key};
 use crate::error::Error;
 
 /// How many times a begin reads and tries to write before it answers contended.
@@ -71,7 +71,8 @@ impl RedisStore {
         let mut conn = self.conn();
         let now: u64 = redis::cmd("FCALL")
             .arg("idem_now")
-            .arg(0)
+            .arg(1)
+            .arg(FLOOR)
             .query_async(&mut conn)
             .await
             .map_err(failed(operation))?;

@@ -267,6 +267,57 @@ impl Server {
     }
 }
 
+/// `masters` servers made one Redis Cluster on loopback (`redis-cli --cluster create`,
+/// no replicas), each with the engine's settings; ready once every node says
+/// `cluster_state:ok`.
+///
+/// # Panics
+///
+/// When a server does not start or the cluster does not form, bounded.
+pub fn start_cluster(masters: usize) -> Vec<Server> {
+    let servers: Vec<Server> = (0..masters)
+        .map(|_| {
+            Server::start_with(&[
+                "--cluster-enabled yes",
+                "--cluster-config-file nodes.conf",
+                "--cluster-node-timeout 5000",
+            ])
+        })
+        .collect();
+    let nodes: Vec<String> = servers
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port))
+        .collect();
+    let out = Command::new(binary("redis-cli"))
+        .args(["--cluster", "create"])
+        .args(&nodes)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run redis-cli --cluster create");
+    assert!(
+        out.status.success(),
+        "redis-cli --cluster create: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + START_TIMEOUT;
+    for server in &servers {
+        while !server
+            .cli(&["CLUSTER", "INFO"])
+            .contains("cluster_state:ok")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not form: {}",
+                server.cli(&["CLUSTER", "INFO"])
+            );
+            sleep(POLL);
+        }
+    }
+    servers
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill9();

@@ -525,7 +525,8 @@ impl Engine for Redis {
         let mut db = self.db.clone();
         let now: u64 = redis::cmd("FCALL")
             .arg("idem_now")
-            .arg(0)
+            .arg(1)
+            .arg("{idem}:floor")
             .query_async(&mut db)
             .await
             .unwrap();

@@ -124,6 +124,14 @@ async fn an_unreachable_server_wrong_credentials_and_a_database_out_of_range_are
     assert!(matches!(refused, ConnectError::Connect(_)), "{refused:?}");
     assert!(chain.contains("out of range"), "{chain}");
 
+    let not_a_cluster = RedisStore::connect(&format!("{}?cluster=true", plain.url()))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        not_a_cluster.to_string(),
+        "redis URL: cluster=true: the server answers no cluster's slots (is it a node of a Redis Cluster?)"
+    );
+
     let bad_url = RedisStore::connect("redis://127.0.0.1:notaport/0")
         .await
         .unwrap_err();
