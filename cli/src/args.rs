@@ -55,7 +55,9 @@ URL's require_ssl=true; $PGSSLROOTCERT's roots are trusted there too.
 the receiver's commands (entities and tokens are refused there by name). A server that can
 lose an answered request (appendonly no, appendfsync other than always, a maxmemory-policy
 other than noeviction) is refused, naming the setting, unless the URL says
-accept_unsafe_durability=true. `idem schema` prints idem's function library.
+accept_unsafe_durability=true. `idem schema` prints idem's function library. rediss:// is
+TLS, trusting $PGSSLROOTCERT's roots in place of the system's when it names a file;
+?cluster=true names a node of a Redis Cluster.
 
 Examples:
   idem demo                                   # the whole story in one screen

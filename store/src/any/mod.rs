@@ -75,7 +75,7 @@ pub struct AnyStoreBuilder {
     lock_timeout: Option<Duration>,
     pool_size: Option<usize>,
     space_reserve: Option<u64>,
-    #[cfg(any(feature = "postgres-tls", feature = "mysql-tls"))]
+    #[cfg(any(feature = "postgres-tls", feature = "mysql-tls", feature = "redis-tls"))]
     tls_roots: Option<Vec<u8>>,
     accept_unsafe_durability: bool,
 }
@@ -183,9 +183,9 @@ impl Target<'_> {
                 problem: "this build of idem-store has no MariaDB engine (feature `mysql`)",
             }),
             #[cfg(feature = "redis")]
-            "redis" => Ok(Target::Redis(text)),
+            "redis" | "rediss" => Ok(Target::Redis(text)),
             #[cfg(not(feature = "redis"))]
-            "redis" => Err(AnyOpenError::Scheme {
+            "redis" | "rediss" => Err(AnyOpenError::Scheme {
                 scheme: scheme.into(),
                 problem: "this build of idem-store has no Redis engine (feature `redis`)",
             }),
@@ -256,7 +256,7 @@ impl Default for AnyStoreBuilder {
             lock_timeout: None,
             pool_size: None,
             space_reserve: None,
-            #[cfg(any(feature = "postgres-tls", feature = "mysql-tls"))]
+            #[cfg(any(feature = "postgres-tls", feature = "mysql-tls", feature = "redis-tls"))]
             tls_roots: None,
             accept_unsafe_durability: false,
         }
@@ -310,8 +310,8 @@ impl AnyStoreBuilder {
     }
 
     /// PEM certificates a database engine trusts for TLS, beside the system's roots
-    /// (features `postgres-tls`, `mysql-tls`).
-    #[cfg(any(feature = "postgres-tls", feature = "mysql-tls"))]
+    /// (features `postgres-tls`, `mysql-tls`; on Redis, `redis-tls`, in place of them).
+    #[cfg(any(feature = "postgres-tls", feature = "mysql-tls", feature = "redis-tls"))]
     #[must_use]
     pub fn tls_root_certificates(mut self, pem: &[u8]) -> AnyStoreBuilder {
         self.tls_roots = Some(pem.to_vec());
@@ -346,13 +346,7 @@ impl AnyStoreBuilder {
             #[cfg(feature = "mysql")]
             Target::MySql(url) => Engine::MySql(self.connect_mysql(url).await?),
             #[cfg(feature = "redis")]
-            Target::Redis(url) => Engine::Redis(
-                RedisStore::builder()
-                    .config(self.config.clone())
-                    .accept_unsafe_durability(self.accept_unsafe_durability)
-                    .connect(url)
-                    .await?,
-            ),
+            Target::Redis(url) => Engine::Redis(self.connect_redis(url).await?),
         };
         Ok(AnyStore { engine })
     }
@@ -403,6 +397,21 @@ impl AnyStoreBuilder {
         if let Some(pem) = &self.tls_roots {
             builder = builder.tls_root_certificates(pem);
         }
+        builder.connect(url).await
+    }
+}
+
+impl AnyStoreBuilder {
+    #[cfg(feature = "redis")]
+    async fn connect_redis(&self, url: &str) -> Result<RedisStore, crate::redis::ConnectError> {
+        let builder = RedisStore::builder()
+            .config(self.config.clone())
+            .accept_unsafe_durability(self.accept_unsafe_durability);
+        #[cfg(feature = "redis-tls")]
+        let builder = match &self.tls_roots {
+            Some(pem) => builder.tls_root_certificates(pem),
+            None => builder,
+        };
         builder.connect(url).await
     }
 }

@@ -127,6 +127,8 @@ pub struct RedisStoreBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     accept_unsafe_durability: bool,
+    #[cfg(feature = "redis-tls")]
+    tls_roots: Vec<u8>,
 }
 
 /// Connecting to the server failed; nothing was written, except idem's function library
@@ -215,6 +217,8 @@ impl Default for RedisStoreBuilder {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(10),
             accept_unsafe_durability: false,
+            #[cfg(feature = "redis-tls")]
+            tls_roots: Vec::new(),
         }
     }
 }
@@ -256,10 +260,37 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// PEM certificates to trust for TLS (a `rediss://` URL) in place of the system's
+    /// roots: the private CA of the server's certificate (feature `redis-tls`).
+    #[cfg(feature = "redis-tls")]
+    #[must_use]
+    pub fn tls_root_certificates(mut self, pem: &[u8]) -> RedisStoreBuilder {
+        self.tls_roots.extend_from_slice(pem);
+        self.tls_roots.push(b'\n');
+        self
+    }
+
+    /// A client of the node `info` names, with the roots given for TLS.
+    fn client(&self, info: redis::ConnectionInfo) -> Result<redis::Client, ConnectError> {
+        #[cfg(feature = "redis-tls")]
+        if !self.tls_roots.iter().all(u8::is_ascii_whitespace) {
+            return redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(self.tls_roots.clone()),
+                },
+            )
+            .map_err(|e| ConnectError::Url(e.to_string()));
+        }
+        redis::Client::open(info).map_err(|e| ConnectError::Url(e.to_string()))
+    }
+
     /// Connects to the server at `url` (`redis://[user:password@]host:port/db`), checks
     /// it keeps what it acknowledges, and loads idem's function library when the server
     /// has none. With `?cluster=true`, `url` names one node of a Redis Cluster: every
-    /// master is checked and given the library, and the store follows the cluster.
+    /// master is checked and given the library, and the store follows the cluster. A
+    /// `rediss://` URL connects with TLS (feature `redis-tls`).
     ///
     /// # Errors
     ///
@@ -278,8 +309,11 @@ impl RedisStoreBuilder {
         let runtime = Handle::try_current().map_err(|_| ConnectError::NoRuntime)?;
         let (url, params) = engine_params(url)?;
         let accept = self.accept_unsafe_durability || params.accept;
-        let client =
-            redis::Client::open(url.as_str()).map_err(|e| ConnectError::Url(e.to_string()))?;
+        let info = url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| ConnectError::Url(e.to_string()))?;
+        let client = self.client(info.clone())?;
         let manager = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout))
@@ -292,13 +326,20 @@ impl RedisStoreBuilder {
             // Each master checked and given the library, on a connection of its own.
             let mut risk = None;
             for (host, port) in durability::masters(&mut seed).await? {
-                let node = url
-                    .as_str()
-                    .into_connection_info()
-                    .map_err(|e| ConnectError::Url(e.to_string()))?
-                    .set_addr(redis::ConnectionAddr::Tcp(host, port));
-                let client =
-                    redis::Client::open(node).map_err(|e| ConnectError::Url(e.to_string()))?;
+                let addr = match info.addr() {
+                    redis::ConnectionAddr::TcpTls {
+                        insecure,
+                        tls_params,
+                        ..
+                    } => redis::ConnectionAddr::TcpTls {
+                        host,
+                        port,
+                        insecure: *insecure,
+                        tls_params: tls_params.clone(),
+                    },
+                    _ => redis::ConnectionAddr::Tcp(host, port),
+                };
+                let client = self.client(info.clone().set_addr(addr))?;
                 let mut master = ConnectionManager::new_with_config(client, manager.clone())
                     .await
                     .map_err(ConnectError::Connect)?;
@@ -308,7 +349,17 @@ impl RedisStoreBuilder {
             }
             let cluster = redis::cluster::ClusterClientBuilder::new(vec![url.as_str()])
                 .connection_timeout(self.connect_timeout)
-                .response_timeout(self.response_timeout)
+                .response_timeout(self.response_timeout);
+            #[cfg(feature = "redis-tls")]
+            let cluster = if self.tls_roots.iter().all(u8::is_ascii_whitespace) {
+                cluster
+            } else {
+                cluster.certs(redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(self.tls_roots.clone()),
+                })
+            };
+            let cluster = cluster
                 .build()
                 .map_err(|e| ConnectError::Url(e.to_string()))?
                 .get_async_connection()

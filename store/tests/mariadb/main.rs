@@ -9,6 +9,10 @@
 #[path = "../common/mariadb.rs"]
 mod server;
 
+#[cfg(feature = "mysql-tls")]
+#[path = "../common/certificates.rs"]
+mod certificates;
+
 mod connect;
 mod crash;
 mod execute;

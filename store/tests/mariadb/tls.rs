@@ -2,80 +2,11 @@
 //! `require_secure_transport`; the URL's `require_ssl=true` with the CA given connects,
 //! without the CA the certificate is refused, without TLS the server refuses.
 
-use std::path::Path;
-use std::process::Command;
-
 use idem_store::mysql::{ConnectError, MySqlStore};
 
+use crate::certificates::certificates;
 use crate::server::Server;
 use crate::tables;
-
-/// A CA and a server certificate for 127.0.0.1 signed by it, made with the `openssl`
-/// command in `dir`: `ca.pem`, `server.pem`, `server.key`.
-fn certificates(dir: &Path) {
-    let run = |args: &[&str]| {
-        let output = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("the openssl command");
-        assert!(
-            output.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=idem test CA",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-    ]);
-    std::fs::write(dir.join("san.ext"), "subjectAltName = IP:127.0.0.1\n").unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-        "-out",
-        "server.pem",
-    ]);
-    // The server's user reads them.
-    for name in ["ca.pem", "server.pem", "server.key"] {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o644)).unwrap();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_of_a_private_ca_is_trusted_only_with_that_ca() {

@@ -7,6 +7,10 @@
 #[path = "../common/redis.rs"]
 mod server;
 
+#[cfg(feature = "redis-tls")]
+#[path = "../common/certificates.rs"]
+mod certificates;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -491,4 +495,57 @@ async fn through_the_layer_a_handler_three_times_slower_than_the_lease_keeps_its
     assert_eq!(executions.load(Ordering::SeqCst), 1, "it ran once");
     let record = store.get(&id).await.unwrap().unwrap();
     assert_eq!(record.state(), State::Succeeded);
+}
+
+/// TLS (feature `redis-tls`): a server whose TLS port has a certificate of a private CA.
+/// `rediss://` with that CA connects and works; without it the certificate is refused
+/// (unknown issuer) and nothing is written; a plain connection to the TLS port fails.
+#[cfg(feature = "redis-tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_of_a_private_ca_is_trusted_only_with_that_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    certificates::certificates(dir.path());
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = Server::start_with(&[
+        &format!("--tls-port {tls_port}"),
+        &format!("--tls-cert-file {}", file("server.pem")),
+        &format!("--tls-key-file {}", file("server.key")),
+        &format!("--tls-ca-cert-file {}", file("ca.pem")),
+        "--tls-auth-clients no",
+    ]);
+    let ca = std::fs::read(dir.path().join("ca.pem")).unwrap();
+    let tls = format!("rediss://127.0.0.1:{tls_port}/0");
+
+    let unknown = RedisStore::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect(&tls)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(unknown, ConnectError::Connect(_))
+            && format!("{unknown:?}").contains("UnknownIssuer"),
+        "{unknown:?}"
+    );
+    assert_eq!(keys(&server), "", "nothing written");
+    let plain = RedisStore::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(2))
+        .connect(&format!("redis://127.0.0.1:{tls_port}/0"))
+        .await
+        .unwrap_err();
+    assert!(matches!(plain, ConnectError::Connect(_)), "{plain:?}");
+
+    let store = RedisStore::builder()
+        .tls_root_certificates(&ca)
+        .connect(&tls)
+        .await
+        .unwrap();
+    let decision = store.begin(&id("k"), fp("k"), Timestamp(0)).await.unwrap();
+    assert!(matches!(decision, Decision::Claimed { .. }), "{decision:?}");
+    assert!(keys(&server).contains("{idem}:r:"), "{}", keys(&server));
 }
