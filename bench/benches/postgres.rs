@@ -33,7 +33,9 @@ mod entities;
 use std::error::Error;
 use std::sync::Arc;
 
-use idem_bench::measure::{BenchError, Row, measure_tasks as measure, table};
+use idem_bench::measure::{
+    BenchError, Row, argument, measure_tasks as measure, median, paired, table,
+};
 use idem_core::protocol::Decision;
 use idem_core::{Fingerprint, Outcome, RecordId, Timestamp, Verdict};
 use idem_store::Receiver;
@@ -49,24 +51,6 @@ const PAIRS: usize = 5;
 /// Runs of many callers make this many times as many calls as runs of one: they go
 /// about three times as fast, and a run should last seconds, not a fraction of one.
 const MANY: u32 = 4;
-
-/// The row of median rate among `rows`.
-fn median(mut rows: Vec<Row>) -> Row {
-    rows.sort_by(|a, b| a.per_second.total_cmp(&b.per_second));
-    rows.swap_remove(rows.len() / 2)
-}
-
-/// The median, over rounds, of `a`'s rate over `b`'s in the same round: runs side by
-/// side in time are compared, so a drift of the machine across rounds cancels out.
-fn paired(a: &[Row], b: &[Row]) -> f64 {
-    let mut ratios: Vec<f64> = a
-        .iter()
-        .zip(b)
-        .map(|(a, b)| a.per_second / b.per_second)
-        .collect();
-    ratios.sort_by(f64::total_cmp);
-    ratios[ratios.len() / 2]
-}
 
 /// A round's turns: in the given order in even rounds, reversed in odd ones (A B C,
 /// C B A, A B C, …), so that no one always runs first or last as the machine drifts.
@@ -109,20 +93,6 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
         }
     };
     runtime.block_on(run(&url, ops, &callers))
-}
-
-/// The number after `flag` on the command line, if the flag is there.
-fn argument(flag: &str) -> Result<Option<u32>, BenchError> {
-    let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == flag) {
-        Some(i) => Ok(Some(
-            args.get(i + 1)
-                .ok_or(format!("{flag} needs a number"))?
-                .parse()
-                .map_err(|e| format!("{flag}: {e}"))?,
-        )),
-        None => Ok(None),
-    }
 }
 
 async fn connect(url: &str) -> Result<Client, BenchError> {

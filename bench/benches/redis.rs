@@ -25,7 +25,9 @@ mod server;
 use std::error::Error;
 use std::sync::Arc;
 
-use idem_bench::measure::{BenchError, KeySequence, Row, measure_tasks, table};
+use idem_bench::measure::{
+    BenchError, KeySequence, Row, argument, measure_tasks, median, paired, table,
+};
 use idem_core::protocol::Decision;
 use idem_core::{
     Config, Fingerprint, Generation, Outcome, Record, RecordId, Status, Timestamp, Verdict,
@@ -65,40 +67,9 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     runtime.block_on(run(&url, ops, &callers))
 }
 
-/// The number after `flag` on the command line, if the flag is there.
-fn argument(flag: &str) -> Result<Option<u32>, BenchError> {
-    let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == flag) {
-        Some(i) => Ok(Some(
-            args.get(i + 1)
-                .ok_or(format!("{flag} needs a number"))?
-                .parse()
-                .map_err(|e| format!("{flag}: {e}"))?,
-        )),
-        None => Ok(None),
-    }
-}
-
 /// A clone of `shared` for each of `callers`: every row's callers share one connection.
 fn each<S: Clone>(callers: u32, shared: &S) -> Vec<S> {
     (0..callers).map(|_| shared.clone()).collect()
-}
-
-/// The median, over rounds, of `a`'s rate over `b`'s in the same round.
-fn paired(a: &[Row], b: &[Row]) -> f64 {
-    let mut ratios: Vec<f64> = a
-        .iter()
-        .zip(b)
-        .map(|(a, b)| a.per_second / b.per_second)
-        .collect();
-    ratios.sort_by(f64::total_cmp);
-    ratios[ratios.len() / 2]
-}
-
-/// The row of median rate among `rows`.
-fn median(mut rows: Vec<Row>) -> Row {
-    rows.sort_by(|a, b| a.per_second.total_cmp(&b.per_second));
-    rows.swap_remove(rows.len() / 2)
 }
 
 /// idem's record key of `id`, as its library names it.

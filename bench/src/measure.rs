@@ -204,6 +204,52 @@ where
     Ok(Timing { total, calls })
 }
 
+/// The row of median rate among `rows`.
+///
+/// # Panics
+///
+/// When `rows` is empty.
+#[must_use]
+pub fn median(mut rows: Vec<Row>) -> Row {
+    rows.sort_by(|a, b| a.per_second.total_cmp(&b.per_second));
+    rows.swap_remove(rows.len() / 2)
+}
+
+/// The median, over rounds, of `a`'s rate over `b`'s in the same round: runs side by
+/// side in time are compared, so a drift of the machine across rounds cancels out.
+///
+/// # Panics
+///
+/// When `a` or `b` is empty.
+#[must_use]
+pub fn paired(a: &[Row], b: &[Row]) -> f64 {
+    let mut ratios: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .map(|(a, b)| a.per_second / b.per_second)
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
+}
+
+/// The number after `flag` on the command line, if the flag is there.
+///
+/// # Errors
+///
+/// A flag without a number after it, or one that does not parse.
+pub fn argument(flag: &str) -> Result<Option<u32>, BenchError> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == flag) {
+        Some(i) => Ok(Some(
+            args.get(i + 1)
+                .ok_or(format!("{flag} needs a number"))?
+                .parse()
+                .map_err(|e| format!("{flag}: {e}"))?,
+        )),
+        None => Ok(None),
+    }
+}
+
 /// The rows as a text table, one line each under a header line.
 #[must_use]
 pub fn table(rows: &[Row]) -> String {

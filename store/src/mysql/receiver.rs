@@ -15,7 +15,7 @@ use super::row::{key_values, record_at};
 use super::statements::GET;
 use super::two_phase::BEGIN_ATTEMPTS;
 use crate::error::{Error, ImportError, MaintainError};
-use crate::seam::claiming::Claiming;
+use crate::seam::claiming::{Claiming, written};
 use crate::seam::filter::ListFilter;
 use crate::seam::receiver::{GiveUp, Receiver};
 use crate::seam::reconcile;
@@ -40,13 +40,6 @@ impl MySqlStore {
             attempts: BEGIN_ATTEMPTS,
         })
     }
-}
-
-/// The record a fenced input that writes one wrote.
-fn written(record: Option<Record>) -> Result<Record, Error> {
-    record.ok_or_else(|| Error::Corrupt {
-        detail: "idem-core decided a delete where it writes a record".into(),
-    })
 }
 
 impl Receiver for MySqlStore {

@@ -77,6 +77,15 @@ pub(super) fn placed(record: &Record, config: &Config) -> Placed {
     }
 }
 
+/// The record id whose key bytes are `member` (an index's member), `what` naming it in an
+/// error.
+pub(super) fn record_id_of(member: &[u8], what: &'static str) -> Result<RecordId, Error> {
+    RecordId::from_key_bytes(member).map_err(|source| Error::Decode {
+        what: what.into(),
+        source,
+    })
+}
+
 /// The record in `bytes` (empty: none), for `id`.
 pub(super) fn decode(bytes: &[u8], id: &RecordId) -> Result<Option<Record>, Error> {
     if bytes.is_empty() {

@@ -9,7 +9,9 @@ use idem_core::protocol::{self, Resolution, Swept};
 use idem_core::{Config, Generation, Record, RecordId, Refusal, State, Timestamp};
 
 use super::RedisStore;
-use super::keys::{BYTES, FLOOR, GENERATION, IDS, decode, record_key, record_key_of, state_index};
+use super::keys::{
+    BYTES, FLOOR, GENERATION, IDS, decode, record_id_of, record_key, record_key_of, state_index,
+};
 use super::two_phase::failed;
 use crate::error::{Error, MaintainError};
 use crate::seam::filter::ListFilter;
@@ -17,14 +19,14 @@ use crate::seam::reconcile::Reconciling;
 use crate::seam::report::{IntentCounts, Stats, SweepReport};
 
 /// Ids an index read takes at once.
-const PAGE: usize = 1_000;
+pub(super) const PAGE: usize = 1_000;
 
 /// The states whose records expire: the indexes sweep reads.
 const EXPIRING: [State; 3] = [State::Succeeded, State::Failed, State::Forgotten];
 
 impl RedisStore {
     /// The members of `index` from `start`, at most `count`, in the index's order.
-    async fn members(
+    pub(super) async fn members(
         &self,
         operation: &'static str,
         index: &str,
@@ -44,7 +46,7 @@ impl RedisStore {
 
     /// The records of the ids in `members`, in their order; those the server dropped are
     /// left out.
-    async fn records_of(
+    pub(super) async fn records_of(
         &self,
         operation: &'static str,
         members: &[Vec<u8>],
@@ -64,10 +66,7 @@ impl RedisStore {
         let mut found = Vec::with_capacity(members.len());
         for (member, bytes) in members.iter().zip(values) {
             let Some(bytes) = bytes else { continue };
-            let id = RecordId::from_key_bytes(member).map_err(|source| Error::Decode {
-                what: "an id of an index".into(),
-                source,
-            })?;
+            let id = record_id_of(member, "an id of an index")?;
             if let Some(record) = decode(&bytes, &id)? {
                 found.push((id, record));
             }
@@ -245,10 +244,7 @@ impl RedisStore {
         };
         ids.truncate(limit);
         for (_, member) in ids {
-            let id = RecordId::from_key_bytes(&member).map_err(|source| Error::Decode {
-                what: "an id of an index".into(),
-                source,
-            })?;
+            let id = record_id_of(&member, "an id of an index")?;
             let read = self.read("sweep", &id, false).await?;
             let Some(record) = read.record else {
                 if !dry_run {

@@ -9,9 +9,9 @@ use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Time
 
 use super::RedisStore;
 use super::keys::{decode, record_key};
-use super::two_phase::{BEGIN_ATTEMPTS, failed, written};
+use super::two_phase::{BEGIN_ATTEMPTS, failed};
 use crate::error::{Error, ImportError, MaintainError};
-use crate::seam::claiming::Claiming;
+use crate::seam::claiming::{Claiming, written};
 use crate::seam::filter::ListFilter;
 use crate::seam::receiver::{GiveUp, Receiver};
 use crate::seam::reconcile;

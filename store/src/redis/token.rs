@@ -12,7 +12,7 @@ use idem_core::token::{self, Earlier, Issue};
 use idem_core::{Fingerprint, IssuedToken, RecordId, Timestamp, Token};
 
 use super::RedisStore;
-use super::keys::record_key;
+use super::keys::{record_id_of, record_key};
 use super::two_phase::failed;
 use crate::error::Error;
 use crate::seam::receiver::Receiver;
@@ -258,10 +258,7 @@ impl Tokens for RedisStore {
         };
         members.truncate(limit);
         for member in members {
-            let id = RecordId::from_key_bytes(&member).map_err(|source| Error::Decode {
-                what: "a token's id".into(),
-                source,
-            })?;
+            let id = record_id_of(&member, "a token's id")?;
             let entry = self.get_token(&id).await?;
             let intent = match entry.as_ref().and_then(|e| e.intent_id.as_deref()) {
                 Some(intent_id) => intent_key(id.tenant(), id.operation(), intent_id)?,

@@ -12,7 +12,8 @@ use idem_core::{Generation, IssuedToken, Record, RecordId, Timestamp, Token};
 
 use super::RedisStore;
 use super::entity::{ENTITIES, UNIQUE, id_of_bytes};
-use super::keys::{FLOOR, GENERATION, IDS, placed, record_key};
+use super::keys::{FLOOR, GENERATION, IDS, placed, record_id_of, record_key};
+use super::maintain::PAGE;
 use super::token::{TOKENS, intent_key};
 use super::two_phase::failed;
 use crate::error::{Error, ImportError, MaintainError};
@@ -27,9 +28,6 @@ use crate::seam::transfer::{
 /// Records one `idem_import` call writes at most.
 const IMPORT_BATCH: usize = 500;
 
-/// Ids an export reads at once.
-const EXPORT_PAGE: usize = 1_000;
-
 impl RedisStore {
     pub(super) async fn export_records(
         &self,
@@ -40,12 +38,12 @@ impl RedisStore {
         let mut records: Vec<(RecordId, Record)> = Vec::new();
         let mut start = 0;
         loop {
-            let members = self.members_of_ids(start).await?;
-            records.extend(self.records_of_ids(&members).await?);
-            if members.len() < EXPORT_PAGE {
+            let members = self.members("export", IDS, start, PAGE).await?;
+            records.extend(self.records_of("export", &members).await?);
+            if members.len() < PAGE {
                 break;
             }
-            start += EXPORT_PAGE;
+            start += PAGE;
         }
         let mut entities = Vec::new();
         for member in self.all_of(ENTITIES).await? {
@@ -56,10 +54,7 @@ impl RedisStore {
         }
         let mut claimed = Vec::new();
         for member in self.all_of(UNIQUE).await? {
-            let id = RecordId::from_key_bytes(&member).map_err(|source| Error::Decode {
-                what: "a claimed value's key".into(),
-                source,
-            })?;
+            let id = record_id_of(&member, "a claimed value's key")?;
             if let Some(holder) = self.holder_of("export", &member).await? {
                 claimed.push((id, holder));
             }
@@ -68,10 +63,7 @@ impl RedisStore {
         let mut token_ids = self.all_of(TOKENS).await?;
         token_ids.sort();
         for member in token_ids {
-            let id = RecordId::from_key_bytes(&member).map_err(|source| Error::Decode {
-                what: "a token's id".into(),
-                source,
-            })?;
+            let id = record_id_of(&member, "a token's id")?;
             if let Some(entry) = self.get_token(&id).await? {
                 tokens.push((id, entry));
             }
@@ -124,32 +116,6 @@ impl RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(failed("export"))
-    }
-
-    async fn members_of_ids(&self, start: usize) -> Result<Vec<Vec<u8>>, Error> {
-        let mut conn = self.conn();
-        redis::cmd("ZRANGE")
-            .arg(IDS)
-            .arg(start)
-            .arg(start + EXPORT_PAGE - 1)
-            .query_async(&mut conn)
-            .await
-            .map_err(failed("export"))
-    }
-
-    async fn records_of_ids(&self, members: &[Vec<u8>]) -> Result<Vec<(RecordId, Record)>, Error> {
-        let mut found = Vec::with_capacity(members.len());
-        for member in members {
-            let id = RecordId::from_key_bytes(member).map_err(|source| Error::Decode {
-                what: "an id of an index".into(),
-                source,
-            })?;
-            let read = self.read("export", &id, false).await?;
-            if let Some(record) = read.record {
-                found.push((id, record));
-            }
-        }
-        Ok(found)
     }
 
     pub(super) async fn import_records(

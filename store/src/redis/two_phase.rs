@@ -223,10 +223,3 @@ impl RedisStore {
         }
     }
 }
-
-/// The record a fenced input that writes one wrote.
-pub(super) fn written(record: Option<Record>) -> Result<Record, Error> {
-    record.ok_or_else(|| Error::Corrupt {
-        detail: "idem-core decided a delete where it writes a record".into(),
-    })
-}

@@ -1,6 +1,7 @@
 //! A begin on a server engine, as a future that gives back a claim nobody received: the
 //! [`Receiver::begin`] cancellation rule, written once for the engines whose begin is
-//! calls to a server (PostgreSQL, MariaDB, Redis).
+//! calls to a server (PostgreSQL, MariaDB, Redis); and the check of what a fenced input
+//! of theirs wrote.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,6 +14,15 @@ use tokio::runtime::Handle;
 use crate::error::Error;
 use crate::seam::receiver::Receiver;
 use crate::seam::running::Running;
+
+/// The record a fenced input that writes one wrote: idem-core decides a record for
+/// heartbeat, complete and mark-unknown, never a delete.
+#[cfg(any(feature = "mysql", feature = "redis"))]
+pub(crate) fn written(record: Option<idem_core::Record>) -> Result<idem_core::Record, Error> {
+    record.ok_or_else(|| Error::Corrupt {
+        detail: "idem-core decided a delete where it writes a record".into(),
+    })
+}
 
 /// A begin's calls, as a future that may move to a task of its own.
 pub(crate) type BeginWork = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send>>;

@@ -34,6 +34,44 @@ fn keys(server: &Server) -> String {
     server.cli(&["KEYS", "*"])
 }
 
+/// What a writer was answered: each key it claimed, the generation, and whether its
+/// settle was answered.
+type Answered = Vec<(RecordId, Generation, bool)>;
+
+/// Eight writers that claim and settle keys of their own on `store` until `stop`; each
+/// gives back what it was answered.
+fn writers(
+    store: &Arc<RedisStore>,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Answered>> {
+    (0..8)
+        .map(|writer| {
+            let (store, stop) = (Arc::clone(store), Arc::clone(stop));
+            tokio::spawn(async move {
+                let mut answered = Vec::new();
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += 1;
+                    let key = id(&format!("w{writer}-{n}"));
+                    let Ok(Decision::Claimed { generation, .. }) =
+                        store.begin(&key, fp(key.key()), Timestamp(0)).await
+                    else {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    };
+                    let outcome = Outcome::new(200, key.key().as_bytes().to_vec());
+                    let settled = store
+                        .complete(&key, generation, Verdict::Succeeded, outcome, Timestamp(0))
+                        .await
+                        .is_ok();
+                    answered.push((key, generation, settled));
+                }
+                answered
+            })
+        })
+        .collect()
+}
+
 /// The refusal of a connect to `server` with `url`'s tail appended.
 async fn refusal(server: &Server, tail: &str) -> ConnectError {
     let url = format!("{}{tail}", server.url());
@@ -184,34 +222,8 @@ async fn a_kill_9_under_load_loses_no_acknowledged_claim_or_outcome_and_no_gener
             .await
             .unwrap(),
     );
-    // Eight writers claim and settle keys of their own until told to stop; each one
-    // records what was answered to it.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut writers = Vec::new();
-    for writer in 0..8 {
-        let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
-        writers.push(tokio::spawn(async move {
-            let mut acknowledged = Vec::new();
-            let mut n = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                n += 1;
-                let key = id(&format!("w{writer}-{n}"));
-                let Ok(Decision::Claimed { generation, .. }) =
-                    store.begin(&key, fp(key.key()), Timestamp(0)).await
-                else {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                };
-                let outcome = Outcome::new(200, key.key().as_bytes().to_vec());
-                let settled = store
-                    .complete(&key, generation, Verdict::Succeeded, outcome, Timestamp(0))
-                    .await
-                    .is_ok();
-                acknowledged.push((key, generation, settled));
-            }
-            acknowledged
-        }));
-    }
+    let writers = writers(&store, &stop);
     tokio::time::sleep(Duration::from_millis(700)).await;
     server.kill9();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -274,31 +286,7 @@ async fn a_replica_promoted_after_the_primary_is_killed_is_counted_for_what_it_l
             .unwrap(),
     );
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut writers = Vec::new();
-    for writer in 0..8 {
-        let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
-        writers.push(tokio::spawn(async move {
-            let mut answered = Vec::new();
-            let mut n = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                n += 1;
-                let key = id(&format!("w{writer}-{n}"));
-                let Ok(Decision::Claimed { generation, .. }) =
-                    store.begin(&key, fp(key.key()), Timestamp(0)).await
-                else {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                };
-                let outcome = Outcome::new(200, key.key().as_bytes().to_vec());
-                let settled = store
-                    .complete(&key, generation, Verdict::Succeeded, outcome, Timestamp(0))
-                    .await
-                    .is_ok();
-                answered.push((key, generation, settled));
-            }
-            answered
-        }));
-    }
+    let writers = writers(&store, &stop);
     tokio::time::sleep(Duration::from_millis(800)).await;
     primary.kill9();
     assert_eq!(replica.cli(&["REPLICAOF", "NO", "ONE"]), "OK");
