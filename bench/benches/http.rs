@@ -108,9 +108,17 @@ async fn run(idem: &PathBuf) {
         ] {
             // The upstream counts every request it is sent: only the proxy is asked.
             let proxied = at == proxy.address;
-            let before = if proxied { commits(at).await } else { None };
+            let before = if proxied {
+                commits(proxy.admin).await
+            } else {
+                None
+            };
             let report = load(&[at], clients, requests(clients), keys, &mut fresh).await;
-            let after = if proxied { commits(at).await } else { None };
+            let after = if proxied {
+                commits(proxy.admin).await
+            } else {
+                None
+            };
             let batched = before.zip(after).map(|(before, after)| after.since(before));
             println!(
                 "{:<28} {:>7} {:>8} {:>10.0} {:>9.2} {:>9.2}{}",
@@ -323,8 +331,8 @@ impl Commits {
     }
 }
 
-/// The group commits of the proxy at `at` (from its `/metrics`), or `None` for a proxy
-/// that shows none (on a database).
+/// The group commits of the proxy whose admin listener is `at` (from its `/metrics`), or
+/// `None` for a proxy that shows none (on a database).
 async fn commits(at: SocketAddr) -> Option<Commits> {
     let stream = TcpStream::connect(at).await.expect("connect");
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -399,6 +407,8 @@ async fn upstream() -> Upstream {
 struct Proxy {
     child: Child,
     address: SocketAddr,
+    /// The admin listener, where `/metrics` is.
+    admin: SocketAddr,
 }
 
 impl Proxy {
@@ -410,6 +420,8 @@ impl Proxy {
                 "proxy",
                 "--listen",
                 "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
                 "--tenant",
                 "bench",
                 "--upstream",
@@ -418,16 +430,19 @@ impl Proxy {
             .stdout(Stdio::piped())
             .spawn()
             .expect("idem proxy starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().expect("stdout"))
-            .read_line(&mut line)
-            .expect("first line");
-        let address = line
-            .trim()
-            .strip_prefix("listening http://")
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("idem proxy said {line:?}"));
-        Proxy { child, address }
+        let mut lines = BufReader::new(child.stdout.as_mut().expect("stdout")).lines();
+        let mut address = |prefix: &str| {
+            let line = lines.next().and_then(Result::ok).unwrap_or_default();
+            line.strip_prefix(prefix)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("idem proxy said {line:?}"))
+        };
+        let (address, admin) = (address("listening http://"), address("admin http://"));
+        Proxy {
+            child,
+            address,
+            admin,
+        }
     }
 
     fn stop(&mut self) {

@@ -490,8 +490,9 @@ The tenant must come from your authentication, and the proxy does not start with
 own); --tenant fixes one tenant.
 
 A fleet: with --db postgres://... or mysql://... (or IDEM_DB) any number of proxies share one database,
-and a retry may reach any of them. GET /healthz answers 200 while the store can take
-requests (503 otherwise), for a load balancer; GET /metrics gives Prometheus text
+and a retry may reach any of them. The admin listener (--admin-listen, loopback by
+default) answers GET /healthz, 200 while the store can take requests (503 otherwise and
+while stopping), for a load balancer, and GET /metrics, Prometheus text
 (idem_proxy_answers_total by answer, request, upstream and store latency, store
 failures, unknown keys, waits by how they ended; on a file, its commits and group
 commit batches). --access-log writes one JSON line per request. The operation a request

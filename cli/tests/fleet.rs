@@ -217,7 +217,7 @@ fn a_database_that_goes_away_is_a_503_and_the_pool_recovers_without_a_restart() 
     assert_eq!(away.status, 503, "{}", away.body);
     assert_eq!(away.problem(), "store-failed");
     assert_eq!(away.header("retry-after").as_deref(), Some("1"));
-    assert_eq!(get(proxy.address, "/healthz").status, 503);
+    assert_eq!(get(proxy.admin, "/healthz").status, 503);
     assert_eq!(upstream.executions("\"k-2\""), 0, "nothing ran");
     // The operator's command names the cause and exits 1.
     let listed = idem.run(&["get", "shop", "POST /orders", "k-1"]);
@@ -226,7 +226,7 @@ fn a_database_that_goes_away_is_a_503_and_the_pool_recovers_without_a_restart() 
         .one_error_line(&["--db", "connecting to the database"]);
 
     server.restart();
-    assert_eq!(get(proxy.address, "/healthz").status, 200);
+    assert_eq!(get(proxy.admin, "/healthz").status, 200);
     assert_eq!(send("k-2").status, 201, "the same proxy, new connections");
     assert_eq!(upstream.executions("\"k-2\""), 1);
 

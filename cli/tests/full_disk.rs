@@ -153,7 +153,7 @@ fn fill_and_grow(reserve: &str, cause: Option<&str>) {
     );
     assert!(!answered.is_empty(), "some orders went through first");
     if let Some(cause) = cause {
-        let health = get(address, "/healthz");
+        let health = get(proxy.admin, "/healthz");
         assert_eq!(health.status, 503, "{}", health.body);
         assert!(
             health.body.contains(cause),
@@ -182,14 +182,14 @@ fn fill_and_grow(reserve: &str, cause: Option<&str>) {
         "a fresh key claimed {:?} after the space came back",
         grown.elapsed()
     );
-    let health = get(address, "/healthz");
+    let health = get(proxy.admin, "/healthz");
     assert_eq!(health.status, 200, "{}", health.body);
 
     // The outcomes the store could not take while it was full are stored by the
     // proxy itself: none is left waiting in its memory.
     let stored = Instant::now();
     loop {
-        let metrics = get(address, "/metrics").body;
+        let metrics = get(proxy.admin, "/metrics").body;
         let waiting = metrics
             .lines()
             .find_map(|line| line.strip_prefix("idem_proxy_unsettled_keys "))

@@ -26,6 +26,88 @@ fn a_proxy_without_a_tenant_source_does_not_start() {
     assert!(!idem.db.exists(), "nothing was created");
 }
 
+/// The backend's own `/metrics` and `/healthz` are reached through the public listener,
+/// as before the proxy stood in front; the proxy's are on the admin listener alone, which
+/// answers 503 from the moment the proxy stops, while its request in flight finishes.
+#[test]
+fn the_backends_paths_are_public_and_the_proxys_own_are_on_the_admin_listener() {
+    let upstream = Upstream::start(Duration::from_millis(1_500));
+    let idem = Idem::new();
+    let proxy = Proxy::start(&idem, &upstream.url(), &["--tenant", "shop"]);
+    assert_ne!(proxy.admin, proxy.address);
+    for path in ["/metrics", "/healthz", "/metrics?x=1", "/healthz?full=1"] {
+        let public = get(proxy.address, path);
+        assert_eq!(public.status, 201, "the backend answered {path}");
+        assert!(
+            public.body.contains(&format!("\"path\":\"{path}\"")),
+            "{path}: {}",
+            public.body
+        );
+    }
+    assert_eq!(upstream.executions(""), 4, "four GETs reached the backend");
+
+    let health = get(proxy.admin, "/healthz");
+    assert_eq!((health.status, health.body.as_str()), (200, "ready\n"));
+    let text = get(proxy.admin, "/metrics").body;
+    assert_eq!(
+        metric(&text, "idem_proxy_answers_total{answer=\"passed_through\"}"),
+        4.0
+    );
+    let other = get(proxy.admin, "/orders");
+    assert_eq!(other.status, 404);
+    assert!(
+        other.body.contains("GET /healthz and GET /metrics"),
+        "{}",
+        other.body
+    );
+    let posted = post(proxy.admin, "/metrics", &[], "{}");
+    assert_eq!(
+        (posted.status, posted.header("allow").as_deref()),
+        (405, Some("GET, HEAD"))
+    );
+    let keyed = post(proxy.admin, "/orders", &KEYED, r#"{"item":"tea"}"#);
+    assert_eq!(
+        keyed.status, 404,
+        "nothing is forwarded from the admin listener"
+    );
+    assert_eq!(upstream.executions("\"k-1\""), 0);
+
+    // A stop with a request in flight: health says so at once, the request finishes.
+    let address = proxy.address;
+    let slow = thread::spawn(move || post(address, "/orders", &KEYED, r#"{"item":"tea"}"#));
+    reached(&upstream, "\"k-1\"");
+    let pid = proxy.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let stopping = Instant::now();
+    loop {
+        let health = get(proxy.admin, "/healthz");
+        if health.status == 503 {
+            assert!(health.body.starts_with("stopping"), "{}", health.body);
+            break;
+        }
+        assert!(
+            stopping.elapsed() < Duration::from_secs(1),
+            "still {} {:?} after the stop",
+            health.status,
+            health.body
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        slow.join().unwrap().status,
+        201,
+        "the request in flight finished"
+    );
+    let (code, stderr) = proxy.terminate_waited();
+    assert_eq!(code, 0, "{stderr}");
+}
+
 /// A metric's value in Prometheus text, by its name with labels.
 fn metric(text: &str, name: &str) -> f64 {
     text.lines()
@@ -43,7 +125,7 @@ fn health_metrics_and_the_access_log() {
         &upstream.url(),
         &["--tenant", "shop", "--access-log", log.to_str().unwrap()],
     );
-    let health = get(proxy.address, "/healthz");
+    let health = get(proxy.admin, "/healthz");
     assert_eq!((health.status, health.body.as_str()), (200, "ready\n"));
 
     let first = post(proxy.address, "/orders", &KEYED, r#"{"item":"tea"}"#);
@@ -55,7 +137,7 @@ fn health_metrics_and_the_access_log() {
         (201, 201, 422, 201)
     );
 
-    let scraped = get(proxy.address, "/metrics");
+    let scraped = get(proxy.admin, "/metrics");
     assert_eq!(scraped.status, 200);
     let text = &scraped.body;
     for (answer, count) in [
@@ -78,7 +160,7 @@ fn health_metrics_and_the_access_log() {
     // The executed key's claim and outcome each waited for a commit of the file, as a
     // group commit of one input; the replay and the conflict were answered from the
     // replay cache. A second scrape shows the same counts: they follow the store's.
-    for text in [text, &get(proxy.address, "/metrics").body] {
+    for text in [text, &get(proxy.admin, "/metrics").body] {
         let commits = [
             "idem_proxy_store_commits_total",
             "idem_proxy_store_batches_total",
@@ -491,7 +573,7 @@ fn duplicates_wait_for_the_running_request_and_get_its_replay() {
         );
     }
     assert_eq!(upstream.executions("\"k-1\""), 1, "it ran once");
-    let text = get(proxy.address, "/metrics").body;
+    let text = get(proxy.admin, "/metrics").body;
     assert_eq!(
         metric(&text, "idem_proxy_waits_total{ended=\"settled\"}"),
         5.0,
@@ -555,7 +637,7 @@ fn requests_whose_clients_hang_up_are_logged_and_counted() {
     assert_eq!(text.lines().count(), 200);
     let executed = text.lines().filter(|l| l.contains("\"executed\"")).count();
     assert_eq!(executed, 200, "every request ran and is logged as executed");
-    let metrics = get(proxy.address, "/metrics").body;
+    let metrics = get(proxy.admin, "/metrics").body;
     assert_eq!(
         metric(&metrics, "idem_proxy_answers_total{answer=\"executed\"}"),
         200.0

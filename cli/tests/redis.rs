@@ -139,7 +139,7 @@ fn a_server_that_can_lose_an_answer_is_refused_unless_the_url_accepts_it() {
     // A proxy that runs so says it where an operator looks: /healthz and /metrics.
     let upstream = Upstream::start(Duration::from_millis(1));
     let proxy = Proxy::start(&accepted, &upstream.url(), &["--tenant", "shop"]);
-    let health = get(proxy.address, "/healthz");
+    let health = get(proxy.admin, "/healthz");
     assert_eq!(
         (health.status, health.body.as_str()),
         (
@@ -147,7 +147,7 @@ fn a_server_that_can_lose_an_answer_is_refused_unless_the_url_accepts_it() {
             "ready\ndurability risk accepted: appendfsync is everysec (accept_unsafe_durability)\n"
         )
     );
-    let metrics = get(proxy.address, "/metrics").body;
+    let metrics = get(proxy.admin, "/metrics").body;
     assert!(
         metrics.contains("\nidem_proxy_durability_risk_accepted 1\n"),
         "{metrics}"
@@ -155,9 +155,9 @@ fn a_server_that_can_lose_an_answer_is_refused_unless_the_url_accepts_it() {
     // And one on a server with the required settings says nothing of the kind.
     let safe = Server::start();
     let proxy = Proxy::start(&on(&safe), &upstream.url(), &["--tenant", "shop"]);
-    let health = get(proxy.address, "/healthz");
+    let health = get(proxy.admin, "/healthz");
     assert_eq!((health.status, health.body.as_str()), (200, "ready\n"));
-    let metrics = get(proxy.address, "/metrics").body;
+    let metrics = get(proxy.admin, "/metrics").body;
     assert!(
         metrics.contains("\nidem_proxy_durability_risk_accepted 0\n"),
         "{metrics}"

@@ -89,7 +89,7 @@ async function startUpstream() {
 /** Runs `idem proxy` on a fresh store in front of `upstream`, with `flags`. */
 async function startProxy(upstream, flags = []) {
   const dir = mkdtempSync(join(tmpdir(), "idem-vite-"));
-  const args = ["--db", join(dir, "proxy.redb"), "proxy", "--listen", "127.0.0.1:0", "--upstream", upstream.base];
+  const args = ["--db", join(dir, "proxy.redb"), "proxy", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--upstream", upstream.base];
   const child = spawn(process.env.IDEM_BIN, [...args, "--tenant", "shop", ...flags], { stdio: ["ignore", "pipe", "inherit"] });
   const line = await new Promise((resolve, reject) => {
     createInterface({ input: child.stdout }).once("line", resolve);

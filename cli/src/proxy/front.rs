@@ -1,7 +1,7 @@
-//! The proxy's front: its own `GET /healthz` and `GET /metrics`, the rest to the layer.
-//!
-//! Every other request goes through the idempotency layer, counted and written to the
-//! access log.
+//! The proxy's front on its public listener: every request through the idempotency
+//! layer (the CORS preflights of the origins `--cors-origin` names answered here),
+//! counted and written to the access log. The proxy's own endpoints are on the admin
+//! listener ([`super::admin`]), so every path reaches the backend.
 
 use std::convert::Infallible;
 use std::io::Write;
@@ -12,8 +12,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use idem_store::Receiver;
-use idem_store::http::{Answered, ResponseBody, Unsettled, Waited};
+use idem_store::http::{Answered, ResponseBody, Waited};
 use tower::Service;
 
 use super::cors::Cors;
@@ -23,34 +22,19 @@ use super::metrics::Metrics;
 /// Where the access log goes: one JSON line per request.
 pub(super) type AccessLog = Arc<Mutex<Box<dyn Write + Send>>>;
 
-/// The proxy's front: its own `GET /healthz` and `GET /metrics`, every other request
-/// through the idempotency layer, each counted and logged.
-pub(super) struct Front<K, R> {
+/// The proxy's front: every request through the idempotency layer, each counted and
+/// logged.
+#[derive(Clone)]
+pub(super) struct Front<K> {
     pub(super) keyed: K,
-    pub(super) store: Arc<R>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) log: Option<AccessLog>,
     pub(super) cors: Arc<Cors>,
-    /// The layer's settlements kept until the store takes them.
-    pub(super) unsettled: Arc<dyn Fn() -> Unsettled + Send + Sync>,
-}
-
-impl<K: Clone, R> Clone for Front<K, R> {
-    fn clone(&self) -> Self {
-        Front {
-            keyed: self.keyed.clone(),
-            store: Arc::clone(&self.store),
-            metrics: Arc::clone(&self.metrics),
-            log: self.log.clone(),
-            cors: Arc::clone(&self.cors),
-            unsettled: Arc::clone(&self.unsettled),
-        }
-    }
 }
 
 type Answer = Response<ResponseBody<ResponseBody<Deadline>>>;
 
-impl<K, R> Front<K, R>
+impl<K> Front<K>
 where
     K: Service<Request<Incoming>, Response = Answer, Error = Infallible>
         + Clone
@@ -58,7 +42,6 @@ where
         + Sync
         + 'static,
     K::Future: Send,
-    R: Receiver + 'static,
 {
     pub(super) async fn call(self, request: Request<Incoming>) -> Result<Answer, Infallible> {
         // A page of an origin `--cors-origin` named: its preflight is answered here, and
@@ -77,13 +60,6 @@ where
     }
 
     async fn answer(self, request: Request<Incoming>) -> Result<Answer, Infallible> {
-        if request.method() == http::Method::GET {
-            match request.uri().path() {
-                "/healthz" => return Ok(self.healthz().await),
-                "/metrics" => return Ok(self.metrics().await),
-                _ => {}
-            }
-        }
         if request.headers().contains_key("idempotency-key") {
             // A keyed request runs to its answer also when its client hangs up (the layer
             // settles its key): in a task of its own, so that it is counted and logged
@@ -138,44 +114,6 @@ where
             let _ = writeln!(out, "{line}");
         }
         Ok(response)
-    }
-
-    /// 200 when the store can take requests, 503 with the cause otherwise (a full
-    /// disk, a database that does not answer); a durability risk accepted at connect is
-    /// named either way.
-    async fn healthz(&self) -> Answer {
-        let risk = self
-            .store
-            .accepted_risk()
-            .map(|risk| format!("durability risk accepted: {risk} (accept_unsafe_durability)\n"))
-            .unwrap_or_default();
-        match self.store.unready().await {
-            None => own(200, "text/plain; charset=utf-8", format!("ready\n{risk}")),
-            Some(cause) => own(
-                503,
-                "text/plain; charset=utf-8",
-                format!("the store cannot take requests: {cause}\n{risk}"),
-            ),
-        }
-    }
-
-    async fn metrics(&self) -> Answer {
-        if let Some(counts) = self.store.commit_counts() {
-            self.metrics.commit_counts(counts);
-        }
-        self.metrics.unsettled((self.unsettled)());
-        self.metrics
-            .risk_accepted(self.store.accepted_risk().is_some());
-        if self.metrics.unknown_keys_due()
-            && let Ok(count) = self.store.unknown_keys().await
-        {
-            self.metrics.unknown_keys(count);
-        }
-        own(
-            200,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            self.metrics.text(),
-        )
     }
 }
 

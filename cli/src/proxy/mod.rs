@@ -1,10 +1,12 @@
 //! `idem proxy`: its flags, and the wiring from them to a store, an upstream and a server.
 //!
 //! A reverse proxy that gives any HTTP backend idempotency keys, on the store's tower
-//! layer (`idem_store::http`): [`serve`] listens and stops, [`front`] answers the
-//! proxy's own requests and passes the others through the layer, [`forward`] sends them
-//! upstream, [`metrics`], [`timed`] and [`deadline`] measure and bound them.
+//! layer (`idem_store::http`): [`serve`] listens and stops, [`front`] passes every
+//! request on the public listener through the layer, [`forward`] sends them upstream,
+//! [`admin`] answers the operator's `/healthz` and `/metrics` on a listener of its own,
+//! [`metrics`], [`timed`] and [`deadline`] measure and bound them.
 
+mod admin;
 mod cors;
 mod deadline;
 mod forward;
@@ -38,6 +40,13 @@ pub(crate) struct ProxyArgs {
     /// The address to listen on; 127.0.0.1 unless you mean to expose it.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8480")]
     pub(crate) listen: std::net::SocketAddr,
+    /// The admin listener's address: GET /healthz and GET /metrics, kept off the public
+    /// listener, which forwards every path to the backend. Loopback by default; a load
+    /// balancer or Prometheus on another machine needs an address it can reach (e.g.
+    /// 10.0.0.5:8481), kept from clients by the network. Port 0 picks a free one; the
+    /// second line of output names it (admin http://ADDR).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8481")]
+    pub(crate) admin_listen: std::net::SocketAddr,
     /// The backend, an http:// URL; the request's path and query are appended to it.
     #[arg(long, value_name = "URL")]
     pub(crate) upstream: String,

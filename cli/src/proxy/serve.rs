@@ -3,7 +3,7 @@
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -19,6 +19,7 @@ use tokio::sync::{Semaphore, watch};
 use tower::Layer;
 
 use super::ProxyArgs;
+use super::admin::Admin;
 use super::cors::Cors;
 use super::forward::Upstream;
 use super::front::{AccessLog, Front};
@@ -54,6 +55,13 @@ impl Serving<'_> {
         let local = listener
             .local_addr()
             .map_err(|e| Failure::runtime(format!("--listen {listen}: {e}")))?;
+        let admin_listen = args.admin_listen;
+        let admin_listener = tokio::net::TcpListener::bind(admin_listen)
+            .await
+            .map_err(|e| Failure::runtime(format!("--admin-listen {admin_listen}: {e}")))?;
+        let admin_local = admin_listener
+            .local_addr()
+            .map_err(|e| Failure::runtime(format!("--admin-listen {admin_listen}: {e}")))?;
         let timed = Arc::new(Timed {
             inner: Arc::clone(&store),
             metrics: Arc::clone(&metrics),
@@ -69,15 +77,23 @@ impl Serving<'_> {
             let layer = layer.clone();
             Arc::new(move || layer.unsettled())
         };
+        let stopping_flag = Arc::new(AtomicBool::new(false));
+        let admin = Arc::new(Admin {
+            store: Arc::clone(&store),
+            metrics: Arc::clone(&metrics),
+            unsettled,
+            stopping: Arc::clone(&stopping_flag),
+        });
         let front = Front {
             keyed,
-            store: Arc::clone(&store),
             metrics,
             log,
             cors: Arc::new(cors),
-            unsettled,
         };
+        // The admin listener answers until the proxy exits, through the drain too.
+        let admin = AbortOnDrop(tokio::spawn(admin.serve(admin_listener)));
         println!("listening http://{local}");
+        println!("admin http://{admin_local}");
         let graceful = GracefulShutdown::new();
         // Requests that reached the service and whose answer is not written yet, in all,
         // and the stop, which each connection watches.
@@ -146,6 +162,7 @@ impl Serving<'_> {
         }
         drop(listener);
         eprintln!("idem proxy: stopping, finishing the requests in flight");
+        stopping_flag.store(true, Ordering::SeqCst);
         let _ = stopping.send(true);
         let drain = Duration::from_millis(args.drain_timeout.max(1));
         let drained = async {
@@ -155,10 +172,21 @@ impl Serving<'_> {
             running.idle().await;
             store.idle().await;
         };
-        tokio::select! {
+        let stopped = tokio::select! {
             () = drained => Ok(()),
             () = tokio::time::sleep(drain) => stopped_anyway(drain, running.count(), answering.count()),
-        }
+        };
+        drop(admin);
+        stopped
+    }
+}
+
+/// A task aborted when this is dropped: the admin listener's, which ends with the proxy.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -155,12 +155,20 @@ pub(crate) fn header_of(head: &str, name: &str) -> Option<String> {
 /// A running `idem proxy`, killed on drop if it did not stop by itself.
 pub(crate) struct Proxy {
     pub(crate) child: Child,
+    /// The public listener.
     pub(crate) address: SocketAddr,
+    /// The admin listener: `/healthz` and `/metrics`.
+    pub(crate) admin: SocketAddr,
 }
 
 impl Proxy {
+    /// Starts a proxy on free loopback ports, its admin listener too unless `flags`
+    /// name one.
     pub(crate) fn start(idem: &Idem, upstream: &str, flags: &[&str]) -> Proxy {
         let mut args = vec!["proxy", "--listen", "127.0.0.1:0", "--upstream", upstream];
+        if !flags.contains(&"--admin-listen") {
+            args.extend_from_slice(&["--admin-listen", "127.0.0.1:0"]);
+        }
         args.extend_from_slice(flags);
         let mut child = idem
             .command(&args)
@@ -168,17 +176,32 @@ impl Proxy {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let address = line
-            .trim()
+        // Read a byte at a time: the rest of stdout stays for the test (an access log).
+        let stdout = child.stdout.as_mut().unwrap();
+        let mut line = || {
+            let mut line = Vec::new();
+            let mut byte = [0];
+            while stdout.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {
+                line.push(byte[0]);
+            }
+            String::from_utf8(line).unwrap()
+        };
+        let (first, second) = (line(), line());
+        let address = first
             .strip_prefix("listening http://")
-            .unwrap_or_else(|| panic!("first line {line:?}"))
+            .unwrap_or_else(|| panic!("first line {first:?}"))
             .parse()
             .unwrap();
-        Proxy { child, address }
+        let admin = second
+            .strip_prefix("admin http://")
+            .unwrap_or_else(|| panic!("second line {second:?}"))
+            .parse()
+            .unwrap();
+        Proxy {
+            child,
+            address,
+            admin,
+        }
     }
 
     pub(crate) fn url(&self) -> String {
@@ -186,10 +209,15 @@ impl Proxy {
     }
 
     /// Sends SIGTERM and waits for the exit status.
-    pub(crate) fn terminate(mut self) -> (i32, String) {
+    pub(crate) fn terminate(self) -> (i32, String) {
         let pid = self.child.id().to_string();
         let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(status.success());
+        self.terminate_waited()
+    }
+
+    /// Waits for the exit status of a proxy already sent its stop signal, and its stderr.
+    pub(crate) fn terminate_waited(mut self) -> (i32, String) {
         let status = self.child.wait().unwrap();
         let mut stderr = String::new();
         self.child
