@@ -83,6 +83,12 @@ pub(crate) struct Cli {
     /// else ./idem.redb].
     #[arg(long, global = true, value_name = "PATH|URL")]
     pub(crate) db: Option<PathBuf>,
+    /// A file whose content is the database's password, for a --db URL that names the
+    /// user and no password: the password then shows in no process list or shell
+    /// history (chmod 600 it; one trailing newline is dropped) [default:
+    /// $IDEM_DB_PASSWORD_FILE].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) db_password_file: Option<PathBuf>,
     /// Replaces the clock: RFC 3339 (2025-03-01T12:00:00Z) or milliseconds since the epoch.
     #[arg(long, global = true, value_name = "TIME", value_parser = parse_instant)]
     pub(crate) now: Option<Timestamp>,

@@ -54,6 +54,16 @@ pub(crate) fn db_path(flag: Option<&Path>) -> PathBuf {
     }
 }
 
+/// The database's password file: `--db-password-file`, else `$IDEM_DB_PASSWORD_FILE`.
+pub(crate) fn password_file(flag: Option<&Path>) -> Option<PathBuf> {
+    if let Some(path) = flag {
+        return Some(path.to_path_buf());
+    }
+    std::env::var_os("IDEM_DB_PASSWORD_FILE")
+        .filter(|path| !path.is_empty())
+        .map(PathBuf::from)
+}
+
 /// The validated `(tenant, operation, key)`.
 pub(crate) fn record_id(args: &IdArgs) -> Result<RecordId, Failure> {
     RecordId::new(&args.tenant, &args.operation, &args.key)

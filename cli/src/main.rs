@@ -86,6 +86,7 @@ fn main() {
 fn run(cli: &Cli) -> Ending {
     let session = Session {
         db: input::db_path(cli.db.as_deref()),
+        password_file: input::password_file(cli.db_password_file.as_deref()),
         clock: Clock::new(cli.now),
         json: cli.json,
     };

@@ -41,6 +41,8 @@ pub(crate) enum Access {
 pub(crate) struct Session {
     /// The store file.
     pub(crate) db: PathBuf,
+    /// The file that holds the database's password (`--db-password-file`).
+    pub(crate) password_file: Option<PathBuf>,
     /// The clock, or `--now`.
     pub(crate) clock: Clock,
     /// `--json`.
@@ -149,8 +151,35 @@ impl Session {
         } else {
             self.check_now(access)?;
         }
-        store_builder(config, access)
+        let builder = store_builder(config, access)?;
+        match &self.password_file {
+            Some(path) => Ok(builder.password(read_password(path)?)),
+            None => Ok(builder),
+        }
     }
+}
+
+/// The password in the file at `path`: its content, less one trailing newline.
+fn read_password(path: &std::path::Path) -> Result<String, Failure> {
+    let flag = "--db-password-file";
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::usage(format!("{flag}: cannot read {}: {e}", path.display())))?;
+    let password = text.strip_suffix('\n').map_or(text.as_str(), |line| {
+        line.strip_suffix('\r').unwrap_or(line)
+    });
+    if password.is_empty() {
+        return Err(Failure::usage(format!(
+            "{flag}: {} is empty; it holds the password alone",
+            path.display()
+        )));
+    }
+    if password.contains(['\n', '\r']) {
+        return Err(Failure::usage(format!(
+            "{flag}: {} has more than one line; it holds the password alone",
+            path.display()
+        )));
+    }
+    Ok(password.to_owned())
 }
 
 /// Opens `db` with `builder`. A read of a file whose last writer died without closing it

@@ -333,3 +333,73 @@ fn three_proxies_on_a_three_master_cluster_run_each_key_once() {
         "{holders:?}"
     );
 }
+
+/// A password from a file: the proxy runs on a server that requires one, and the
+/// password is nowhere in its command line; a wrong one, one in the URL too, or one
+/// with a file store are refused, and no message shows the password.
+#[test]
+fn a_password_file_keeps_the_password_off_the_command_line() {
+    let secret = "pa55-w0rd:with@signs";
+    let server = Server::start_with(&[&format!("--requirepass {secret}")]);
+    let idem = on(&server);
+    let file = idem.file("db-password", format!("{secret}\n").as_bytes());
+
+    // Without it the server refuses the connection.
+    let refused = idem.run(&["begin", "t", "o", "k"]);
+    refused.code(1).one_error_line(&["--db"]);
+
+    let upstream = Upstream::start(Duration::from_millis(1));
+    let proxy = Proxy::start(
+        &idem,
+        &upstream.url(),
+        &["--tenant", "shop", "--db-password-file", &file],
+    );
+    let headers = [("Idempotency-Key", "\"order-1\"")];
+    let first = post(proxy.address, "/orders", &headers, r#"{"item":"tea"}"#);
+    let again = post(proxy.address, "/orders", &headers, r#"{"item":"tea"}"#);
+    assert_eq!((first.status, again.status), (201, 201));
+    assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
+    assert_eq!(upstream.executions("\"order-1\""), 1);
+    let pid = proxy.child.id();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(cmdline.contains("--db-password-file"), "{cmdline}");
+    assert!(!cmdline.contains(secret), "{cmdline}");
+    let ps = std::process::Command::new("ps")
+        .args(["-ww", "-o", "args=", "-p", &pid.to_string()])
+        .output()
+        .unwrap();
+    let ps = String::from_utf8_lossy(&ps.stdout);
+    assert!(ps.contains("proxy"), "ps shows the proxy: {ps}");
+    assert!(!ps.contains(secret), "{ps}");
+
+    // The same file through the environment, for the receiver commands.
+    let mut begin = idem.command(&["--json", "begin", "t", "o", "k"]);
+    begin.env("IDEM_DB_PASSWORD_FILE", &file);
+    let begun = common::Run::of(begin.output().unwrap());
+    begun.code(0);
+    assert_eq!(begun.json()["decision"], "claimed");
+
+    let wrong = idem.file("wrong-password", b"not-it");
+    let run = idem.run(&["--db-password-file", &wrong, "begin", "t", "o", "k2"]);
+    run.code(1).one_error_line(&["--db"]);
+    assert!(!run.stderr.contains("not-it"), "{}", run.stderr);
+    let twice = Idem {
+        db: PathBuf::from(format!("redis://:{secret}@127.0.0.1:{}/0", server.port())),
+        ..Idem::new()
+    };
+    let run = twice.run(&["--db-password-file", &file, "begin", "t", "o", "k2"]);
+    run.code(2)
+        .one_error_line(&["password of its own", "one place"]);
+    assert!(!run.stderr.contains(secret), "{}", run.stderr);
+    let empty = idem.file("empty", b"\n");
+    idem.run(&["--db-password-file", &empty, "begin", "t", "o", "k2"])
+        .code(2)
+        .one_error_line(&["--db-password-file", "is empty"]);
+    let on_file = Idem::new();
+    on_file
+        .run(&["--db-password-file", &file, "begin", "t", "o", "k2"])
+        .code(2)
+        .one_error_line(&["a store file has none"]);
+    assert!(!on_file.db.exists(), "nothing was made");
+}

@@ -78,6 +78,17 @@ pub struct AnyStoreBuilder {
     #[cfg(any(feature = "postgres-tls", feature = "mysql-tls", feature = "redis-tls"))]
     tls_roots: Option<Vec<u8>>,
     accept_unsafe_durability: bool,
+    password: Option<Password>,
+}
+
+/// A database password given apart from the URL, never shown by `Debug`.
+#[derive(Clone)]
+struct Password(String);
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Password(hidden)")
+    }
 }
 
 /// A store could not be opened.
@@ -111,6 +122,13 @@ pub enum AnyOpenError {
     /// The runtime that a blocking store's database calls run on did not start.
     #[error("starting the database client's runtime")]
     Runtime(#[source] std::io::Error),
+    /// A password given apart from the URL ([`AnyStoreBuilder::password`]) cannot be
+    /// used with it.
+    #[error("the database password: {problem}")]
+    Password {
+        /// Why, and what to do.
+        problem: &'static str,
+    },
     /// The target names an engine this build does not have, or none at all.
     #[error("{scheme}://: {problem}")]
     Scheme {
@@ -134,7 +152,7 @@ impl AnyOpenError {
             AnyOpenError::MySql(e) => e.is_input(),
             #[cfg(feature = "redis")]
             AnyOpenError::Redis(e) => e.is_input(),
-            AnyOpenError::Scheme { .. } => true,
+            AnyOpenError::Scheme { .. } | AnyOpenError::Password { .. } => true,
             AnyOpenError::Missing { .. } | AnyOpenError::Runtime(_) => false,
         }
     }
@@ -151,7 +169,36 @@ enum Target<'t> {
     Redis(&'t str),
 }
 
-impl Target<'_> {
+impl<'t> Target<'t> {
+    /// A database's URL; `None` for a file.
+    fn url(&self) -> Option<&'t str> {
+        match *self {
+            Target::File(_) => None,
+            #[cfg(feature = "postgres")]
+            Target::Postgres(url) => Some(url),
+            #[cfg(feature = "mysql")]
+            Target::MySql(url) => Some(url),
+            #[cfg(feature = "redis")]
+            Target::Redis(url) => Some(url),
+        }
+    }
+
+    /// The same engine at `url`.
+    fn with_url<'u>(self, url: &'u str) -> Target<'u>
+    where
+        't: 'u,
+    {
+        match self {
+            Target::File(path) => Target::File(path),
+            #[cfg(feature = "postgres")]
+            Target::Postgres(_) => Target::Postgres(url),
+            #[cfg(feature = "mysql")]
+            Target::MySql(_) => Target::MySql(url),
+            #[cfg(feature = "redis")]
+            Target::Redis(_) => Target::Redis(url),
+        }
+    }
+
     /// A URL's scheme chooses the engine; anything else is a file's path.
     fn of(target: &OsStr) -> Result<Target<'_>, AnyOpenError> {
         let Some(text) = target.to_str() else {
@@ -195,6 +242,33 @@ impl Target<'_> {
             }),
         }
     }
+}
+
+/// `url` with `password` in its user information, percent-encoded (every byte but the
+/// unreserved ones of RFC 3986), the user name kept: the form each engine's URL parser
+/// decodes.
+fn url_with_password(url: &str, password: &str) -> Result<String, &'static str> {
+    if password.is_empty() {
+        return Err("empty; give none, or the password");
+    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err("the target is not a URL");
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (user, host) = authority.rsplit_once('@').unwrap_or(("", authority));
+    if user.contains(':') {
+        return Err("the URL has a password of its own; give it in one place");
+    }
+    let mut encoded = String::with_capacity(password.len() * 3);
+    for byte in password.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    Ok(format!("{scheme}://{user}:{encoded}@{host}{tail}"))
 }
 
 /// The name of the engine `target` names (`file`, `postgres`, `mysql` or `redis`), without
@@ -259,6 +333,7 @@ impl Default for AnyStoreBuilder {
             #[cfg(any(feature = "postgres-tls", feature = "mysql-tls", feature = "redis-tls"))]
             tls_roots: None,
             accept_unsafe_durability: false,
+            password: None,
         }
     }
 }
@@ -329,6 +404,16 @@ impl AnyStoreBuilder {
         self
     }
 
+    /// The database password, in place of one in the URL: read from a file or a secret
+    /// store, so that the URL (in a process list, a log) carries none. The URL names the
+    /// user (`postgres://idem@db/shop`); a URL with a password of its own, or a file, is
+    /// refused with it.
+    #[must_use]
+    pub fn password(mut self, password: impl Into<String>) -> AnyStoreBuilder {
+        self.password = Some(Password(password.into()));
+        self
+    }
+
     /// Opens the store `target` names: a path opens (or makes) a redb file, a
     /// `postgres://` URL connects to PostgreSQL, a `mysql://` (or `mariadb://`) URL to
     /// MariaDB. A file is opened on the calling
@@ -339,7 +424,25 @@ impl AnyStoreBuilder {
     /// [`AnyOpenError`]: the engine's own open or connect error, a missing file, or a
     /// scheme without an engine.
     pub async fn open(self, target: impl AsRef<OsStr>) -> Result<AnyStore, AnyOpenError> {
-        let engine = match Target::of(target.as_ref())? {
+        let target = Target::of(target.as_ref())?;
+        let with_password;
+        let target = match (&self.password, target) {
+            (None, target) => target,
+            (Some(_), Target::File(_)) => {
+                return Err(AnyOpenError::Password {
+                    problem: "a store file has none; a password goes with a database URL",
+                });
+            }
+            (Some(Password(password)), target) => {
+                with_password = target.url().map(|url| url_with_password(url, password));
+                match with_password {
+                    Some(Ok(ref url)) => target.with_url(url),
+                    Some(Err(problem)) => return Err(AnyOpenError::Password { problem }),
+                    None => target,
+                }
+            }
+        };
+        let engine = match target {
             Target::File(path) => Engine::File(self.open_file(path)?),
             #[cfg(feature = "postgres")]
             Target::Postgres(url) => Engine::Postgres(self.connect(url).await?),
@@ -518,6 +621,77 @@ mod tests {
             refused.to_string(),
             "mysql+tls://: no engine for this scheme; a path opens a store file, postgres:// a PostgreSQL database, mysql:// a MariaDB one, redis:// a Redis server"
         );
+    }
+
+    /// A password given apart from the URL goes in percent-encoded, and each engine's own
+    /// URL parser reads back the same password and user.
+    #[test]
+    fn a_password_joins_the_url_as_each_engine_reads_it() {
+        let password = "p@ss:w/rd?#%é ";
+        let encoded = "p%40ss%3Aw%2Frd%3F%23%25%C3%A9%20";
+        for (url, expected) in [
+            (
+                "postgres://idem@db/shop",
+                format!("postgres://idem:{encoded}@db/shop"),
+            ),
+            (
+                "postgres://idem@[::1]:5432/shop?sslmode=require",
+                format!("postgres://idem:{encoded}@[::1]:5432/shop?sslmode=require"),
+            ),
+            (
+                "mysql://idem@db:3306/shop",
+                format!("mysql://idem:{encoded}@db:3306/shop"),
+            ),
+            (
+                "redis://cache:6379/0",
+                format!("redis://:{encoded}@cache:6379/0"),
+            ),
+            ("redis://app@cache", format!("redis://app:{encoded}@cache")),
+        ] {
+            assert_eq!(url_with_password(url, password).unwrap(), expected, "{url}");
+        }
+        assert!(url_with_password("postgres://idem:old@db/shop", "new").is_err());
+        assert!(url_with_password("redis://cache/0", "").is_err());
+
+        #[cfg(feature = "postgres")]
+        {
+            let url = url_with_password("postgres://idem@db/shop", password).unwrap();
+            let config: tokio_postgres::Config = url.parse().unwrap();
+            assert_eq!(config.get_password(), Some(password.as_bytes()));
+            assert_eq!(config.get_user(), Some("idem"));
+        }
+        #[cfg(feature = "mysql")]
+        {
+            let url = url_with_password("mysql://idem@db/shop", password).unwrap();
+            let opts = mysql_async::Opts::from_url(&url).unwrap();
+            assert_eq!(opts.pass(), Some(password));
+            assert_eq!(opts.user(), Some("idem"));
+        }
+        #[cfg(feature = "redis")]
+        {
+            use redis::IntoConnectionInfo;
+            let url = url_with_password("redis://app@cache/0", password).unwrap();
+            let info = url.as_str().into_connection_info().unwrap();
+            assert_eq!(info.redis_settings().password(), Some(password));
+            assert_eq!(info.redis_settings().username(), Some("app"));
+        }
+    }
+
+    #[test]
+    fn a_password_is_refused_with_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("made.redb");
+        let refused = AnyStore::builder()
+            .password("secret")
+            .open_blocking(&path)
+            .unwrap_err();
+        assert!(refused.is_input());
+        assert!(
+            refused.to_string().contains("a store file has none"),
+            "{refused}"
+        );
+        assert!(!path.exists(), "nothing was made");
+        assert!(!format!("{:?}", AnyStore::builder().password("secret")).contains("secret"));
     }
 
     #[test]
