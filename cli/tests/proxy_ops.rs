@@ -645,3 +645,120 @@ fn requests_whose_clients_hang_up_are_logged_and_counted() {
     let ran: usize = upstream.counts.lock().unwrap().executions.values().sum();
     assert_eq!(ran, 200);
 }
+
+/// Two routes with their own fingerprints: one leaves a client's `timestamp` out, the
+/// other counts the whole body. A retry of each with a new timestamp is a replay on the
+/// first and a 422 on the second; a path that matches no route takes the flags' rules.
+/// A routes file with an error is refused with its line, before anything starts.
+#[test]
+fn routes_have_rules_of_their_own_and_a_bad_file_is_refused_by_line() {
+    let upstream = Upstream::start(Duration::ZERO);
+    let idem = Idem::new();
+    let routes = idem.file(
+        "routes.toml",
+        br#"# The proxy's routes.
+[[route]]
+path = "/orders"
+methods = ["POST"]
+fingerprint.ignore = ["/timestamp"]
+kept_headers = ["content-type"]
+
+[[route]]
+path = "/payments/{id}/capture"
+require_key = true
+
+[[route]]
+path = "/quotes/*"
+fingerprint.only = ["/item"]
+"#,
+    );
+    let check = idem.run(&["proxy", "--check-config", &routes]);
+    check.code(0);
+    assert_eq!(
+        check.stdout,
+        format!(
+            "{routes}: 3 routes, valid\n  POST /orders: the fingerprint without /timestamp\n  POST|PATCH /payments/{{id}}/capture: a key required\n  POST|PATCH /quotes/*: the fingerprint of /item alone\n"
+        )
+    );
+    let proxy = Proxy::start(
+        &idem,
+        &upstream.url(),
+        &["--tenant", "shop", "--routes", &routes],
+    );
+    let order = |key: &str, path: &str, at: &str| {
+        let key = format!("\"{key}\"");
+        post(
+            proxy.address,
+            path,
+            &[("Idempotency-Key", key.as_str())],
+            &format!(r#"{{"item":"tea","timestamp":"{at}"}}"#),
+        )
+    };
+    let first = order("o-1", "/orders", "12:00:00");
+    let retry = order("o-1", "/orders", "12:00:05");
+    assert_eq!((first.status, retry.status), (201, 201));
+    assert_eq!(retry.header("idempotent-replayed").as_deref(), Some("true"));
+    assert_eq!(retry.body, first.body);
+    assert!(
+        first.header("location").is_some(),
+        "the first answer is the upstream's"
+    );
+    assert_eq!(
+        retry.header("location"),
+        None,
+        "the route keeps content-type alone"
+    );
+
+    let path = "/payments/p-1/capture";
+    let first = order("p-1", path, "12:00:00");
+    let retry = order("p-1", path, "12:00:05");
+    assert_eq!(first.status, 201);
+    assert_eq!((retry.status, retry.problem().as_str()), (422, "conflict"));
+    let keyless = post(proxy.address, path, &[], "{}");
+    assert_eq!(keyless.status, 400, "the route requires a key");
+    // Only the item counts: a new timestamp is the same request, another item is not.
+    let first = order("q-1", "/quotes/eu/tea", "12:00:00");
+    let retry = order("q-1", "/quotes/eu/tea", "12:00:05");
+    assert_eq!((first.status, retry.status), (201, 201));
+    assert_eq!(retry.header("idempotent-replayed").as_deref(), Some("true"));
+    let other = post(
+        proxy.address,
+        "/quotes/eu/tea",
+        &[("Idempotency-Key", "\"q-1\"")],
+        r#"{"item":"cake","timestamp":"12:00:00"}"#,
+    );
+    assert_eq!(other.status, 422);
+    // No route: the flags' rules (the whole body counts, no key required).
+    let first = order("x-1", "/refunds", "12:00:00");
+    let retry = order("x-1", "/refunds", "12:00:05");
+    assert_eq!((first.status, retry.status), (201, 422));
+    assert_eq!(post(proxy.address, "/refunds", &[], "{}").status, 201);
+    assert_eq!(upstream.executions("\"o-1\""), 1);
+    assert_eq!(upstream.executions("\"p-1\""), 1);
+
+    let bad = idem.file(
+        "bad.toml",
+        b"[[route]]\npath = \"/orders\"\nfingerprint.ignore = [\"timestamp\"]\n",
+    );
+    for args in [
+        vec!["proxy", "--check-config", bad.as_str()],
+        vec![
+            "proxy",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--tenant",
+            "shop",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--routes",
+            bad.as_str(),
+        ],
+    ] {
+        idem.run(&args).code(2).one_error_line(&[
+            &format!("{bad}:3: fingerprint.ignore"),
+            "\"timestamp\" is not a JSON Pointer",
+        ]);
+    }
+}

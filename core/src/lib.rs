@@ -74,6 +74,8 @@ pub mod token;
 
 pub use config::{Config, ConfigError, LeaseExpiry};
 pub use encoding::DecodeError;
+#[cfg(feature = "json")]
+pub use fingerprint::JsonPaths;
 pub use fingerprint::{Fingerprint, FingerprintError};
 pub use id::{Field, IdError, RecordId};
 pub use ledger::{

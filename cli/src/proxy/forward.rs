@@ -71,8 +71,9 @@ pub(super) struct Upstream {
 
 /// The upstream `--upstream` names, with its client and `--upstream-timeout`.
 pub(super) fn upstream(args: &ProxyArgs, metrics: Arc<Metrics>) -> Result<Upstream, Failure> {
-    let bad = |rule: &str| Failure::usage(format!("--upstream: {:?} {rule}", args.upstream));
-    let uri: Uri = args.upstream.parse().map_err(|_| bad("is not a URL"))?;
+    let given = args.upstream.as_deref().unwrap_or_default();
+    let bad = |rule: &str| Failure::usage(format!("--upstream: {given:?} {rule}"));
+    let uri: Uri = given.parse().map_err(|_| bad("is not a URL"))?;
     if uri.scheme() != Some(&Scheme::HTTP) {
         return Err(bad(
             "needs http:// (put TLS in front of the proxy, not behind it)",

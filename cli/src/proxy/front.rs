@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response};
+use http::{HeaderValue, Method, Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use idem_store::http::{Answered, ResponseBody, Waited};
@@ -18,21 +18,51 @@ use tower::Service;
 use super::cors::Cors;
 use super::deadline::Deadline;
 use super::metrics::Metrics;
+use super::routes::Pattern;
 
 /// Where the access log goes: one JSON line per request.
 pub(super) type AccessLog = Arc<Mutex<Box<dyn Write + Send>>>;
 
-/// The proxy's front: every request through the idempotency layer, each counted and
-/// logged.
-#[derive(Clone)]
+/// The layers of the routes (`--routes`) and the default one, each on the upstream.
+pub(super) struct Router<K> {
+    /// Each route's pattern, methods and service, first match first.
+    pub(super) routes: Vec<(Pattern, Vec<Method>, K)>,
+    /// For the requests that match no route: the flags' rules.
+    pub(super) default: K,
+}
+
+impl<K> Router<K> {
+    /// The service of the first route that matches `method` and `path`, else the
+    /// default.
+    fn pick(&self, method: &Method, path: &str) -> &K {
+        self.routes
+            .iter()
+            .find(|(pattern, methods, _)| methods.contains(method) && pattern.matches(path))
+            .map_or(&self.default, |(_, _, service)| service)
+    }
+}
+
+/// The proxy's front: every request through the idempotency layer of its route, each
+/// counted and logged.
 pub(super) struct Front<K> {
-    pub(super) keyed: K,
+    pub(super) keyed: Arc<Router<K>>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) log: Option<AccessLog>,
     pub(super) cors: Arc<Cors>,
 }
 
 type Answer = Response<ResponseBody<ResponseBody<Deadline>>>;
+
+impl<K> Clone for Front<K> {
+    fn clone(&self) -> Self {
+        Front {
+            keyed: Arc::clone(&self.keyed),
+            metrics: Arc::clone(&self.metrics),
+            log: self.log.clone(),
+            cors: Arc::clone(&self.cors),
+        }
+    }
+}
 
 impl<K> Front<K>
 where
@@ -77,7 +107,7 @@ where
     }
 
     /// The answer of the layer to `request`, counted and logged.
-    async fn served(mut self, request: Request<Incoming>) -> Result<Answer, Infallible> {
+    async fn served(self, request: Request<Incoming>) -> Result<Answer, Infallible> {
         let started = Instant::now();
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
@@ -86,7 +116,11 @@ where
             .get("idempotency-key")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let response = self.keyed.call(request).await?;
+        let mut keyed = self
+            .keyed
+            .pick(request.method(), request.uri().path())
+            .clone();
+        let response = keyed.call(request).await?;
         let took = started.elapsed();
         let answered = response
             .extensions()

@@ -12,6 +12,7 @@ mod deadline;
 mod forward;
 mod front;
 mod metrics;
+mod routes;
 mod serve;
 mod timed;
 
@@ -48,8 +49,19 @@ pub(crate) struct ProxyArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8481")]
     pub(crate) admin_listen: std::net::SocketAddr,
     /// The backend, an http:// URL; the request's path and query are appended to it.
-    #[arg(long, value_name = "URL")]
-    pub(crate) upstream: String,
+    #[arg(long, value_name = "URL", required_unless_present = "check_config")]
+    pub(crate) upstream: Option<String>,
+    /// Routes with rules of their own, from a TOML file: per method and path pattern,
+    /// whether a key is required, which JSON fields and headers count toward the
+    /// fingerprint, which response headers are replayed, the body limit and the wait.
+    /// The first route that matches a request gives its rules; the flags give the rest.
+    /// docs/proxy.md has the format.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) routes: Option<PathBuf>,
+    /// Checks a routes file (--routes) and prints its routes, starting nothing; exit 2
+    /// with the file, the line and the rule at the first error.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) check_config: Option<PathBuf>,
     /// One tenant for every request (a single-tenant deployment).
     #[arg(long, value_name = "NAME")]
     pub(crate) tenant: Option<String>,
@@ -136,7 +148,21 @@ pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
             "--json: idem proxy writes JSON lines to its access log (--access-log); --json applies to one command's output",
         ));
     }
+    if let Some(path) = &args.check_config {
+        let routes = routes::load(path, &Settings::default()).map_err(Failure::usage)?;
+        println!("{}: {} routes, valid", path.display(), routes.len());
+        for route in &routes {
+            println!("  {}", route.summary);
+        }
+        return Ok(0);
+    }
     let settings = settings(args)?;
+    let routes = match &args.routes {
+        Some(path) => {
+            routes::load(path, &settings).map_err(|e| Failure::usage(format!("--routes: {e}")))?
+        }
+        None => Vec::new(),
+    };
     let cors = cors::Cors::new(&args.cors_origin)?;
     let config = Config {
         lease_ms: args.lease,
@@ -156,6 +182,7 @@ pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
     let serving = Serving {
         args,
         settings,
+        routes,
         upstream,
         metrics,
         log,

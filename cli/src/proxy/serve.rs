@@ -22,8 +22,9 @@ use super::ProxyArgs;
 use super::admin::Admin;
 use super::cors::Cors;
 use super::forward::Upstream;
-use super::front::{AccessLog, Front};
+use super::front::{AccessLog, Front, Router};
 use super::metrics::Metrics;
+use super::routes::Route;
 use super::timed::Timed;
 use crate::exit::Failure;
 
@@ -31,6 +32,8 @@ use crate::exit::Failure;
 pub(super) struct Serving<'a> {
     pub(super) args: &'a ProxyArgs,
     pub(super) settings: Settings,
+    /// The routes with rules of their own (`--routes`), first match first.
+    pub(super) routes: Vec<Route>,
     pub(super) upstream: Upstream,
     pub(super) metrics: Arc<Metrics>,
     pub(super) log: Option<AccessLog>,
@@ -43,6 +46,7 @@ impl Serving<'_> {
         let Serving {
             args,
             settings,
+            routes,
             upstream,
             metrics,
             log,
@@ -72,7 +76,18 @@ impl Serving<'_> {
         });
         let layer = IdempotencyLayer::new(timed, settings);
         let running = layer.running();
-        let keyed = layer.layer(forward);
+        // Every route's layer shares the default one's running requests and kept
+        // settlements: the drain and the metrics see them all.
+        let keyed = Arc::new(Router {
+            routes: routes
+                .into_iter()
+                .map(|route| {
+                    let service = layer.with_settings(route.settings).layer(forward.clone());
+                    (route.pattern, route.methods, service)
+                })
+                .collect(),
+            default: layer.layer(forward),
+        });
         let unsettled = {
             let layer = layer.clone();
             Arc::new(move || layer.unsettled())

@@ -62,7 +62,7 @@ use core::fmt;
 use sha2::{Digest, Sha256};
 
 use crate::quote::Quoted;
-use canonical::Canonical;
+use canonical::{Canonical, Select};
 
 mod canonical;
 mod number;
@@ -193,14 +193,38 @@ impl fmt::Display for JsonError {
 
 impl core::error::Error for JsonError {}
 
-/// Canonical UTF-8 text of `text` per RFC 8785, with the members at `ignored_paths`
-/// removed first.
+/// Which members and elements of a JSON document count toward its fingerprint, by RFC
+/// 6901 JSON Pointers with the wildcard `*` (the [module docs](self) say how they match).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JsonPaths<'p> {
+    /// Every member and element but those the pointers reach (trace ids, timestamps):
+    /// what [`Fingerprint::of_json`](crate::Fingerprint::of_json) takes.
+    Ignored(&'p [&'p str]),
+    /// Only what the pointers reach, whole, with the objects and arrays on the way to it
+    /// (the rest of their members and elements removed): `/amount` and `/items/*/sku`
+    /// keep `{"amount":…,"items":[{"sku":…},…]}`. A pointer that reaches nothing keeps
+    /// nothing: a scalar on its way is removed, an object or array on its way stays,
+    /// empty if nothing in it is reached; with no pointer, the document's object or
+    /// array is left empty (a scalar document is kept).
+    Only(&'p [&'p str]),
+}
+
+impl<'p> JsonPaths<'p> {
+    fn parts(self) -> (Select, &'p [&'p str]) {
+        match self {
+            JsonPaths::Ignored(paths) => (Select::Removed, paths),
+            JsonPaths::Only(paths) => (Select::Only, paths),
+        }
+    }
+}
+
+/// Canonical UTF-8 text of `text` per RFC 8785, with the members `paths` select.
 pub(crate) fn canonicalize(
     text: &str,
-    ignored_paths: &[&str],
+    paths: JsonPaths<'_>,
     max_bytes: usize,
 ) -> Result<String, JsonError> {
-    let mut canonical = Canonical::new(text, ignored_paths, max_bytes, canonical::FLUSH_AT)?;
+    let mut canonical = Canonical::new(text, paths.parts(), max_bytes, canonical::FLUSH_AT)?;
     canonical.run(None)?;
     Ok(canonical.into_text())
 }
@@ -208,23 +232,23 @@ pub(crate) fn canonicalize(
 /// SHA-256 of the text [`canonicalize`] returns, hashed as it becomes final.
 pub(crate) fn canonical_sha256(
     text: &str,
-    ignored_paths: &[&str],
+    paths: JsonPaths<'_>,
     max_bytes: usize,
 ) -> Result<[u8; 32], JsonError> {
-    sha256_flushing_at(text, ignored_paths, max_bytes, canonical::FLUSH_AT)
+    sha256_flushing_at(text, paths, max_bytes, canonical::FLUSH_AT)
 }
 
 /// [`canonical_sha256`], offering the hash final text whenever `flush_at` bytes wait.
 fn sha256_flushing_at(
     text: &str,
-    ignored_paths: &[&str],
+    paths: JsonPaths<'_>,
     max_bytes: usize,
     flush_at: usize,
 ) -> Result<[u8; 32], JsonError> {
     let mut hasher = Sha256::new();
     let rest = {
         let mut hash = |final_text: &str| hasher.update(final_text);
-        let mut canonical = Canonical::new(text, ignored_paths, max_bytes, flush_at)?;
+        let mut canonical = Canonical::new(text, paths.parts(), max_bytes, flush_at)?;
         canonical.run(Some(&mut hash))?;
         canonical.into_text()
     };

@@ -27,7 +27,7 @@ use sha2::{Digest, Sha256};
 use crate::quote::Quoted;
 
 #[cfg(feature = "json")]
-pub use json::{JsonError, MAX_JSON_BYTES, MAX_JSON_DEPTH};
+pub use json::{JsonError, JsonPaths, MAX_JSON_BYTES, MAX_JSON_DEPTH};
 
 /// SHA-256 of a request's business input, 32 bytes; shown as 64 lower-case hex digits.
 ///
@@ -187,11 +187,22 @@ impl Fingerprint {
         ignored_paths: &[&str],
         max_bytes: usize,
     ) -> Result<Fingerprint, FingerprintError> {
-        Ok(Fingerprint(json::canonical_sha256(
-            json,
-            ignored_paths,
-            max_bytes,
-        )?))
+        Fingerprint::of_json_selected(json, JsonPaths::Ignored(ignored_paths), max_bytes)
+    }
+
+    /// SHA-256 of the RFC 8785 canonical form of `json` with the members `paths` select
+    /// ([`JsonPaths`]: all but some, or only some); `json` may be up to `max_bytes` long.
+    ///
+    /// # Errors
+    ///
+    /// As [`Fingerprint::of_json`].
+    #[cfg(feature = "json")]
+    pub fn of_json_selected(
+        json: &str,
+        paths: JsonPaths<'_>,
+        max_bytes: usize,
+    ) -> Result<Fingerprint, FingerprintError> {
+        Ok(Fingerprint(json::canonical_sha256(json, paths, max_bytes)?))
     }
 
     /// The RFC 8785 canonical text that [`Fingerprint::of_json`] hashes.
@@ -216,7 +227,21 @@ impl Fingerprint {
         ignored_paths: &[&str],
         max_bytes: usize,
     ) -> Result<String, FingerprintError> {
-        Ok(json::canonicalize(json, ignored_paths, max_bytes)?)
+        Fingerprint::canonical_json_selected(json, JsonPaths::Ignored(ignored_paths), max_bytes)
+    }
+
+    /// The RFC 8785 canonical text that [`Fingerprint::of_json_selected`] hashes.
+    ///
+    /// # Errors
+    ///
+    /// As [`Fingerprint::of_json`].
+    #[cfg(feature = "json")]
+    pub fn canonical_json_selected(
+        json: &str,
+        paths: JsonPaths<'_>,
+        max_bytes: usize,
+    ) -> Result<String, FingerprintError> {
+        Ok(json::canonicalize(json, paths, max_bytes)?)
     }
 
     /// Parses 64 hex digits (either case).

@@ -84,8 +84,27 @@ impl RequestParts<'_> {
     /// [`RequestError`]: a JSON body that is not UTF-8 or not JSON, a configured header
     /// named twice.
     pub fn fingerprint(&self, ignored_paths: &[&str]) -> Result<Fingerprint, RequestError> {
+        self.fingerprint_of(|body| canonical_body(body, ignored_paths, false))
+    }
+
+    /// The request's fingerprint with only the members `included_paths` reach counting
+    /// from a JSON body (the amount and the account, not the client's timestamp):
+    /// [`crate::fingerprint::json::JsonPaths::Only`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RequestParts::fingerprint`].
+    #[cfg(feature = "json")]
+    pub fn fingerprint_only(&self, included_paths: &[&str]) -> Result<Fingerprint, RequestError> {
+        self.fingerprint_of(|body| canonical_body(body, included_paths, true))
+    }
+
+    fn fingerprint_of(
+        &self,
+        canonical_body: impl FnOnce(&[u8]) -> Result<String, RequestError>,
+    ) -> Result<Fingerprint, RequestError> {
         let canonical = match self.content_type.filter(|t| is_json(t)) {
-            Some(_) => Some(self.canonical_body(ignored_paths)?),
+            Some(_) => Some(canonical_body(self.body)?),
             None => None,
         };
         let names: Vec<String> = self
@@ -105,22 +124,29 @@ impl RequestParts<'_> {
         }
         Fingerprint::of_fields(&fields).map_err(RequestError::Body)
     }
+}
 
-    #[cfg(feature = "json")]
-    fn canonical_body(&self, ignored_paths: &[&str]) -> Result<String, RequestError> {
-        let text = core::str::from_utf8(self.body).map_err(|e| RequestError::BodyNotUtf8 {
-            offset: e.valid_up_to(),
-        })?;
-        Fingerprint::canonical_json_up_to(text, ignored_paths, usize::MAX)
-            .map_err(RequestError::Body)
-    }
+/// The canonical text of a JSON body, without the members at `paths` or, with `only`,
+/// with only theirs.
+#[cfg(feature = "json")]
+fn canonical_body(body: &[u8], paths: &[&str], only: bool) -> Result<String, RequestError> {
+    use crate::fingerprint::json::JsonPaths;
+    let text = core::str::from_utf8(body).map_err(|e| RequestError::BodyNotUtf8 {
+        offset: e.valid_up_to(),
+    })?;
+    let paths = if only {
+        JsonPaths::Only(paths)
+    } else {
+        JsonPaths::Ignored(paths)
+    };
+    Fingerprint::canonical_json_selected(text, paths, usize::MAX).map_err(RequestError::Body)
+}
 
-    /// Without the `json` feature a JSON body is fingerprinted as bytes.
-    #[cfg(not(feature = "json"))]
-    fn canonical_body(&self, _ignored_paths: &[&str]) -> Result<String, RequestError> {
-        let text = core::str::from_utf8(self.body).map_err(|e| RequestError::BodyNotUtf8 {
-            offset: e.valid_up_to(),
-        })?;
-        Ok(text.into())
-    }
+/// Without the `json` feature a JSON body is fingerprinted as bytes.
+#[cfg(not(feature = "json"))]
+fn canonical_body(body: &[u8], _paths: &[&str], _only: bool) -> Result<String, RequestError> {
+    let text = core::str::from_utf8(body).map_err(|e| RequestError::BodyNotUtf8 {
+        offset: e.valid_up_to(),
+    })?;
+    Ok(text.into())
 }

@@ -184,6 +184,10 @@ impl<'t> Target<'t> {
     }
 
     /// The same engine at `url`.
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "mysql", feature = "redis")),
+        allow(unused_variables)
+    )]
     fn with_url<'u>(self, url: &'u str) -> Target<'u>
     where
         't: 'u,
@@ -425,22 +429,21 @@ impl AnyStoreBuilder {
     /// scheme without an engine.
     pub async fn open(self, target: impl AsRef<OsStr>) -> Result<AnyStore, AnyOpenError> {
         let target = Target::of(target.as_ref())?;
-        let with_password;
-        let target = match (&self.password, target) {
-            (None, target) => target,
-            (Some(_), Target::File(_)) => {
+        let with_password = match (&self.password, target.url()) {
+            (None, _) => None,
+            (Some(_), None) => {
                 return Err(AnyOpenError::Password {
                     problem: "a store file has none; a password goes with a database URL",
                 });
             }
-            (Some(Password(password)), target) => {
-                with_password = target.url().map(|url| url_with_password(url, password));
-                match with_password {
-                    Some(Ok(ref url)) => target.with_url(url),
-                    Some(Err(problem)) => return Err(AnyOpenError::Password { problem }),
-                    None => target,
-                }
-            }
+            (Some(Password(password)), Some(url)) => Some(
+                url_with_password(url, password)
+                    .map_err(|problem| AnyOpenError::Password { problem })?,
+            ),
+        };
+        let target = match &with_password {
+            Some(url) => target.with_url(url),
+            None => target,
         };
         let engine = match target {
             Target::File(path) => Engine::File(self.open_file(path)?),

@@ -211,6 +211,10 @@ pub struct Settings {
     pub fingerprint_headers: Vec<HeaderName>,
     /// JSON Pointers removed from a JSON body before it is fingerprinted. Default none.
     pub ignored_json_paths: Vec<String>,
+    /// When set, only the members at these JSON Pointers count toward a JSON body's
+    /// fingerprint (`idem_core::JsonPaths::Only`), and `ignored_json_paths` is not
+    /// used. Default none: the whole body counts.
+    pub only_json_paths: Option<Vec<String>>,
     /// Response headers kept with the outcome and replayed. Default `content-type`,
     /// `location`, `content-location`, `etag`, `last-modified`.
     pub kept_headers: Vec<HeaderName>,
@@ -239,6 +243,7 @@ impl Default for Settings {
             body_limit: 1 << 20,
             fingerprint_headers: Vec::new(),
             ignored_json_paths: Vec::new(),
+            only_json_paths: None,
             kept_headers: [
                 http::header::CONTENT_TYPE,
                 http::header::LOCATION,
@@ -264,6 +269,7 @@ impl fmt::Debug for Settings {
             .field("body_limit", &self.body_limit)
             .field("fingerprint_headers", &self.fingerprint_headers)
             .field("ignored_json_paths", &self.ignored_json_paths)
+            .field("only_json_paths", &self.only_json_paths)
             .field("kept_headers", &self.kept_headers)
             .field("answers", &self.answers)
             .field("body_timeout", &self.body_timeout)
@@ -318,6 +324,20 @@ impl<R: Receiver> IdempotencyLayer<R> {
     #[must_use]
     pub fn running(&self) -> Running {
         self.running.clone()
+    }
+
+    /// A layer with `settings` in place of this one's that shares its store, its
+    /// running requests ([`IdempotencyLayer::running`]), its waiting duplicates and its
+    /// kept settlements: for routes of one server with rules of their own (what is
+    /// fingerprinted, what is kept), stopped and measured as one.
+    #[must_use]
+    pub fn with_settings(&self, settings: Settings) -> IdempotencyLayer<R> {
+        IdempotencyLayer {
+            store: Arc::clone(&self.store),
+            settings: Arc::new(settings),
+            running: self.running.clone(),
+            keys: self.keys.clone(),
+        }
     }
 
     /// The settlements the store failed (a full disk) that this layer keeps in memory

@@ -386,12 +386,14 @@ where
         .map(|name| (name.as_str(), joined(&parts, name)))
         .collect();
     let headers: Vec<(&str, &[u8])> = headers.iter().map(|(n, v)| (*n, v.as_slice())).collect();
-    let ignored: Vec<&str> = settings
-        .ignored_json_paths
+    let paths: Vec<&str> = settings
+        .only_json_paths
+        .as_ref()
+        .unwrap_or(&settings.ignored_json_paths)
         .iter()
         .map(String::as_str)
         .collect();
-    let fingerprint = RequestParts {
+    let request = RequestParts {
         method: parts.method.as_str(),
         path: parts.uri.path(),
         content_type: parts
@@ -400,8 +402,11 @@ where
             .map(HeaderValue::as_bytes),
         body: &body,
         headers: &headers,
-    }
-    .fingerprint(&ignored);
+    };
+    let fingerprint = match settings.only_json_paths {
+        Some(_) => request.fingerprint_only(&paths),
+        None => request.fingerprint(&paths),
+    };
     let fingerprint = match fingerprint {
         Ok(fingerprint) => fingerprint,
         Err(e) => return Err(refused(Problem::body_malformed(&e))),

@@ -38,6 +38,8 @@ struct Frame {
     seen: usize,
     /// Children kept so far: whether a comma goes before the next element (arrays).
     kept: usize,
+    /// Kept whole, every child with it: a path of [`Select::Only`] ends at it or above.
+    whole: bool,
     /// The child being read.
     child: Child,
 }
@@ -51,8 +53,20 @@ struct Child {
     start: usize,
     /// Byte offset in the input of its name's opening quote (members).
     offset: usize,
-    /// An ignored path ends at it.
+    /// An ignored path ends at it (or, with [`Select::Only`], none reaches it).
     removed: bool,
+    /// With [`Select::Only`], a path goes on below it: kept if it is a container (with
+    /// what the path reaches in it), removed if it is a scalar.
+    through: bool,
+}
+
+/// What the paths of a canonicalization select.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Select {
+    /// The members and elements they reach are removed; the rest is kept.
+    Removed,
+    /// Only what they reach is kept, with the containers on the way to it.
+    Only,
 }
 
 /// One canonicalization of one text.
@@ -61,6 +75,7 @@ pub(super) struct Canonical<'t> {
     /// Byte offset of the next input byte.
     pos: usize,
     paths: Vec<Vec<Token>>,
+    select: Select,
     /// The canonical text from `flushed` on.
     out: String,
     /// Bytes of canonical text a sink took.
@@ -76,6 +91,8 @@ pub(super) struct Canonical<'t> {
     live: Vec<usize>,
     /// The live paths of the child being begun, should it be a container.
     next_live: Vec<usize>,
+    /// Whether the child being begun is kept whole, should it be a container.
+    next_whole: bool,
     /// An object's members in order, before they replace its text.
     sorted: String,
 }
@@ -85,7 +102,7 @@ impl<'t> Canonical<'t> {
     /// once `flush_at` bytes wait.
     pub(super) fn new(
         text: &'t str,
-        ignored_paths: &[&str],
+        (select, paths): (Select, &[&str]),
         max_bytes: usize,
         flush_at: usize,
     ) -> Result<Canonical<'t>, JsonError> {
@@ -95,7 +112,7 @@ impl<'t> Canonical<'t> {
                 limit: max_bytes,
             });
         }
-        let paths = ignored_paths
+        let paths = paths
             .iter()
             .map(|p| pointer::parse(p))
             .collect::<Result<Vec<_>, _>>()?;
@@ -103,7 +120,9 @@ impl<'t> Canonical<'t> {
             text,
             pos: 0,
             next_live: (0..paths.len()).collect(),
+            next_whole: false,
             paths,
+            select,
             out: String::new(),
             flushed: 0,
             next_flush: flush_at,
@@ -130,6 +149,7 @@ impl<'t> Canonical<'t> {
         self.out.reserve(reserve);
         'value: loop {
             self.skip_whitespace();
+            let scalar = !matches!(self.peek(), Some(b'[' | b'{'));
             match self.peek() {
                 Some(open @ (b'[' | b'{')) => {
                     if self.stack.len() >= MAX_JSON_DEPTH {
@@ -150,6 +170,7 @@ impl<'t> Canonical<'t> {
                         first_live,
                         seen: 0,
                         kept: 0,
+                        whole: core::mem::take(&mut self.next_whole),
                         child: Child::default(),
                     });
                     self.skip_whitespace();
@@ -167,6 +188,13 @@ impl<'t> Canonical<'t> {
                 Some(b'f') => self.literal("false")?,
                 Some(b'n') => self.literal("null")?,
                 _ => return Err(self.syntax("a JSON value")),
+            }
+            if scalar
+                && let Some(frame) = self.stack.last_mut()
+                && frame.child.through
+            {
+                // Nothing below a scalar for the path to reach.
+                frame.child.removed = true;
             }
             // A value ended. It is its container's child; the container goes on or ends,
             // and an ending container is in turn a child of the one around it.
@@ -260,22 +288,30 @@ impl<'t> Canonical<'t> {
                 start,
                 offset,
                 removed,
+                through: self.select == Select::Only && !removed && !self.next_whole,
             };
         }
         Ok(())
     }
 
     /// Matches the child just begun (the member written from `start`, or the element at
-    /// `index`) against the innermost container's live paths: whether one ends at it, and
-    /// which continue below it (into `next_live`).
+    /// `index`) against the innermost container's live paths: whether it is removed
+    /// (with [`Select::Removed`], a path ends at it; with [`Select::Only`], none reaches
+    /// it), which paths continue below it (into `next_live`), and whether it is kept
+    /// whole (`next_whole`).
     fn match_paths(&mut self, start: usize, object: bool, index: usize) -> bool {
         self.next_live.clear();
+        self.next_whole = false;
         let Some(frame) = self.stack.last() else {
             return false;
         };
+        if frame.whole {
+            self.next_whole = true;
+            return false;
+        }
         let live = self.live.get(frame.first_live..).unwrap_or_default();
         if live.is_empty() {
-            return false;
+            return self.select == Select::Only;
         }
         let depth = self.stack.len() - 1;
         // The name as written, between `,"` and `":`.
@@ -283,7 +319,7 @@ impl<'t> Canonical<'t> {
             let from = start - self.flushed + 2;
             self.out.get(from..self.out.len() - 2).unwrap_or_default()
         });
-        let mut removed = false;
+        let (mut ends, mut reached) = (false, false);
         for &path in live {
             let tokens = &self.paths[path];
             let Some(token) = tokens.get(depth) else {
@@ -294,16 +330,23 @@ impl<'t> Canonical<'t> {
                 None => token.matches_index(index),
             };
             if hit && tokens.len() == depth + 1 {
-                removed = true;
+                ends = true;
             } else if hit {
+                reached = true;
                 self.next_live.push(path);
             }
         }
-        if removed {
-            // Nothing below a removed child is kept: no path needs to go on.
+        if ends {
+            // Removed, or kept whole: no path needs to go on below it.
             self.next_live.clear();
         }
-        removed
+        match self.select {
+            Select::Removed => ends,
+            Select::Only => {
+                self.next_whole = ends;
+                !ends && !reached
+            }
+        }
     }
 
     /// Ends the innermost container's child: a member joins its object's list, a removed

@@ -9,6 +9,11 @@ use alloc::vec::Vec;
 /// becomes final, whenever 1, 7 or the default number of bytes wait, gives the SHA-256 of
 /// that text, or the same error.
 fn canonicalize(text: &str, paths: &[&str]) -> Result<String, JsonError> {
+    selected(text, JsonPaths::Ignored(paths))
+}
+
+/// [`canonicalize`] with paths that select either way.
+fn selected(text: &str, paths: JsonPaths<'_>) -> Result<String, JsonError> {
     let canonical = super::canonicalize(text, paths, MAX_JSON_BYTES);
     let expected = canonical
         .as_ref()
@@ -268,7 +273,7 @@ fn size_limited_before_parsing() {
     let e = canonicalize_up_to("[1,,", &["no slash"], 3).unwrap_err();
     assert_eq!(e, JsonError::TooLarge { size: 4, limit: 3 });
     assert_eq!(
-        sha256_flushing_at("[1, 2]", &[], 5, 1),
+        sha256_flushing_at("[1, 2]", JsonPaths::Ignored(&[]), 5, 1),
         Err(JsonError::TooLarge { size: 6, limit: 5 })
     );
     // The default counts bytes of UTF-8, not characters.
@@ -286,7 +291,7 @@ fn size_limited_before_parsing() {
 }
 
 fn canonicalize_up_to(text: &str, paths: &[&str], max: usize) -> Result<String, JsonError> {
-    super::canonicalize(text, paths, max)
+    super::canonicalize(text, JsonPaths::Ignored(paths), max)
 }
 
 /// Noncharacters are accepted, literal or escaped, and written as they are; names with
@@ -408,4 +413,85 @@ fn never_panics_on_prefixes_and_insertions() {
             }
         }
     }
+}
+
+/// Paths that keep only what they reach: the containers on the way keep none of their
+/// other members and elements, what a path ends at is kept whole, and the rest of the
+/// rules (duplicates, numbers, order) hold for the whole document still.
+#[test]
+fn only_the_members_paths_reach_are_kept() {
+    let doc = r#"{"z":1,"amount":{"value":12.50,"currency":"EUR"},"timestamp":"t",
+        "items":[{"sku":"a","trace":1},{"sku":"b","n":[1,2]},7],"meta":{"trace_id":"x"}}"#;
+    for (paths, expected) in [
+        (
+            &["/amount"][..],
+            r#"{"amount":{"currency":"EUR","value":12.5}}"#,
+        ),
+        (
+            &["/amount/value", "/z"][..],
+            r#"{"amount":{"value":12.5},"z":1}"#,
+        ),
+        (
+            &["/items/*/sku"][..],
+            r#"{"items":[{"sku":"a"},{"sku":"b"}]}"#,
+        ),
+        (&["/items/1"][..], r#"{"items":[{"n":[1,2],"sku":"b"}]}"#),
+        (&["/z/deeper", "/items/2/x"][..], r#"{"items":[]}"#),
+        (
+            &["/items/*"][..],
+            r#"{"items":[{"sku":"a","trace":1},{"n":[1,2],"sku":"b"},7]}"#,
+        ),
+        (
+            &["/amount", "/amount/value"][..],
+            r#"{"amount":{"currency":"EUR","value":12.5}}"#,
+        ),
+        (&["/nowhere"][..], "{}"),
+        (&[][..], "{}"),
+    ] {
+        let mut paths = paths.to_vec();
+        assert_eq!(
+            selected(doc, JsonPaths::Only(&paths)).unwrap(),
+            expected,
+            "{paths:?}"
+        );
+        paths.reverse();
+        assert_eq!(
+            selected(doc, JsonPaths::Only(&paths)).unwrap(),
+            expected,
+            "{paths:?}"
+        );
+    }
+    // A field outside the kept ones changes nothing; one inside them does.
+    let other = doc.replace(r#""timestamp":"t""#, r#""timestamp":"u""#);
+    let paths = ["/amount", "/items/*/sku"];
+    assert_eq!(
+        selected(doc, JsonPaths::Only(&paths)),
+        selected(&other, JsonPaths::Only(&paths))
+    );
+    let dearer = doc.replace("12.50", "13");
+    assert_ne!(
+        selected(doc, JsonPaths::Only(&paths)),
+        selected(&dearer, JsonPaths::Only(&paths))
+    );
+    assert_eq!(
+        selected("[1,[2,3],{}]", JsonPaths::Only(&["/*/0"])).unwrap(),
+        "[[2],{}]"
+    );
+    assert_eq!(
+        selected("[1,[2,3],4]", JsonPaths::Only(&["/1/0"])).unwrap(),
+        "[[2]]"
+    );
+    assert_eq!(
+        selected("\"s\"", JsonPaths::Only(&["/a"])).unwrap(),
+        "\"s\""
+    );
+    // Duplicates are refused where nothing is kept too, and a bad path is a bad path.
+    assert!(matches!(
+        selected(r#"{"a":1,"m":{"t":1,"t":2}}"#, JsonPaths::Only(&["/a"])),
+        Err(JsonError::DuplicateMember { .. })
+    ));
+    assert!(matches!(
+        selected("{}", JsonPaths::Only(&["meta"])),
+        Err(JsonError::InvalidPath { .. })
+    ));
 }

@@ -128,6 +128,64 @@ fn model(doc: &Doc, paths: &[Vec<String>], out: &mut String) {
     }
 }
 
+/// The canonical text of `doc` keeping only what `paths` reach, with the containers on
+/// the way to it: the model of [`JsonPaths::Only`].
+fn model_only(doc: &Doc, paths: &[Vec<String>], out: &mut String) {
+    // The text of the child `name`, or `None` when no path reaches it.
+    let child = |name: &str, value: &Doc| {
+        let mut deeper = Vec::new();
+        for path in paths {
+            if let Some((first, rest)) = path.split_first()
+                && (first == "*" || first == name)
+            {
+                if rest.is_empty() {
+                    let mut text = String::new();
+                    model(value, &[], &mut text);
+                    return Some(text);
+                }
+                deeper.push(rest.to_vec());
+            }
+        }
+        let container = matches!(value, Doc::Array(_) | Doc::Object(_));
+        (container && !deeper.is_empty()).then(|| {
+            let mut text = String::new();
+            model_only(value, &deeper, &mut text);
+            text
+        })
+    };
+    match doc {
+        Doc::Array(items) => {
+            let kept: Vec<String> = items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, item)| child(&i.to_string(), item))
+                .collect();
+            out.push('[');
+            out.push_str(&kept.join(","));
+            out.push(']');
+        }
+        Doc::Object(members) => {
+            let mut sorted: Vec<&(String, Doc)> = members.iter().collect();
+            sorted.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+            let kept: Vec<String> = sorted
+                .into_iter()
+                .filter_map(|(name, value)| {
+                    let text = child(name, value)?;
+                    let mut member = String::new();
+                    model_string(name, &mut member);
+                    member.push(':');
+                    member.push_str(&text);
+                    Some(member)
+                })
+                .collect();
+            out.push('{');
+            out.push_str(&kept.join(","));
+            out.push('}');
+        }
+        scalar => model(scalar, &[], out),
+    }
+}
+
 /// The paths that go on below the child `name` (an element's index in decimal), or
 /// `None` when one ends at it.
 fn below(paths: &[Vec<String>], name: &str) -> Option<Vec<Vec<String>>> {
@@ -272,12 +330,35 @@ proptest! {
         let mut expected = String::new();
         model(&doc, &tokens, &mut expected);
         let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
-        prop_assert_eq!(canonicalize(&text, &paths, MAX_JSON_BYTES), Ok(expected.clone()));
+        let ignored = JsonPaths::Ignored(&paths);
+        prop_assert_eq!(canonicalize(&text, ignored, MAX_JSON_BYTES), Ok(expected.clone()));
         let digest: [u8; 32] = Sha256::digest(&expected).into();
         for flush_at in [1, 5, canonical::FLUSH_AT] {
-            let hashed = sha256_flushing_at(&text, &paths, MAX_JSON_BYTES, flush_at);
+            let hashed = sha256_flushing_at(&text, ignored, MAX_JSON_BYTES, flush_at);
             prop_assert_eq!(hashed, Ok(digest), "flushing at {}", flush_at);
         }
-        prop_assert_eq!(canonicalize(&expected, &[], MAX_JSON_BYTES), Ok(expected.clone()));
+        let none = JsonPaths::Ignored(&[]);
+        prop_assert_eq!(canonicalize(&expected, none, MAX_JSON_BYTES), Ok(expected.clone()));
+    }
+
+    #[test]
+    fn kept_text_is_the_models(
+        doc in doc(),
+        seed in 1..u64::MAX,
+        paths in proptest::collection::vec(path(), 0..3),
+    ) {
+        let mut text = String::new();
+        write(&doc, &mut Choices(seed), &mut text);
+        let tokens: Vec<Vec<String>> = paths.iter().map(|p| tokens(p)).collect();
+        let mut expected = String::new();
+        model_only(&doc, &tokens, &mut expected);
+        let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+        let only = JsonPaths::Only(&paths);
+        prop_assert_eq!(canonicalize(&text, only, MAX_JSON_BYTES), Ok(expected.clone()));
+        let digest: [u8; 32] = Sha256::digest(&expected).into();
+        for flush_at in [1, 5, canonical::FLUSH_AT] {
+            let hashed = sha256_flushing_at(&text, only, MAX_JSON_BYTES, flush_at);
+            prop_assert_eq!(hashed, Ok(digest), "flushing at {}", flush_at);
+        }
     }
 }
