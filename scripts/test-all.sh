@@ -61,6 +61,10 @@ fi
 step "cargo test --workspace"
 cargo test --workspace
 
+step "idem proxy with the otel feature (off by default): clippy, its unit tests, spans to an OTLP receiver"
+cargo clippy -p idem-cli --all-targets --features otel -- -D warnings
+cargo test -p idem-cli --features otel --bin idem --test otel
+
 step "idem-wasm: npm package (wasm size vs budget), wasm tests in Node and Chromium, packed-package tests, browser end-to-end"
 ./scripts/wasm-tests.sh
 

@@ -762,3 +762,23 @@ fingerprint.only = ["/item"]
         ]);
     }
 }
+
+/// Built without the `otel` feature (the default), the binary links no span exporter:
+/// not one of the variables that configure it is in it (tests/otel.rs checks the
+/// other build).
+#[cfg(not(feature = "otel"))]
+#[test]
+fn without_the_otel_feature_no_exporter_is_linked() {
+    let binary = std::fs::read(env!("CARGO_BIN_EXE_idem")).unwrap();
+    for needle in [
+        &b"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"[..],
+        b"OTEL_EXPORTER_OTLP_PROTOCOL",
+        b"exporting spans to",
+    ] {
+        assert!(
+            !binary.windows(needle.len()).any(|w| w == needle),
+            "{}",
+            String::from_utf8_lossy(needle)
+        );
+    }
+}

@@ -19,6 +19,7 @@ use super::cors::Cors;
 use super::deadline::Deadline;
 use super::metrics::Metrics;
 use super::routes::Pattern;
+use super::trace::{Ended, KEPT_TRACE, TraceParent, Tracing};
 
 /// Where the access log goes: one JSON line per request.
 pub(super) type AccessLog = Arc<Mutex<Box<dyn Write + Send>>>;
@@ -32,13 +33,15 @@ pub(super) struct Router<K> {
 }
 
 impl<K> Router<K> {
-    /// The service of the first route that matches `method` and `path`, else the
-    /// default.
-    fn pick(&self, method: &Method, path: &str) -> &K {
+    /// The service of the first route that matches `method` and `path` with that
+    /// route's pattern, else the default.
+    fn pick(&self, method: &Method, path: &str) -> (&K, Option<&Pattern>) {
         self.routes
             .iter()
             .find(|(pattern, methods, _)| methods.contains(method) && pattern.matches(path))
-            .map_or(&self.default, |(_, _, service)| service)
+            .map_or((&self.default, None), |(pattern, _, service)| {
+                (service, Some(pattern))
+            })
     }
 }
 
@@ -49,6 +52,7 @@ pub(super) struct Front<K> {
     pub(super) metrics: Arc<Metrics>,
     pub(super) log: Option<AccessLog>,
     pub(super) cors: Arc<Cors>,
+    pub(super) tracing: Arc<Tracing>,
 }
 
 type Answer = Response<ResponseBody<ResponseBody<Deadline>>>;
@@ -60,6 +64,7 @@ impl<K> Clone for Front<K> {
             metrics: Arc::clone(&self.metrics),
             log: self.log.clone(),
             cors: Arc::clone(&self.cors),
+            tracing: Arc::clone(&self.tracing),
         }
     }
 }
@@ -107,7 +112,7 @@ where
     }
 
     /// The answer of the layer to `request`, counted and logged.
-    async fn served(self, request: Request<Incoming>) -> Result<Answer, Infallible> {
+    async fn served(self, mut request: Request<Incoming>) -> Result<Answer, Infallible> {
         let started = Instant::now();
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
@@ -116,17 +121,22 @@ where
             .get("idempotency-key")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let mut keyed = self
-            .keyed
-            .pick(request.method(), request.uri().path())
-            .clone();
-        let response = keyed.call(request).await?;
+        let (keyed, route) = self.keyed.pick(request.method(), request.uri().path());
+        let (mut keyed, route) = (keyed.clone(), route.map(|p| p.text.clone()));
+        let traced = self.tracing.begin(request.headers_mut());
+        let mut response = keyed.call(request).await?;
         let took = started.elapsed();
         let answered = response
             .extensions()
             .get::<Answered>()
             .copied()
             .unwrap_or(Answered::PassedThrough);
+        // The trace context kept with the outcome is the proxy's, never the client's.
+        let ran_in = response
+            .headers_mut()
+            .remove(KEPT_TRACE)
+            .and_then(|value| TraceParent::parse(value.to_str().ok()?))
+            .filter(|_| answered == Answered::Replayed);
         self.metrics.answered(answered, took);
         if let Some(waited) = response.extensions().get::<Waited>() {
             self.metrics.waited(*waited);
@@ -140,6 +150,8 @@ where
                 "status": response.status().as_u16(),
                 "answer": answered.name(),
                 "ms": took.as_secs_f64() * 1_000.0,
+                "trace_id": traced.trace_id,
+                "span_id": traced.span_id,
             });
             let mut out = log
                 .lock()
@@ -147,6 +159,18 @@ where
             // A log that cannot be written does not fail the request.
             let _ = writeln!(out, "{line}");
         }
+        self.tracing.end(
+            traced,
+            &Ended {
+                method: method.as_str(),
+                path: &path,
+                route: route.as_deref(),
+                status: response.status().as_u16(),
+                answer: answered.name(),
+                key: key.as_deref(),
+                ran_in,
+            },
+        );
         Ok(response)
     }
 }

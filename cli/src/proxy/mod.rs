@@ -12,9 +12,12 @@ mod deadline;
 mod forward;
 mod front;
 mod metrics;
+#[cfg(feature = "otel")]
+mod otel;
 mod routes;
 mod serve;
 mod timed;
+mod trace;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -156,13 +159,23 @@ pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
         }
         return Ok(0);
     }
-    let settings = settings(args)?;
-    let routes = match &args.routes {
+    let tracing = trace::Tracing::from_env()?;
+    let mut settings = settings(args)?;
+    let mut routes = match &args.routes {
         Some(path) => {
             routes::load(path, &settings).map_err(|e| Failure::usage(format!("--routes: {e}")))?
         }
         None => Vec::new(),
     };
+    if tracing.exporting() {
+        // Each outcome keeps the trace context of the request that ran, for the spans
+        // of its replays to link to.
+        for settings in
+            std::iter::once(&mut settings).chain(routes.iter_mut().map(|r| &mut r.settings))
+        {
+            settings.kept_headers.push(trace::KEPT_TRACE);
+        }
+    }
     let cors = cors::Cors::new(&args.cors_origin)?;
     let config = Config {
         lease_ms: args.lease,
@@ -170,7 +183,7 @@ pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
     };
     let file = session.engine()? == "file";
     let metrics = Arc::new(Metrics::new(file));
-    let upstream = upstream(args, Arc::clone(&metrics))?;
+    let upstream = upstream(args, Arc::clone(&metrics), tracing.exporting())?;
     let log = access_log(args)?;
     if args.max_connections == 0 {
         return Err(Failure::usage("--max-connections: 0, needs at least 1"));
@@ -183,6 +196,7 @@ pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
         args,
         settings,
         routes,
+        tracing: Arc::new(tracing),
         upstream,
         metrics,
         log,

@@ -68,6 +68,8 @@ pub(super) struct Route {
 /// whether a last `*` takes the rest (one segment or more).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Pattern {
+    /// As written: the route's name in traces.
+    pub(super) text: String,
     segments: Vec<Segment>,
     rest: bool,
 }
@@ -117,7 +119,11 @@ impl Pattern {
                 segments.push(Segment::Literal((*part).to_owned()));
             }
         }
-        Ok(Pattern { segments, rest })
+        Ok(Pattern {
+            text: text.to_owned(),
+            segments,
+            rest,
+        })
     }
 
     /// Whether `path` (a request's, without its query) matches.

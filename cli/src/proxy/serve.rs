@@ -26,6 +26,7 @@ use super::front::{AccessLog, Front, Router};
 use super::metrics::Metrics;
 use super::routes::Route;
 use super::timed::Timed;
+use super::trace::Tracing;
 use crate::exit::Failure;
 
 /// What one proxy serves with, whatever its store.
@@ -34,6 +35,7 @@ pub(super) struct Serving<'a> {
     pub(super) settings: Settings,
     /// The routes with rules of their own (`--routes`), first match first.
     pub(super) routes: Vec<Route>,
+    pub(super) tracing: Arc<Tracing>,
     pub(super) upstream: Upstream,
     pub(super) metrics: Arc<Metrics>,
     pub(super) log: Option<AccessLog>,
@@ -47,6 +49,7 @@ impl Serving<'_> {
             args,
             settings,
             routes,
+            tracing,
             upstream,
             metrics,
             log,
@@ -104,11 +107,13 @@ impl Serving<'_> {
             metrics,
             log,
             cors: Arc::new(cors),
+            tracing: Arc::clone(&tracing),
         };
         // The admin listener answers until the proxy exits, through the drain too.
         let admin = AbortOnDrop(tokio::spawn(admin.serve(admin_listener)));
         println!("listening http://{local}");
         println!("admin http://{admin_local}");
+        tracing.start();
         let graceful = GracefulShutdown::new();
         // Requests that reached the service and whose answer is not written yet, in all,
         // and the stop, which each connection watches.
@@ -192,6 +197,7 @@ impl Serving<'_> {
             () = tokio::time::sleep(drain) => stopped_anyway(drain, running.count(), answering.count()),
         };
         drop(admin);
+        tracing.flush().await;
         stopped
     }
 }

@@ -16,6 +16,8 @@ use super::Idem;
 #[derive(Default)]
 pub(crate) struct Counts {
     pub(crate) executions: HashMap<String, usize>,
+    /// The `traceparent` of each request that had one, with its key.
+    pub(crate) traceparents: Vec<(String, String)>,
 }
 
 /// A small HTTP/1.1 backend: `POST /orders` counts one execution per key and answers
@@ -94,6 +96,9 @@ pub(crate) fn serve_upstream(stream: TcpStream, counts: &Mutex<Counts>, work: Du
     let key = header_of(&head, "idempotency-key").unwrap_or_default();
     let number = {
         let mut counts = counts.lock().unwrap();
+        if let Some(parent) = header_of(&head, "traceparent") {
+            counts.traceparents.push((key.clone(), parent));
+        }
         let n = counts.executions.entry(key).or_default();
         *n += 1;
         *n
@@ -165,6 +170,16 @@ impl Proxy {
     /// Starts a proxy on free loopback ports, its admin listener too unless `flags`
     /// name one.
     pub(crate) fn start(idem: &Idem, upstream: &str, flags: &[&str]) -> Proxy {
+        Proxy::start_with_env(idem, upstream, flags, &[])
+    }
+
+    /// As [`Proxy::start`], with `env` set for the proxy.
+    pub(crate) fn start_with_env(
+        idem: &Idem,
+        upstream: &str,
+        flags: &[&str],
+        env: &[(&str, &str)],
+    ) -> Proxy {
         let mut args = vec!["proxy", "--listen", "127.0.0.1:0", "--upstream", upstream];
         if !flags.contains(&"--admin-listen") {
             args.extend_from_slice(&["--admin-listen", "127.0.0.1:0"]);
@@ -172,6 +187,7 @@ impl Proxy {
         args.extend_from_slice(flags);
         let mut child = idem
             .command(&args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -39,11 +39,13 @@ impl Idem {
         Idem { dir, db }
     }
 
-    /// `idem --db <db> ARGS...`, with `IDEM_DB` removed from the environment.
+    /// `idem --db <db> ARGS...`, with `IDEM_DB` and `IDEM_DB_PASSWORD_FILE` removed from
+    /// the environment.
     pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_idem"));
         command
             .env_remove("IDEM_DB")
+            .env_remove("IDEM_DB_PASSWORD_FILE")
             .arg("--db")
             .arg(&self.db)
             .args(args);
