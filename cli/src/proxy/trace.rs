@@ -66,10 +66,14 @@ impl TraceParent {
     }
 
     /// Whether the caller records the trace (the `sampled` flag).
+    // The exporter's sampler and propagation use these two; only `otel` builds it.
+    #[cfg_attr(not(feature = "otel"), allow(dead_code))]
     pub(super) fn sampled(&self) -> bool {
         self.flags & 1 == 1
     }
 
+    /// The `traceparent` header of this context.
+    #[cfg_attr(not(feature = "otel"), allow(dead_code))]
     pub(super) fn header(&self) -> HeaderValue {
         let text = format!(
             "00-{}-{}-{:02x}",
