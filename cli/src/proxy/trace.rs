@@ -1,6 +1,6 @@
 //! Traces: the W3C trace context of each request (`traceparent`), its ids in the access
 //! log, and, with the `otel` feature and the standard `OTEL_*` variables, a span per
-//! request exported over OTLP/HTTP ([`super::otel`]).
+//! request exported over OTLP/HTTP (`otel.rs`).
 //!
 //! Without an exporter the proxy changes nothing in the trace: `traceparent` goes to the
 //! backend as it came, and the access log names its trace and the caller's span, whose
