@@ -511,11 +511,22 @@ back once the database answers, so a retry runs it.
 Slow or hostile clients: a request head must arrive within --header-timeout, a keyed
 body within --body-timeout (408), and at most --max-connections are open at once.
 
+Routes with rules of their own (--routes FILE, TOML): per method and path pattern,
+whether a key is required, which JSON fields count toward the fingerprint
+(fingerprint.ignore or fingerprint.only, by JSON Pointer), which headers count, which
+response headers are replayed; --check-config FILE checks one and prints its routes.
+The access log carries each request's trace_id and span_id (W3C traceparent); a build
+with the otel feature exports a span per request to the collector the OTEL_* variables
+name (OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318). docs/proxy.md has it all.
+
 Examples:
   idem proxy --upstream http://127.0.0.1:8080 --tenant shop --replay-status 200
   idem proxy --db postgres://idem@db/shop --upstream http://app:8080 --tenant-header X-Tenant
   idem proxy --upstream http://127.0.0.1:8080 --tenant shop --lease 2m --wait-in-flight 10s \\
     --cors-origin https://shop.example
+  idem proxy --db postgres://idem@db/shop --db-password-file /etc/idem/db-password \\
+    --upstream http://app:8080 --tenant-header X-Tenant --routes /etc/idem/routes.toml
+  idem proxy --check-config /etc/idem/routes.toml
   curl -X POST localhost:8480/orders -H 'Idempotency-Key: \"k-1\"' -d '{\"item\":\"tea\"}'")]
     Proxy(ProxyArgs),
     /// Measure throughput and latency on this machine, on a temporary file, then count

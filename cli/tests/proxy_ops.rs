@@ -677,7 +677,7 @@ fingerprint.only = ["/item"]
     assert_eq!(
         check.stdout,
         format!(
-            "{routes}: 3 routes, valid\n  POST /orders: the fingerprint without /timestamp\n  POST|PATCH /payments/{{id}}/capture: a key required\n  POST|PATCH /quotes/*: the fingerprint of /item alone\n"
+            "{routes}: 3 routes, valid\n  POST /orders: the fingerprint without /timestamp; replays headers content-type\n  POST|PATCH /payments/{{id}}/capture: a key required\n  POST|PATCH /quotes/*: the fingerprint of /item alone\n"
         )
     );
     let proxy = Proxy::start(

@@ -133,8 +133,8 @@ pub(crate) struct ProxyArgs {
     /// replica opens.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub(crate) pool: usize,
-    /// One JSON line per request (at, method, path, key, status, answer, ms) to FILE,
-    /// appended, or to stdout with `-`.
+    /// One JSON line per request (at, method, path, key, status, answer, ms, trace_id,
+    /// span_id) to FILE, appended, or to stdout with `-`.
     #[arg(long, value_name = "FILE")]
     pub(crate) access_log: Option<PathBuf>,
 }

@@ -297,6 +297,20 @@ fn route(
             .collect();
         said.push(format!("headers {} in the fingerprint", names.join(", ")));
     }
+    if entry.kept_headers.is_some() {
+        let names: Vec<&str> = settings
+            .kept_headers
+            .iter()
+            .map(HeaderName::as_str)
+            .collect();
+        said.push(format!("replays headers {}", names.join(", ")));
+    }
+    if entry.body_limit.is_some() {
+        said.push(format!("bodies up to {} bytes", settings.body_limit));
+    }
+    if let Some(wait) = &entry.wait_in_flight {
+        said.push(format!("duplicates wait {}", wait.get_ref()));
+    }
     let names: Vec<&str> = methods.iter().map(Method::as_str).collect();
     let summary = format!(
         "{} {}: {}",
@@ -475,7 +489,7 @@ mod tests {
         assert_eq!(orders.settings.body_limit, 1000);
         assert_eq!(
             orders.summary,
-            "POST /orders: the fingerprint of /amount alone; a key required"
+            "POST /orders: the fingerprint of /amount alone; a key required; replays headers x-cost; duplicates wait 5s"
         );
         assert_eq!(api.methods, [Method::POST, Method::PATCH]);
         assert_eq!(api.summary, "POST|PATCH /api/*: the flags' rules");
