@@ -54,11 +54,14 @@ pub(crate) fn db_path(flag: Option<&Path>) -> PathBuf {
     }
 }
 
-/// The database's password file: `--db-password-file`, else `$IDEM_DB_PASSWORD_FILE`.
-pub(crate) fn password_file(flag: Option<&Path>) -> Option<PathBuf> {
+/// The database's password file: `--db-password-file`, else `$IDEM_DB_PASSWORD_FILE`
+/// when `db` names a database (a store file has no password, and the variable set for
+/// the databases of a machine does not stop its commands on files).
+pub(crate) fn password_file(flag: Option<&Path>, db: &Path) -> Option<PathBuf> {
     if let Some(path) = flag {
         return Some(path.to_path_buf());
     }
+    idem_store::any::database_of(db)?;
     std::env::var_os("IDEM_DB_PASSWORD_FILE")
         .filter(|path| !path.is_empty())
         .map(PathBuf::from)

@@ -84,9 +84,10 @@ fn main() {
 }
 
 fn run(cli: &Cli) -> Ending {
+    let db = input::db_path(cli.db.as_deref());
     let session = Session {
-        db: input::db_path(cli.db.as_deref()),
-        password_file: input::password_file(cli.db_password_file.as_deref()),
+        password_file: input::password_file(cli.db_password_file.as_deref(), &db),
+        db,
         clock: Clock::new(cli.now),
         json: cli.json,
     };

@@ -158,6 +158,58 @@ fn spans_reach_an_otlp_receiver_and_a_replay_links_to_the_request_that_ran() {
     assert_eq!(lines[1]["span_id"], replayed["spanId"]);
 }
 
+/// A caller that does not record its trace (flags 00): the proxy makes no span, sends
+/// the caller's `traceparent` on as it came, and keeps no trace with the outcome, so the
+/// replay's span links to nothing.
+#[test]
+fn an_unsampled_caller_gets_no_span_and_its_outcome_keeps_no_trace() {
+    let (collector, exports) = receiver();
+    let upstream = Upstream::start(Duration::ZERO);
+    let idem = Idem::new();
+    let endpoint = format!("http://{collector}");
+    let proxy = Proxy::start_with_env(
+        &idem,
+        &upstream.url(),
+        &["--tenant", "shop"],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ],
+    );
+    let unsampled = format!("00-{TRACE}-{CALLER}-00");
+    let keyed = [
+        ("Idempotency-Key", "\"k-1\""),
+        ("traceparent", unsampled.as_str()),
+    ];
+    assert_eq!(post(proxy.address, "/orders", &keyed, "{}").status, 201);
+    let replay = post(proxy.address, "/orders", &keyed[..1], "{}");
+    assert_eq!(
+        replay.header("idempotent-replayed").as_deref(),
+        Some("true")
+    );
+    let (code, stderr) = proxy.terminate();
+    assert_eq!(code, 0, "{stderr}");
+    let sent = upstream.counts.lock().unwrap().traceparents.clone();
+    assert_eq!(sent, [("\"k-1\"".to_owned(), unsampled.clone())]);
+    let exports = exports.lock().unwrap().clone();
+    let spans: Vec<Value> = exports
+        .iter()
+        .flat_map(|(_, body)| {
+            let export: Value = serde_json::from_slice(body).unwrap();
+            export["resourceSpans"][0]["scopeSpans"][0]["spans"]
+                .as_array()
+                .unwrap()
+                .clone()
+        })
+        .collect();
+    assert_eq!(spans.len(), 1, "the replay's alone: {spans:?}");
+    assert_eq!(
+        attribute(&spans[0], "idem.answer")["stringValue"],
+        "replayed"
+    );
+    assert_eq!(spans[0]["links"], Value::Null, "nothing to link to");
+}
+
 /// The fields numbered `field` of a protobuf message, as raw bytes (length-delimited
 /// ones) or the varint's value as little-endian bytes.
 fn fields(message: &[u8], field: u64) -> Vec<Vec<u8>> {

@@ -714,8 +714,16 @@ fingerprint.only = ["/item"]
     let retry = order("p-1", path, "12:00:05");
     assert_eq!(first.status, 201);
     assert_eq!((retry.status, retry.problem().as_str()), (422, "conflict"));
-    let keyless = post(proxy.address, path, &[], "{}");
-    assert_eq!(keyless.status, 400, "the route requires a key");
+    // Another spelling of the route's path takes its rules too.
+    for path in [
+        path,
+        "/payments//p-2/capture/",
+        "/payments/%70-2/capture",
+        "/x/../payments/p-2/capture",
+    ] {
+        let keyless = post(proxy.address, path, &[], "{}");
+        assert_eq!(keyless.status, 400, "{path}: the route requires a key");
+    }
     // Only the item counts: a new timestamp is the same request, another item is not.
     let first = order("q-1", "/quotes/eu/tea", "12:00:00");
     let retry = order("q-1", "/quotes/eu/tea", "12:00:05");

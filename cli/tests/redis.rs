@@ -402,4 +402,8 @@ fn a_password_file_keeps_the_password_off_the_command_line() {
         .code(2)
         .one_error_line(&["a store file has none"]);
     assert!(!on_file.db.exists(), "nothing was made");
+    // The variable, set for a machine's databases, leaves its commands on files alone.
+    let mut begin = on_file.command(&["begin", "t", "o", "k2"]);
+    begin.env("IDEM_DB_PASSWORD_FILE", &file);
+    common::Run::of(begin.output().unwrap()).code(0);
 }

@@ -25,7 +25,7 @@ use idem_store::http::{RequestBody, ResponseBody, Settle};
 use super::ProxyArgs;
 use super::deadline::Deadline;
 use super::metrics::Metrics;
-use super::trace::KEPT_TRACE;
+use super::trace::{Exported, KEPT_TRACE};
 use crate::exit::Failure;
 
 /// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
@@ -68,17 +68,10 @@ pub(super) struct Upstream {
     client: Client<HttpConnector, RequestBody<Incoming>>,
     timeout: Duration,
     metrics: Arc<Metrics>,
-    /// Whether an answer carries the request's `traceparent` back in
-    /// [`KEPT_TRACE`], to be kept with its outcome (spans are exported).
-    keep_trace: bool,
 }
 
 /// The upstream `--upstream` names, with its client and `--upstream-timeout`.
-pub(super) fn upstream(
-    args: &ProxyArgs,
-    metrics: Arc<Metrics>,
-    keep_trace: bool,
-) -> Result<Upstream, Failure> {
+pub(super) fn upstream(args: &ProxyArgs, metrics: Arc<Metrics>) -> Result<Upstream, Failure> {
     let given = args.upstream.as_deref().unwrap_or_default();
     let bad = |rule: &str| Failure::usage(format!("--upstream: {given:?} {rule}"));
     let uri: Uri = given.parse().map_err(|_| bad("is not a URL"))?;
@@ -100,7 +93,6 @@ pub(super) fn upstream(
         client: Client::builder(TokioExecutor::new()).build(connector),
         timeout: Duration::from_millis(args.upstream_timeout.max(1)),
         metrics,
-        keep_trace,
     })
 }
 
@@ -128,10 +120,11 @@ impl Upstream {
         };
         parts.uri = uri;
         strip_hop_by_hop(&mut parts.headers);
-        let trace = self
-            .keep_trace
-            .then(|| parts.headers.get("traceparent").cloned())
-            .flatten();
+        // The proxy's span, for the outcome to keep (see `trace`).
+        let trace = parts
+            .extensions
+            .get::<Exported>()
+            .and_then(|_| parts.headers.get("traceparent").cloned());
         if let Ok(host) = HeaderValue::from_str(self.authority.as_str()) {
             parts.headers.insert(http::header::HOST, host);
         }

@@ -123,7 +123,7 @@ where
             .map(str::to_owned);
         let (keyed, route) = self.keyed.pick(request.method(), request.uri().path());
         let (mut keyed, route) = (keyed.clone(), route.map(|p| p.text.clone()));
-        let traced = self.tracing.begin(request.headers_mut());
+        let traced = self.tracing.begin(&mut request);
         let mut response = keyed.call(request).await?;
         let took = started.elapsed();
         let answered = response

@@ -61,8 +61,8 @@ pub(crate) struct ProxyArgs {
     /// docs/proxy.md has the format.
     #[arg(long, value_name = "FILE")]
     pub(crate) routes: Option<PathBuf>,
-    /// Checks a routes file (--routes) and prints its routes, starting nothing; exit 2
-    /// with the file, the line and the rule at the first error.
+    /// Checks a routes file (--routes) and prints its routes, starting nothing; at the
+    /// first error, exit 2 naming the file, the line where there is one, and the rule.
     #[arg(long, value_name = "FILE")]
     pub(crate) check_config: Option<PathBuf>,
     /// One tenant for every request (a single-tenant deployment).
@@ -183,7 +183,7 @@ pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
     };
     let file = session.engine()? == "file";
     let metrics = Arc::new(Metrics::new(file));
-    let upstream = upstream(args, Arc::clone(&metrics), tracing.exporting())?;
+    let upstream = upstream(args, Arc::clone(&metrics))?;
     let log = access_log(args)?;
     if args.max_connections == 0 {
         return Err(Failure::usage("--max-connections: 0, needs at least 1"));

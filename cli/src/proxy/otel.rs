@@ -36,7 +36,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use tokio::sync::Notify;
+use tokio::sync::{Mutex as AsyncMutex, Notify};
 
 use super::trace::{Ended, TraceParent, to_hex};
 use crate::exit::Failure;
@@ -118,6 +118,8 @@ pub(super) struct Exporter {
     destination: Arc<Destination>,
     sampler: Sampler,
     queue: Arc<Mutex<Vec<Span>>>,
+    /// Held while a batch is being sent: the stop's flush waits for the one in flight.
+    sending: Arc<AsyncMutex<()>>,
     wake: Arc<Notify>,
     dropped: Arc<AtomicU64>,
     client: Client<HttpConnector, Full<Bytes>>,
@@ -249,6 +251,7 @@ impl Exporter {
             }),
             sampler,
             queue: Arc::default(),
+            sending: Arc::default(),
             wake: Arc::default(),
             dropped: Arc::default(),
             client: Client::builder(TokioExecutor::new()).build(connector),
@@ -258,8 +261,9 @@ impl Exporter {
     /// Starts the task that exports waiting spans every second, or sooner when a batch
     /// is full. Called on the runtime.
     pub(super) fn start(&self) {
-        let (queue, wake, dropped) = (
+        let (queue, sending, wake, dropped) = (
             Arc::clone(&self.queue),
+            Arc::clone(&self.sending),
             Arc::clone(&self.wake),
             Arc::clone(&self.dropped),
         );
@@ -279,6 +283,7 @@ impl Exporter {
                     () = tokio::time::sleep(EVERY) => {}
                     () = wake.notified() => {}
                 }
+                let sent = sending.lock().await;
                 let spans = std::mem::take(&mut *lock(&queue));
                 let lost = dropped.swap(0, Ordering::Relaxed);
                 if lost > 0 {
@@ -298,20 +303,32 @@ impl Exporter {
                     }
                     Err(_) => {}
                 }
+                drop(sent);
             }
         });
     }
 
-    /// Exports the spans still waiting, once, within the export timeout.
+    /// Exports the spans still waiting, after the batch being sent, if any: within
+    /// the export timeout in all.
     pub(super) async fn flush(&self) {
-        let spans = std::mem::take(&mut *lock(&self.queue));
-        if spans.is_empty() {
-            return;
-        }
-        if let Err(e) = send(&self.client, &self.destination, &spans).await {
+        let timeout = self.destination.timeout;
+        let flushed = async {
+            let _sent = self.sending.lock().await;
+            let spans = std::mem::take(&mut *lock(&self.queue));
+            if spans.is_empty() {
+                return;
+            }
+            if let Err(e) = send(&self.client, &self.destination, &spans).await {
+                eprintln!(
+                    "idem proxy: {} spans not exported at the stop: {e}",
+                    spans.len()
+                );
+            }
+        };
+        if tokio::time::timeout(timeout, flushed).await.is_err() {
             eprintln!(
-                "idem proxy: {} spans not exported at the stop: {e}",
-                spans.len()
+                "idem proxy: spans not exported at the stop: no answer within {} ms",
+                timeout.as_millis()
             );
         }
     }
@@ -345,7 +362,8 @@ impl Exporter {
             context: TraceParent {
                 trace_id,
                 span_id,
-                flags: 1,
+                // Sampled, and the caller's other flags kept (a random trace id's).
+                flags: parent.map_or(0, |p| p.flags) | 1,
             },
             parent: parent.map(|p| p.span_id),
             start: unix_nanos(),
@@ -490,6 +508,7 @@ fn percent_decoded(text: &str) -> Result<String, &'static str> {
         if bytes[i] == b'%' {
             let pair = text
                 .get(i + 1..i + 3)
+                .filter(|pair| pair.bytes().all(|b| b.is_ascii_hexdigit()))
                 .ok_or("a '%' without two hex digits")?;
             out.push(u8::from_str_radix(pair, 16).map_err(|_| "a '%' without two hex digits")?);
             i += 3;
@@ -516,7 +535,7 @@ async fn send(
         .body(Full::new(Bytes::from(body)))
         .map_err(|e| e.to_string())?;
     for (name, value) in &destination.headers {
-        request.headers_mut().insert(name.clone(), value.clone());
+        request.headers_mut().append(name.clone(), value.clone());
     }
     let exported = async {
         let response = client.request(request).await.map_err(|e| e.to_string())?;
@@ -704,6 +723,7 @@ mod tests {
         );
         assert!(pairs("novalue").is_err());
         assert!(pairs("k=%zz").is_err());
+        assert!(pairs("k=%+5").is_err());
         assert!(under_ratio(&[0xff; 16], 1.0));
         assert!(!under_ratio(&[0xff; 16], 0.5));
         assert!(under_ratio(&[0; 16], 0.5));

@@ -115,8 +115,12 @@ impl Pattern {
                 segments.push(Segment::Any);
             } else if part.contains(['*', '{', '}']) {
                 return Err(format!("{text:?}: '*' and {{name}} are whole segments"));
-            } else {
-                segments.push(Segment::Literal((*part).to_owned()));
+            } else if !part.is_empty() {
+                let literal = unreserved_decoded(part);
+                if literal == "." || literal == ".." {
+                    return Err(format!("{text:?}: no '.' or '..' segments in a route"));
+                }
+                segments.push(Segment::Literal(literal));
             }
         }
         Ok(Pattern {
@@ -126,34 +130,76 @@ impl Pattern {
         })
     }
 
-    /// Whether `path` (a request's, without its query) matches.
+    /// Whether `path` (a request's, without its query) matches, read as a backend
+    /// that normalizes paths reads it ([`segments`]): `/orders/`, `//orders`,
+    /// `/%6Frders` and `/x/../orders` all take the `/orders` route, so that no other
+    /// spelling of a route's path escapes its rules. Case counts, as in the URL.
     pub(super) fn matches(&self, path: &str) -> bool {
-        let Some(body) = path.strip_prefix('/') else {
+        let Some(parts) = segments(path) else {
             return false;
         };
-        let mut parts = body.split('/');
-        for segment in &self.segments {
-            match (segment, parts.next()) {
-                (_, None) => return false,
-                (Segment::Any, Some(part)) => {
-                    if part.is_empty() {
-                        return false;
-                    }
-                }
-                (Segment::Literal(literal), Some(part)) => {
-                    if literal != part {
-                        return false;
-                    }
-                }
-            }
-        }
-        let left: Vec<&str> = parts.collect();
-        if self.rest {
-            !left.is_empty() && !left.iter().all(|p| p.is_empty())
+        let fixed = self.segments.len();
+        let enough = if self.rest {
+            parts.len() > fixed
         } else {
-            left.is_empty()
+            parts.len() == fixed
+        };
+        enough
+            && self
+                .segments
+                .iter()
+                .zip(&parts)
+                .all(|(segment, part)| match segment {
+                    Segment::Any => true,
+                    Segment::Literal(literal) => literal == part,
+                })
+    }
+}
+
+/// The segments of `path`: percent-encoded unreserved characters decoded (`%6F` is
+/// `o`; `%2F` stays, a slash inside a segment), empty and `.` segments dropped, `..`
+/// taking the segment before it away (RFC 3986 §5.2.4, §6.2.2). `None` for a path that
+/// does not start with `/`.
+fn segments(path: &str) -> Option<Vec<String>> {
+    let body = path.strip_prefix('/')?;
+    let mut out: Vec<String> = Vec::new();
+    for raw in body.split('/') {
+        let part = unreserved_decoded(raw);
+        match part.as_str() {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            _ => out.push(part),
         }
     }
+    Some(out)
+}
+
+/// `text` with its percent-encoded unreserved characters (letters, digits, `-._~`)
+/// decoded, hex digits of either case; every other escape left as it is.
+fn unreserved_decoded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        let decoded = (c == '%')
+            .then(|| rest.get(1..3))
+            .flatten()
+            .filter(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()))
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+            .filter(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'));
+        match decoded {
+            Some(byte) => {
+                out.push(char::from(byte));
+                rest = &rest[3..];
+            }
+            None => {
+                out.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+    }
+    out
 }
 
 /// Reads and checks the routes file at `path`, each route's settings made from
@@ -383,12 +429,29 @@ mod tests {
 
     #[test]
     fn patterns_match_literals_parameters_and_the_rest() {
-        let cases: [(&str, &[&str], &[&str]); 4] = [
+        let cases: [(&str, &[&str], &[&str]); 5] = [
             (
                 "/orders",
-                &["/orders"],
-                &["/orders/", "/orders/1", "/order", "/"],
+                &[
+                    "/orders",
+                    "/orders/",
+                    "//orders",
+                    "/%6Frders",
+                    "/%6frders",
+                    "/x/../orders",
+                    "/./orders",
+                ],
+                &[
+                    "/orders/1",
+                    "/order",
+                    "/",
+                    "/Orders",
+                    "/%2Forders",
+                    "/orders%2F",
+                    "orders",
+                ],
             ),
+            ("/a%7Eb/{id}", &["/a~b/1", "/a%7eb/1"], &["/a%7Fb/1"]),
             (
                 "/payments/{id}/capture",
                 &["/payments/p-1/capture"],
@@ -401,9 +464,9 @@ mod tests {
             (
                 "/api/*",
                 &["/api/a", "/api/a/b"],
-                &["/api", "/api/", "/apix/a"],
+                &["/api", "/api/", "/apix/a", "/api/a/../.."],
             ),
-            ("/", &["/"], &["/orders"]),
+            ("/", &["/", "//", "/a/.."], &["/orders"]),
         ];
         for (pattern, yes, no) in cases {
             let parsed = Pattern::parse(pattern).unwrap();
@@ -415,7 +478,7 @@ mod tests {
             }
         }
         for bad in [
-            "orders", "/a/*/b", "/a/{id", "/a/x{id}", "/a/{}", "/a?b", "/a/b*",
+            "orders", "/a/*/b", "/a/{id", "/a/x{id}", "/a/{}", "/a?b", "/a/b*", "/a/../b",
         ] {
             assert!(Pattern::parse(bad).is_err(), "{bad}");
         }

@@ -19,6 +19,15 @@ use crate::exit::Failure;
 pub(super) const KEPT_TRACE: HeaderName = HeaderName::from_static("idem-trace");
 
 const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+#[cfg(feature = "otel")]
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+/// In a request's extensions when the proxy exports a span for it: the upstream then
+/// hands the request's `traceparent` (the span's) back in [`KEPT_TRACE`], to be kept
+/// with the outcome. A request without it keeps no trace: its `traceparent` is the
+/// client's.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Exported;
 
 /// A W3C trace context (`traceparent`, version 00).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,13 +187,19 @@ impl Tracing {
     /// Begins the trace of a request with `headers`: with an exporter whose sampler
     /// takes it, the proxy's span, whose context replaces the request's `traceparent`
     /// so that the backend's spans are its children.
-    pub(super) fn begin(&self, headers: &mut HeaderMap) -> Traced {
-        let parent = TraceParent::of(headers);
+    pub(super) fn begin<B>(&self, request: &mut http::Request<B>) -> Traced {
+        let parent = TraceParent::of(request.headers());
         #[cfg(feature = "otel")]
         if let Some(exporter) = &self.exporter
             && let Some(span) = exporter.open(parent)
         {
+            let headers = request.headers_mut();
             headers.insert(TRACEPARENT, span.context().header());
+            if parent.is_none() {
+                // A new trace: a vendor's state of another (or of none) does not go on.
+                headers.remove(TRACESTATE);
+            }
+            request.extensions_mut().insert(Exported);
             return Traced {
                 trace_id: Some(to_hex(&span.context().trace_id)),
                 span_id: Some(to_hex(&span.context().span_id)),

@@ -261,7 +261,10 @@ fn url_with_password(url: &str, password: &str) -> Result<String, &'static str> 
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
     let (user, host) = authority.rsplit_once('@').unwrap_or(("", authority));
-    if user.contains(':') {
+    let in_query = tail
+        .split_once('?')
+        .is_some_and(|(_, query)| query.split('&').any(|p| p.starts_with("password=")));
+    if user.contains(':') || in_query {
         return Err("the URL has a password of its own; give it in one place");
     }
     let mut encoded = String::with_capacity(password.len() * 3);
@@ -654,6 +657,13 @@ mod tests {
             assert_eq!(url_with_password(url, password).unwrap(), expected, "{url}");
         }
         assert!(url_with_password("postgres://idem:old@db/shop", "new").is_err());
+        assert!(
+            url_with_password(
+                "postgres://idem@db/shop?sslmode=require&password=old",
+                "new"
+            )
+            .is_err()
+        );
         assert!(url_with_password("redis://cache/0", "").is_err());
 
         #[cfg(feature = "postgres")]

@@ -213,7 +213,10 @@ pub struct Settings {
     pub ignored_json_paths: Vec<String>,
     /// When set, only the members at these JSON Pointers count toward a JSON body's
     /// fingerprint (`idem_core::JsonPaths::Only`), and `ignored_json_paths` is not
-    /// used. Default none: the whole body counts.
+    /// used. A pointer that reaches nothing (misspelt, or a body of another shape), or
+    /// an empty list, leaves nothing of the body to count: such requests under one key
+    /// then differ only by method, path and headers. A body that is not JSON counts
+    /// whole. Default none: the whole body counts.
     pub only_json_paths: Option<Vec<String>>,
     /// Response headers kept with the outcome and replayed. Default `content-type`,
     /// `location`, `content-location`, `etag`, `last-modified`.
