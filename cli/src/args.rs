@@ -514,7 +514,8 @@ body within --body-timeout (408), and at most --max-connections are open at once
 Routes with rules of their own (--routes FILE, TOML): per method and path pattern,
 whether a key is required, which JSON fields count toward the fingerprint
 (fingerprint.ignore or fingerprint.only, by JSON Pointer), which headers count, which
-response headers are replayed; --check-config FILE checks one and prints its routes.
+response headers are replayed, the lease and the retention; --check-config FILE checks
+one and prints its routes.
 The access log carries each request's trace_id and span_id (W3C traceparent); a build
 with the otel feature exports a span per request to the collector the OTEL_* variables
 name (OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318). docs/proxy.md has it all.

@@ -790,3 +790,30 @@ fn without_the_otel_feature_no_exporter_is_linked() {
         );
     }
 }
+
+/// A route's retention: its answers are forgotten after it (410), while the answers of
+/// requests under the flags' rules are still replayed.
+#[test]
+fn a_routes_retention_is_its_own() {
+    let upstream = Upstream::start(Duration::ZERO);
+    let idem = Idem::new();
+    let routes = idem.file(
+        "routes.toml",
+        b"[[route]]\npath = \"/quotes\"\nretention = \"1s\"\nlease = \"2m\"\n",
+    );
+    let proxy = Proxy::start(
+        &idem,
+        &upstream.url(),
+        &["--tenant", "shop", "--routes", &routes],
+    );
+    for path in ["/quotes", "/orders"] {
+        assert_eq!(post(proxy.address, path, &KEYED, "{}").status, 201);
+    }
+    thread::sleep(Duration::from_millis(1_300));
+    let quote = post(proxy.address, "/quotes", &KEYED, "{}");
+    assert_eq!((quote.status, quote.problem().as_str()), (410, "forgotten"));
+    let order = post(proxy.address, "/orders", &KEYED, "{}");
+    assert_eq!(order.status, 201);
+    assert_eq!(order.header("idempotent-replayed").as_deref(), Some("true"));
+    assert_eq!(upstream.executions("\"k-1\""), 2, "each ran once");
+}

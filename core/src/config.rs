@@ -101,3 +101,51 @@ impl Config {
         Ok(())
     }
 }
+
+/// A caller's terms for one input, in place of the store's [`Config`] where given: the
+/// lease a claim gets (and a heartbeat extends it by), and how long an outcome it
+/// settles is kept. What a route of an HTTP server with its own lease and retention
+/// gives every call it makes; the store's settings for whatever is `None`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Terms {
+    /// [`Config::lease_ms`] for a begin and a heartbeat.
+    pub lease_ms: Option<u64>,
+    /// [`Config::success_retention_ms`] and [`Config::failure_retention_ms`] for a
+    /// completion.
+    pub retention_ms: Option<u64>,
+}
+
+impl Terms {
+    /// Checks that the terms can work, as [`Config::validate`] does.
+    ///
+    /// # Errors
+    ///
+    /// A lease or a retention of 0 ms.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.lease_ms == Some(0) {
+            return Err(ConfigError::ZeroLease);
+        }
+        if self.retention_ms == Some(0) {
+            return Err(ConfigError::ZeroRetention {
+                field: "retention_ms",
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// These settings under `terms`: the terms' lease and retention where given.
+    #[must_use]
+    pub fn with_terms(&self, terms: &Terms) -> Config {
+        let mut config = self.clone();
+        if let Some(lease) = terms.lease_ms {
+            config.lease_ms = lease;
+        }
+        if let Some(retention) = terms.retention_ms {
+            config.success_retention_ms = retention;
+            config.failure_retention_ms = retention;
+        }
+        config
+    }
+}

@@ -72,7 +72,7 @@ pub mod record;
 pub mod time;
 pub mod token;
 
-pub use config::{Config, ConfigError, LeaseExpiry};
+pub use config::{Config, ConfigError, LeaseExpiry, Terms};
 pub use encoding::DecodeError;
 #[cfg(feature = "json")]
 pub use fingerprint::JsonPaths;

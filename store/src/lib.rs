@@ -204,7 +204,7 @@ pub mod maintain {
 // its own signatures.
 pub use idem_core::{
     Config, Decision, Fingerprint, Generation, IdError, LeaseExpiry, Outcome, Record, RecordId,
-    Refusal, Resolution, State, Status, Timestamp, Verdict,
+    Refusal, Resolution, State, Status, Terms, Timestamp, Verdict,
 };
 
 /// The redb version this store is built on, for the application's own tables in the

@@ -56,7 +56,8 @@ pub(crate) struct ProxyArgs {
     pub(crate) upstream: Option<String>,
     /// Routes with rules of their own, from a TOML file: per method and path pattern,
     /// whether a key is required, which JSON fields and headers count toward the
-    /// fingerprint, which response headers are replayed, the body limit and the wait.
+    /// fingerprint, which response headers are replayed, the body limit, the wait, the
+    /// lease and the retention.
     /// The first route that matches a request gives its rules; the flags give the rest.
     /// docs/proxy.md has the format.
     #[arg(long, value_name = "FILE")]

@@ -19,6 +19,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use http::{HeaderName, Method};
+use idem_store::Terms;
 use idem_store::http::Settings;
 use serde::Deserialize;
 use toml::Spanned;
@@ -42,6 +43,8 @@ struct RouteEntry {
     require_key: Option<bool>,
     body_limit: Option<Spanned<usize>>,
     wait_in_flight: Option<Spanned<String>>,
+    lease: Option<Spanned<String>>,
+    retention: Option<Spanned<String>>,
     fingerprint: Option<FingerprintEntry>,
     kept_headers: Option<Vec<Spanned<String>>>,
 }
@@ -296,8 +299,20 @@ fn route(
     if let Some(wait) = &entry.wait_in_flight {
         let ms = parse_duration(wait.get_ref())
             .map_err(|e| (at(wait.span()), format!("wait_in_flight: {e}")))?;
-        settings.wait_in_flight = (ms > 0).then(|| Duration::from_millis(ms));
+        settings.wait_in_flight = Some(Duration::from_millis(ms));
     }
+    let duration = |field: &str, value: &Option<Spanned<String>>| {
+        value
+            .as_ref()
+            .map(|v| {
+                parse_duration(v.get_ref()).map_err(|e| (at(v.span()), format!("{field}: {e}")))
+            })
+            .transpose()
+    };
+    settings.terms = Terms {
+        lease_ms: duration("lease", &entry.lease)?,
+        retention_ms: duration("retention", &entry.retention)?,
+    };
     let mut said = Vec::new();
     if let Some(fingerprint) = entry.fingerprint {
         if let (Some(_), Some(only)) = (&fingerprint.ignore, &fingerprint.only) {
@@ -356,6 +371,12 @@ fn route(
     }
     if let Some(wait) = &entry.wait_in_flight {
         said.push(format!("duplicates wait {}", wait.get_ref()));
+    }
+    if let Some(lease) = &entry.lease {
+        said.push(format!("a lease of {}", lease.get_ref()));
+    }
+    if let Some(retention) = &entry.retention {
+        said.push(format!("answers kept {}", retention.get_ref()));
     }
     let names: Vec<&str> = methods.iter().map(Method::as_str).collect();
     let summary = format!(
@@ -499,9 +520,12 @@ mod tests {
             message.starts_with("fingerprint.ignore: \"timestamp\" is not a JSON Pointer"),
             "{message}"
         );
-        let (line, message) = refused("[[route]]\npath = \"/orders\"\nretention = \"7d\"\n");
+        let (line, message) = refused("[[route]]\npath = \"/orders\"\nlease_ms = 5\n");
         assert_eq!(line, Some(3));
-        assert!(message.contains("unknown field `retention`"), "{message}");
+        assert!(message.contains("unknown field `lease_ms`"), "{message}");
+        let (line, message) = refused("[[route]]\npath = \"/orders\"\nretention = \"7 days\"\n");
+        assert_eq!(line, Some(3));
+        assert!(message.starts_with("retention: "), "{message}");
         let (line, message) = refused("[[route]]\npath = \"orders\"\n");
         assert_eq!(line, Some(2));
         assert!(message.contains("must start with '/'"), "{message}");
@@ -533,7 +557,7 @@ mod tests {
             ..Settings::default()
         };
         let routes = parse(
-            "[[route]]\npath = \"/orders\"\nmethods = [\"post\"]\nrequire_key = true\nfingerprint.only = [\"/amount\"]\nkept_headers = [\"X-Cost\"]\nwait_in_flight = \"5s\"\n[[route]]\npath = \"/api/*\"\n",
+            "[[route]]\npath = \"/orders\"\nmethods = [\"post\"]\nrequire_key = true\nfingerprint.only = [\"/amount\"]\nkept_headers = [\"X-Cost\"]\nwait_in_flight = \"5s\"\nlease = \"2m\"\nretention = \"7d\"\n[[route]]\npath = \"/api/*\"\n",
             &defaults,
         )
         .unwrap();
@@ -552,8 +576,16 @@ mod tests {
         assert_eq!(orders.settings.body_limit, 1000);
         assert_eq!(
             orders.summary,
-            "POST /orders: the fingerprint of /amount alone; a key required; replays headers x-cost; duplicates wait 5s"
+            "POST /orders: the fingerprint of /amount alone; a key required; replays headers x-cost; duplicates wait 5s; a lease of 2m; answers kept 7d"
         );
+        assert_eq!(
+            orders.settings.terms,
+            Terms {
+                lease_ms: Some(120_000),
+                retention_ms: Some(7 * 86_400_000)
+            }
+        );
+        assert_eq!(api.settings.terms, Terms::default());
         assert_eq!(api.methods, [Method::POST, Method::PATCH]);
         assert_eq!(api.summary, "POST|PATCH /api/*: the flags' rules");
     }

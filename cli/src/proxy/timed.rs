@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use idem_core::protocol::{Decision, Resolution};
-use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
+use idem_core::{
+    Config, Fingerprint, Generation, Outcome, Record, RecordId, Terms, Timestamp, Verdict,
+};
 use idem_store::maintain::{
     Abandoned, Check, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
 };
@@ -63,37 +65,44 @@ impl<R: Receiver> Receiver for Timed<R> {
         self.timed("unknown_keys", self.inner.unknown_keys()).await
     }
 
-    async fn begin(
+    async fn begin_with(
         &self,
         id: &RecordId,
         fingerprint: Fingerprint,
         now: Timestamp,
+        terms: Terms,
     ) -> Result<Decision, Error> {
-        self.timed("begin", self.inner.begin(id, fingerprint, now))
+        self.timed("begin", self.inner.begin_with(id, fingerprint, now, terms))
             .await
     }
 
-    async fn heartbeat(
+    async fn heartbeat_with(
         &self,
         id: &RecordId,
         generation: Generation,
         now: Timestamp,
+        terms: Terms,
     ) -> Result<Record, Error> {
-        self.timed("heartbeat", self.inner.heartbeat(id, generation, now))
-            .await
+        self.timed(
+            "heartbeat",
+            self.inner.heartbeat_with(id, generation, now, terms),
+        )
+        .await
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         id: &RecordId,
         generation: Generation,
         verdict: Verdict,
         outcome: Outcome,
         now: Timestamp,
+        terms: Terms,
     ) -> Result<Record, Error> {
         self.timed(
             "complete",
-            self.inner.complete(id, generation, verdict, outcome, now),
+            self.inner
+                .complete_with(id, generation, verdict, outcome, now, terms),
         )
         .await
     }

@@ -6,7 +6,7 @@ use idem_core::protocol::{Decision, Resolution};
 use idem_core::token::Issue;
 use idem_core::{
     Config, Entity, EntityDecision, Fingerprint, Generation, IssuedToken, Machine, Outcome, Record,
-    RecordId, Timestamp, Verdict,
+    RecordId, Terms, Timestamp, Verdict,
 };
 
 use super::{AnyStore, Engine};
@@ -60,33 +60,36 @@ impl Receiver for AnyStore {
         on!(self, store => Receiver::commit_counts(store))
     }
 
-    async fn begin(
+    async fn begin_with(
         &self,
         id: &RecordId,
         fingerprint: Fingerprint,
         now: Timestamp,
+        terms: Terms,
     ) -> Result<Decision, Error> {
-        on!(self, store => Receiver::begin(store, id, fingerprint, now).await)
+        on!(self, store => Receiver::begin_with(store, id, fingerprint, now, terms).await)
     }
 
-    async fn heartbeat(
+    async fn heartbeat_with(
         &self,
         id: &RecordId,
         generation: Generation,
         now: Timestamp,
+        terms: Terms,
     ) -> Result<Record, Error> {
-        on!(self, store => Receiver::heartbeat(store, id, generation, now).await)
+        on!(self, store => Receiver::heartbeat_with(store, id, generation, now, terms).await)
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         id: &RecordId,
         generation: Generation,
         verdict: Verdict,
         outcome: Outcome,
         now: Timestamp,
+        terms: Terms,
     ) -> Result<Record, Error> {
-        on!(self, store => Receiver::complete(store, id, generation, verdict, outcome, now).await)
+        on!(self, store => Receiver::complete_with(store, id, generation, verdict, outcome, now, terms).await)
     }
 
     async fn release(

@@ -7,7 +7,9 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use idem_core::protocol::{Decision, Resolution};
-use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
+use idem_core::{
+    Config, Fingerprint, Generation, Outcome, Record, RecordId, Terms, Timestamp, Verdict,
+};
 
 use crate::error::{Error, ImportError, MaintainError};
 use crate::file::group::{Orphan, Step};
@@ -50,11 +52,12 @@ impl Receiver for Store {
         room.for_claim().err().map(|e| e.to_string())
     }
 
-    async fn begin(
+    async fn begin_with(
         &self,
         id: &RecordId,
         fingerprint: Fingerprint,
         now: Timestamp,
+        terms: Terms,
     ) -> Result<Decision, Error> {
         let shared = self.shared();
         shared.writer.ensure_writable("begin")?;
@@ -69,7 +72,7 @@ impl Receiver for Store {
             shared,
             id,
             now,
-            step,
+            two_phase::under(terms, step),
             Some(give_back(shared, id, now)),
         ) {
             Ok(answer) => answer.await,
@@ -79,26 +82,28 @@ impl Receiver for Store {
         Ok(self.begun(&id_key, answered, epoch))
     }
 
-    async fn heartbeat(
+    async fn heartbeat_with(
         &self,
         id: &RecordId,
         generation: Generation,
         now: Timestamp,
+        terms: Terms,
     ) -> Result<Record, Error> {
-        self.input_async("heartbeat", id, now, two_phase::heartbeat(generation))
-            .await
+        let step = two_phase::under(terms, two_phase::heartbeat(generation));
+        self.input_async("heartbeat", id, now, step).await
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         id: &RecordId,
         generation: Generation,
         verdict: Verdict,
         outcome: Outcome,
         now: Timestamp,
+        terms: Terms,
     ) -> Result<Record, Error> {
         let epoch = self.shared().cache.epoch();
-        let step = two_phase::complete(generation, verdict, outcome);
+        let step = two_phase::under(terms, two_phase::complete(generation, verdict, outcome));
         let record = self.input_async("complete", id, now, step).await?;
         self.keep_settled(id, Some(&record), epoch);
         Ok(record)

@@ -49,7 +49,8 @@
 //! - the answer cannot be kept (over the store's `max_outcome_bytes`): the handler
 //!   acted, the answer goes to the client, and the key becomes Unknown.
 //!
-//! A claim holds for the store's lease (`Config::lease_ms`, 30 s by default); a handler
+//! A claim holds for the store's lease (`Config::lease_ms`, 30 s by default, or
+//! [`Settings::terms`]'s); a handler
 //! must answer within it, or a retry after it finds the key Unknown.
 //!
 //! # Group commit
@@ -231,6 +232,11 @@ pub struct Settings {
     /// `Retry-After` as without a wait. The waiters of one key share one reader of the
     /// store ([`Waited`] marks their responses). Default none: 409 at once.
     pub wait_in_flight: Option<std::time::Duration>,
+    /// The lease a claim gets and the retention of its outcome, in place of the
+    /// store's where given ([`crate::Terms`]): for a route whose requests run longer,
+    /// or whose answers are kept longer, than the rest. The watchdog beats a third of
+    /// this lease apart. Default none: the store's.
+    pub terms: crate::Terms,
     /// The time of every store call and of `Retry-After`. Default the system clock
     /// ([`crate::now`]); a test gives its own.
     pub clock: Clock,
@@ -258,6 +264,7 @@ impl Default for Settings {
             answers: AnswerConfig::default(),
             body_timeout: None,
             wait_in_flight: None,
+            terms: crate::Terms::default(),
             clock: Arc::new(crate::now),
         }
     }
@@ -277,6 +284,7 @@ impl fmt::Debug for Settings {
             .field("answers", &self.answers)
             .field("body_timeout", &self.body_timeout)
             .field("wait_in_flight", &self.wait_in_flight)
+            .field("terms", &self.terms)
             .finish_non_exhaustive()
     }
 }

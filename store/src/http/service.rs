@@ -22,7 +22,9 @@ use super::settling::Settling;
 use super::wait::{WaitEnded, Waited, Watches};
 use super::{Answered, Settings, Settle, Tenant};
 use crate::seam::running::Running;
-use crate::{Decision, Fingerprint, Generation, GiveUp, Receiver, RecordId, State, Store, Verdict};
+use crate::{
+    Decision, Fingerprint, Generation, GiveUp, Receiver, RecordId, State, Store, Terms, Verdict,
+};
 
 /// What the wrapped service receives: a keyed request's body, buffered
 /// ([`Either::Left`]), or a body passed through untouched ([`Either::Right`]).
@@ -197,7 +199,9 @@ where
         // Dropped while it waits (the client hung up), the begin gives back what it
         // claimed; once it is answered, the claim's guard is made before the next
         // await.
-        store.begin(&id, fingerprint, (settings.clock)()).await
+        store
+            .begin_with(&id, fingerprint, (settings.clock)(), settings.terms)
+            .await
     };
     let (decision, waited) = match (decision, settings.wait_in_flight) {
         (Ok(in_progress @ Decision::InProgress { .. }), Some(wait)) if !wait.is_zero() => {
@@ -234,6 +238,7 @@ where
                 running: running.clone(),
                 id,
                 generation,
+                terms: settings.terms,
                 started: false,
                 settled: false,
             };
@@ -318,7 +323,7 @@ async fn wait_for_outcome<R: Receiver>(
             continue;
         }
         drop(waiting);
-        match store.begin(id, fingerprint, now).await {
+        match store.begin_with(id, fingerprint, now, settings.terms).await {
             Ok(claimed @ Decision::Claimed { .. }) => {
                 return (Ok(claimed), waited(WaitEnded::Claimed));
             }
@@ -528,6 +533,8 @@ struct Claim<R: Receiver> {
     running: Running,
     id: RecordId,
     generation: Generation,
+    /// The layer's lease and retention for this claim's calls.
+    terms: Terms,
     /// The handler's task was polled: from here on it may have acted.
     started: bool,
     settled: bool,
@@ -543,6 +550,7 @@ struct Watchdog<R: Receiver> {
     clock: super::Clock,
     id: RecordId,
     generation: Generation,
+    terms: Terms,
     period: Duration,
 }
 
@@ -553,7 +561,10 @@ impl<R: Receiver> Watchdog<R> {
         loop {
             tokio::time::sleep(self.period).await;
             let now = (self.clock)();
-            match self.store.heartbeat(&self.id, self.generation, now).await {
+            let beat = self
+                .store
+                .heartbeat_with(&self.id, self.generation, now, self.terms);
+            match beat.await {
                 Ok(_) => {}
                 Err(crate::Error::Refused(_)) => return,
                 Err(_) => {}
@@ -581,14 +592,17 @@ async fn beside<F: Future, R: Receiver>(work: F, watchdog: &Watchdog<R>) -> F::O
 }
 
 impl<R: Receiver> Claim<R> {
-    /// The watchdog of this claim, a third of the store's lease between heartbeats.
+    /// The watchdog of this claim, a third of its lease (the layer's, else the
+    /// store's) between heartbeats.
     fn watchdog(&self) -> Watchdog<R> {
+        let lease = self.terms.lease_ms.unwrap_or(self.store.config().lease_ms);
         Watchdog {
             store: Arc::clone(&self.store),
             clock: Arc::clone(&self.clock),
             id: self.id.clone(),
             generation: self.generation,
-            period: Duration::from_millis((self.store.config().lease_ms / 3).max(1)),
+            terms: self.terms,
+            period: Duration::from_millis((lease / 3).max(1)),
         }
     }
 
@@ -621,6 +635,7 @@ impl<R: Receiver> Claim<R> {
             clock: Arc::clone(&self.clock),
             id: self.id.clone(),
             generation: self.generation,
+            terms: self.terms,
             finish,
         };
         if ending.store_once().await != Stored::Failed {
@@ -691,6 +706,7 @@ struct Ending<R: Receiver> {
     clock: super::Clock,
     id: RecordId,
     generation: Generation,
+    terms: Terms,
     finish: Finish,
 }
 
@@ -707,7 +723,7 @@ impl<R: Receiver> Ending<R> {
         let (store, id, generation, now) = (&self.store, &self.id, self.generation, (self.clock)());
         let stored = match &self.finish {
             Finish::Complete(verdict, outcome) => store
-                .complete(id, generation, *verdict, outcome.clone(), now)
+                .complete_with(id, generation, *verdict, outcome.clone(), now, self.terms)
                 .await
                 .map(drop),
             Finish::Settle(Settle::Release) => store.release(id, generation, now).await,

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use idem_core::protocol::{self, Decision, Resolution, Write};
-use idem_core::{Fingerprint, Generation, Record, RecordId, Refusal, Status, Timestamp};
+use idem_core::{Fingerprint, Generation, Record, RecordId, Refusal, Status, Terms, Timestamp};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Value};
 
@@ -122,8 +122,9 @@ impl MySqlStore {
         conn: &mut Conn,
         id: &RecordId,
         fingerprint: Fingerprint,
+        terms: Terms,
     ) -> Result<Option<Decision>, Error> {
-        let config = &self.inner.config;
+        let config = &self.inner.config.with_terms(&terms);
         let lease = signed("lease_ms", config.lease_ms)?;
         let mut params = key_values(id).to_vec();
         params.push(Value::from(fingerprint.0.to_vec()));

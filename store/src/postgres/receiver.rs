@@ -7,7 +7,7 @@ use std::io::{BufRead, Write};
 
 use idem_core::protocol::{self, Decision, Resolution};
 use idem_core::{
-    Config, Fingerprint, Generation, Outcome, Record, RecordId, State, Timestamp, Verdict,
+    Config, Fingerprint, Generation, Outcome, Record, RecordId, State, Terms, Timestamp, Verdict,
 };
 
 use super::PgStore;
@@ -29,12 +29,13 @@ impl PgStore {
         &self,
         id: &RecordId,
         fingerprint: Fingerprint,
+        terms: Terms,
     ) -> Result<Decision, Error> {
         let claimant = self.inner.claimants.next();
         for _ in 0..BEGIN_ATTEMPTS {
             let connection = self.connection("begin").await?;
             match self
-                .begin_once(&connection, id, fingerprint, claimant)
+                .begin_once(&connection, id, fingerprint, claimant, terms)
                 .await
             {
                 Ok(Some(decision)) => return Ok(decision),
@@ -75,11 +76,12 @@ impl Receiver for PgStore {
     /// The statements run in the caller's task; when this future is dropped before they
     /// answered (the HTTP client hung up), they finish in a task of their own, which
     /// gives back a claim they made, so a retry claims the key again.
-    async fn begin(
+    async fn begin_with(
         &self,
         id: &RecordId,
         fingerprint: Fingerprint,
         _now: Timestamp,
+        terms: Terms,
     ) -> Result<Decision, Error> {
         if let Some(decision) = self.inner.cache.answer(id, fingerprint, &self.inner.config) {
             return Ok(decision);
@@ -90,18 +92,19 @@ impl Receiver for PgStore {
             id.clone(),
             self.inner.runtime.clone(),
             self.inner.background.clone(),
-            Box::pin(async move { store.claim_or_answer(&key, fingerprint).await }),
+            Box::pin(async move { store.claim_or_answer(&key, fingerprint, terms).await }),
         )
         .await
     }
 
-    async fn heartbeat(
+    async fn heartbeat_with(
         &self,
         id: &RecordId,
         generation: Generation,
         _now: Timestamp,
+        terms: Terms,
     ) -> Result<Record, Error> {
-        let config = self.inner.config.clone();
+        let config = self.inner.config.with_terms(&terms);
         let template = protocol::heartbeat(
             Some(&stand_in(generation, State::Pending)),
             generation,
@@ -118,15 +121,16 @@ impl Receiver for PgStore {
         .await
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         id: &RecordId,
         generation: Generation,
         verdict: Verdict,
         outcome: Outcome,
         _now: Timestamp,
+        terms: Terms,
     ) -> Result<Record, Error> {
-        let config = self.inner.config.clone();
+        let config = self.inner.config.with_terms(&terms);
         let template = protocol::complete(
             Some(&stand_in(generation, State::Pending)),
             generation,

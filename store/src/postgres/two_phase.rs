@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use idem_core::protocol::{self, Decision, Resolution};
-use idem_core::{Fingerprint, Generation, Record, RecordId, Refusal, State, Status, Timestamp};
+use idem_core::{
+    Fingerprint, Generation, Record, RecordId, Refusal, State, Status, Terms, Timestamp,
+};
 use tokio_postgres::{GenericClient, Row};
 
 use super::PgStore;
@@ -72,8 +74,9 @@ impl PgStore {
         id: &RecordId,
         fingerprint: Fingerprint,
         claimant: Claimant,
+        terms: Terms,
     ) -> Result<Option<Decision>, Error> {
-        let config = &self.inner.config;
+        let config = &self.inner.config.with_terms(&terms);
         let [t, o, k] = key_params(id);
         let lease = signed("lease_ms", config.lease_ms)?;
         let fp = fingerprint.0.as_slice();

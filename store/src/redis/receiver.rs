@@ -5,7 +5,9 @@
 use std::io::{BufRead, Write};
 
 use idem_core::protocol::{self, Decision, Resolution};
-use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
+use idem_core::{
+    Config, Fingerprint, Generation, Outcome, Record, RecordId, Terms, Timestamp, Verdict,
+};
 
 use super::RedisStore;
 use super::keys::{decode, record_key};
@@ -25,9 +27,10 @@ impl RedisStore {
         &self,
         id: &RecordId,
         fingerprint: Fingerprint,
+        terms: Terms,
     ) -> Result<Decision, Error> {
         for _ in 0..BEGIN_ATTEMPTS {
-            if let Some(decision) = self.begin_once(id, fingerprint).await? {
+            if let Some(decision) = self.begin_once(id, fingerprint, terms).await? {
                 return Ok(decision);
             }
         }
@@ -60,11 +63,12 @@ impl Receiver for RedisStore {
     ///
     /// The calls run in the caller's task; when this future is dropped before they answered,
     /// they finish in a task of their own, which gives back a claim they made.
-    async fn begin(
+    async fn begin_with(
         &self,
         id: &RecordId,
         fingerprint: Fingerprint,
         _now: Timestamp,
+        terms: Terms,
     ) -> Result<Decision, Error> {
         let (store, key) = (self.clone(), id.clone());
         Claiming::new(
@@ -72,18 +76,19 @@ impl Receiver for RedisStore {
             id.clone(),
             self.inner.runtime.clone(),
             self.inner.background.clone(),
-            Box::pin(async move { store.claim_or_answer(&key, fingerprint).await }),
+            Box::pin(async move { store.claim_or_answer(&key, fingerprint, terms).await }),
         )
         .await
     }
 
-    async fn heartbeat(
+    async fn heartbeat_with(
         &self,
         id: &RecordId,
         generation: Generation,
         _now: Timestamp,
+        terms: Terms,
     ) -> Result<Record, Error> {
-        let config = &self.inner.config;
+        let config = &self.inner.config.with_terms(&terms);
         let record = self
             .fenced("heartbeat", id, |current, now| {
                 protocol::heartbeat(current, generation, now, config).map(Some)
@@ -92,15 +97,16 @@ impl Receiver for RedisStore {
         written(record)
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         id: &RecordId,
         generation: Generation,
         verdict: Verdict,
         outcome: Outcome,
         _now: Timestamp,
+        terms: Terms,
     ) -> Result<Record, Error> {
-        let config = &self.inner.config;
+        let config = &self.inner.config.with_terms(&terms);
         let record = self
             .fenced("complete", id, |current, now| {
                 protocol::complete(current, generation, verdict, outcome.clone(), now, config)

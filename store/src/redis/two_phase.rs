@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use idem_core::protocol::{self, Decision, Write};
-use idem_core::{Fingerprint, Generation, Record, RecordId, Refusal, Timestamp};
+use idem_core::{Fingerprint, Generation, Record, RecordId, Refusal, Terms, Timestamp};
 use redis::RedisError;
 
 use super::RedisStore;
@@ -200,8 +200,9 @@ impl RedisStore {
         &self,
         id: &RecordId,
         fingerprint: Fingerprint,
+        terms: Terms,
     ) -> Result<Option<Decision>, Error> {
-        let config = &self.inner.config;
+        let config = &self.inner.config.with_terms(&terms);
         let read = self.read("begin", id, true).await?;
         let current = read.record.as_ref();
         let mut transition = protocol::begin(current, fingerprint, read.drawn, read.now, config);

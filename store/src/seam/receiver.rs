@@ -19,7 +19,9 @@ use std::future::Future;
 use std::io::{BufRead, Write};
 
 use idem_core::protocol::{Decision, Resolution};
-use idem_core::{Config, Fingerprint, Generation, Outcome, Record, RecordId, Timestamp, Verdict};
+use idem_core::{
+    Config, Fingerprint, Generation, Outcome, Record, RecordId, Terms, Timestamp, Verdict,
+};
 
 use crate::error::{Error, ImportError, MaintainError};
 use crate::seam::filter::ListFilter;
@@ -103,6 +105,18 @@ pub trait Receiver: Send + Sync + 'static {
         id: &RecordId,
         fingerprint: Fingerprint,
         now: Timestamp,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        self.begin_with(id, fingerprint, now, Terms::default())
+    }
+
+    /// [`Receiver::begin`] under a caller's `terms`: a claim gets the terms' lease where
+    /// they give one (a route of an HTTP server with a lease of its own).
+    fn begin_with(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+        terms: Terms,
     ) -> impl Future<Output = Result<Decision, Error>> + Send;
 
     /// The holder of `generation` extends its lease.
@@ -111,6 +125,18 @@ pub trait Receiver: Send + Sync + 'static {
         id: &RecordId,
         generation: Generation,
         now: Timestamp,
+    ) -> impl Future<Output = Result<Record, Error>> + Send {
+        self.heartbeat_with(id, generation, now, Terms::default())
+    }
+
+    /// [`Receiver::heartbeat`] under a caller's `terms`: the lease is extended by the
+    /// terms' where they give one.
+    fn heartbeat_with(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        now: Timestamp,
+        terms: Terms,
     ) -> impl Future<Output = Result<Record, Error>> + Send;
 
     /// The holder of `generation` settles the key with `verdict` and `outcome`.
@@ -121,6 +147,20 @@ pub trait Receiver: Send + Sync + 'static {
         verdict: Verdict,
         outcome: Outcome,
         now: Timestamp,
+    ) -> impl Future<Output = Result<Record, Error>> + Send {
+        self.complete_with(id, generation, verdict, outcome, now, Terms::default())
+    }
+
+    /// [`Receiver::complete`] under a caller's `terms`: the outcome is kept for the
+    /// terms' retention where they give one.
+    fn complete_with(
+        &self,
+        id: &RecordId,
+        generation: Generation,
+        verdict: Verdict,
+        outcome: Outcome,
+        now: Timestamp,
+        terms: Terms,
     ) -> impl Future<Output = Result<Record, Error>> + Send;
 
     /// The holder of `generation` did nothing: the claim is deleted.

@@ -77,6 +77,7 @@ macro_rules! receiver_suite {
             protocol::a_failed_outcome_replays_as_failed,
             protocol::a_different_fingerprint_is_a_conflict_in_every_live_state,
             protocol::a_heartbeat_extends_the_lease,
+            protocol::a_callers_terms_set_the_lease_and_the_retention,
             protocol::release_deletes_the_claim_and_a_retry_claims_a_newer_generation,
             protocol::mark_unknown_needs_reconciliation_until_resolved,
             protocol::resolve_not_executed_deletes_and_the_key_is_claimed_again,

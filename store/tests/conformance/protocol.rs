@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use idem_core::protocol::{Decision, Resolution};
-use idem_core::{Config, Generation, LeaseExpiry, Outcome, Refusal, State, Status, Verdict};
+use idem_core::{Config, Generation, LeaseExpiry, Outcome, Refusal, State, Status, Terms, Verdict};
 use idem_store::{Error, GiveUp, ListFilter, Receiver};
 
 use crate::{DAY, Engine, assert_within, claim, claimed, fp, id, settle, state_of, unknown};
@@ -240,6 +240,101 @@ pub(crate) async fn a_heartbeat_extends_the_lease<E: Engine>() {
             lease_until: renewed.lease_until().unwrap()
         }
     );
+}
+
+/// A caller's terms (an HTTP route's) give a claim its lease, a heartbeat its extension
+/// and an outcome its retention, in place of the store's; a call without them has the
+/// store's.
+pub(crate) async fn a_callers_terms_set_the_lease_and_the_retention<E: Engine>() {
+    let mut h = E::open(Config::default()).await;
+    let (store_lease, store_retention) = (
+        Config::default().lease_ms,
+        Config::default().success_retention_ms,
+    );
+    let terms = Terms {
+        lease_ms: Some(3 * store_lease),
+        retention_ms: Some(2 * 3_600_000),
+    };
+    let key = id("k-1");
+    let decision = h
+        .store()
+        .begin_with(&key, fp("k-1"), h.now(), terms)
+        .await
+        .unwrap();
+    let Decision::Claimed {
+        generation,
+        lease_until,
+    } = decision
+    else {
+        panic!("a fresh key is claimed: {decision:?}")
+    };
+    let pending = h.store().get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        pending.lease_until(),
+        Some(pending.updated_at.plus_millis(3 * store_lease))
+    );
+    assert_eq!(pending.lease_until(), Some(lease_until));
+    // Past the store's lease, within the terms': still held.
+    h.pass(2 * store_lease).await;
+    assert_eq!(
+        h.store().begin(&key, fp("k-1"), h.now()).await.unwrap(),
+        Decision::InProgress {
+            generation,
+            lease_until
+        }
+    );
+    let renewed = h
+        .store()
+        .heartbeat_with(&key, generation, h.now(), terms)
+        .await
+        .unwrap();
+    assert_eq!(
+        renewed.lease_until(),
+        Some(renewed.updated_at.plus_millis(3 * store_lease))
+    );
+    let plain = h
+        .store()
+        .heartbeat(&key, generation, h.now())
+        .await
+        .unwrap();
+    assert_eq!(
+        plain.lease_until(),
+        Some(plain.updated_at.plus_millis(store_lease))
+    );
+    let settled = h
+        .store()
+        .complete_with(
+            &key,
+            generation,
+            Verdict::Succeeded,
+            Outcome::new(201, "made"),
+            h.now(),
+            terms,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        settled.expires_at(),
+        Some(settled.updated_at.plus_millis(2 * 3_600_000))
+    );
+    let other = settle(&h, &id("k-2"), Verdict::Succeeded, Outcome::new(200, "ok")).await;
+    assert_eq!(
+        other.expires_at(),
+        Some(other.updated_at.plus_millis(store_retention))
+    );
+    // Past the terms' retention, the first is forgotten; the other is still replayed.
+    h.pass(2 * 3_600_000).await;
+    assert!(matches!(
+        h.store().begin(&key, fp("k-1"), h.now()).await.unwrap(),
+        Decision::Forgotten { .. }
+    ));
+    assert!(matches!(
+        h.store()
+            .begin(&id("k-2"), fp("k-2"), h.now())
+            .await
+            .unwrap(),
+        Decision::Replay { .. }
+    ));
 }
 
 /// Release deletes the claim (nothing was executed): a retry claims the key again,

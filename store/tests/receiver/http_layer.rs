@@ -535,38 +535,50 @@ impl idem_store::Receiver for Flaky {
         !self.failing.load(Ordering::SeqCst)
     }
 
-    async fn begin(
+    async fn begin_with(
         &self,
         id: &RecordId,
         fingerprint: idem_store::Fingerprint,
         now: idem_store::Timestamp,
+        terms: idem_store::Terms,
     ) -> Result<idem_store::Decision, idem_store::Error> {
         if self.failing.load(Ordering::SeqCst) {
             return Err(idem_store::Error::Busy {
                 waited: std::time::Duration::from_secs(5),
             });
         }
-        idem_store::Receiver::begin(&self.store, id, fingerprint, now).await
+        idem_store::Receiver::begin_with(&self.store, id, fingerprint, now, terms).await
     }
 
-    async fn heartbeat(
+    async fn heartbeat_with(
         &self,
         id: &RecordId,
         generation: idem_store::Generation,
         now: idem_store::Timestamp,
+        terms: idem_store::Terms,
     ) -> Result<idem_store::Record, idem_store::Error> {
-        idem_store::Receiver::heartbeat(&self.store, id, generation, now).await
+        idem_store::Receiver::heartbeat_with(&self.store, id, generation, now, terms).await
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         id: &RecordId,
         generation: idem_store::Generation,
         verdict: idem_store::Verdict,
         outcome: idem_store::Outcome,
         now: idem_store::Timestamp,
+        terms: idem_store::Terms,
     ) -> Result<idem_store::Record, idem_store::Error> {
-        idem_store::Receiver::complete(&self.store, id, generation, verdict, outcome, now).await
+        idem_store::Receiver::complete_with(
+            &self.store,
+            id,
+            generation,
+            verdict,
+            outcome,
+            now,
+            terms,
+        )
+        .await
     }
 
     async fn release(

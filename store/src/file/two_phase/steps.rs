@@ -13,10 +13,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use idem_core::protocol::{self, Decision, Resolution};
-use idem_core::{Fingerprint, Generation, Outcome, Record, Transition, Verdict, Write};
+use idem_core::{Fingerprint, Generation, Outcome, Record, Terms, Transition, Verdict, Write};
 
 use crate::file::group::Step;
 use crate::file::room::Room;
+
+/// `step` under a caller's `terms`: the settings it runs with, with the terms' lease
+/// and retention where they give them ([`idem_core::Config::with_terms`]).
+pub(crate) fn under<R>(terms: Terms, mut step: impl Step<R>) -> impl Step<R> {
+    move |tables, current, config: &idem_core::Config, now| {
+        if terms == Terms::default() {
+            step(tables, current, config, now)
+        } else {
+            step(tables, current, &config.with_terms(&terms), now)
+        }
+    }
+}
 
 /// A request with `fingerprint` arrives: claim, or answer.
 pub(crate) fn begin(fingerprint: Fingerprint) -> impl Step<Decision> {
