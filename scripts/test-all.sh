@@ -61,6 +61,10 @@ fi
 step "cargo test --workspace"
 cargo test --workspace
 
+step "the outbox's HTTP transport (feature sender-http): clippy, a sender through a faulty receiver and two kills"
+cargo clippy -p idem-store --all-targets --features sender-http -- -D warnings
+cargo test -p idem-store --features sender-http --test sender
+
 step "idem proxy with the otel feature (off by default): clippy, its unit tests, spans to an OTLP receiver"
 cargo clippy -p idem-cli --all-targets --features otel -- -D warnings
 cargo test -p idem-cli --features otel --bin idem --test otel

@@ -6,13 +6,32 @@
 
 use std::error::Error;
 
-use idem_store::outbox::LedgerConfig;
-use idem_store::outbox::Reply;
+use std::time::Duration;
+
+use idem_store::outbox::{Attempt, LedgerConfig, NoReply, Reply, Sender, Transport, key_header};
 use idem_store::redb::{ReadableTableMetadata, TableDefinition, WriteTransaction};
 use idem_store::{Decision, Executed, Fingerprint, Outcome, RecordId, Store, Verdict, now};
 
 /// The terminal's own table: sale key → amount in cents.
 const SALES: TableDefinition<&str, u64> = TableDefinition::new("pos.sales");
+
+/// The head office, as this example reaches it: it prints each attempt and answers 201.
+struct HeadOffice;
+
+impl Transport for HeadOffice {
+    fn send(&mut self, attempt: &Attempt, _now: idem_store::Timestamp) -> Result<Reply, NoReply> {
+        println!(
+            "POST /sales  Idempotency-Key: {}  (attempt {})",
+            key_header(&attempt.key),
+            attempt.attempt
+        );
+        Ok(Reply {
+            status: 201,
+            body: b"ok".to_vec(),
+            retry_at: None,
+        })
+    }
+}
 
 fn random_bytes() -> Result<[u8; 16], getrandom::Error> {
     let mut bytes = [0u8; 16];
@@ -62,19 +81,15 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     }
 
-    // Later, online: send what is due. Every attempt carries the intent's key.
-    for attempt in outbox.due(now(), 10)? {
-        println!(
-            "POST /sales  Idempotency-Key: {}  (attempt {})",
-            attempt.key, attempt.attempt
-        );
-        let reply = Reply {
-            status: 201,
-            body: b"ok".to_vec(),
-            retry_at: None,
-        };
-        outbox.record_reply(&attempt.key, reply, now())?;
-    }
+    // Later, online: the sender drains what is due through the terminal's transport
+    // (here one that prints; `HttpTransport`, feature `sender-http`, POSTs), recording
+    // each reply, and forgets completed intents a day after they were made.
+    let mut sender = Sender::new(HeadOffice).forget_completed_after(Duration::from_secs(86_400));
+    let drained = sender.drain(&outbox, now)?;
+    println!(
+        "sent {}, finished {}, forgotten {}",
+        drained.sent, drained.finished, drained.forgotten
+    );
 
     let sales = store
         .read(|txn| -> Result<u64, Box<dyn Error>> { Ok(txn.open_table(SALES)?.len()?) })??;

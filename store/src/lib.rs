@@ -175,8 +175,15 @@ pub mod inbox {
 pub mod outbox {
     //! The sender's outbox (docs/design.md §3): intents kept in the store's own
     //! file, created in the same transaction as the business write, sent and retried with
-    //! their key until a definitive answer. [`crate::Store::outbox`] gives the [`Outbox`].
+    //! their key until a definitive answer. [`crate::Store::outbox`] gives the [`Outbox`];
+    //! a [`Sender`] drains it through the application's [`Transport`] (or, with the
+    //! feature `sender-http`, `HttpTransport`).
 
+    #[cfg(feature = "sender-http")]
+    pub use crate::file::outbox::http::HttpTransport;
+    pub use crate::file::outbox::sender::{
+        Drained, NoReply, Sender, Transport, key_header, retry_after,
+    };
     pub use crate::file::outbox::{EnqueueError, IntentFilter, Outbox, OutboxError};
     pub use crate::seam::transfer::intent::IntentView;
     pub use idem_core::{

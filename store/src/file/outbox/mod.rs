@@ -36,6 +36,9 @@ use crate::file::schema::{META, open_read};
 use crate::file::store::Store;
 use crate::file::writer::Writer;
 
+#[cfg(feature = "sender-http")]
+pub(crate) mod http;
+pub(crate) mod sender;
 mod tables;
 
 pub(crate) use tables::{
