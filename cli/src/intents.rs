@@ -195,7 +195,7 @@ fn print_intent(session: &Session, intent: &Intent) -> Result<(), Failure> {
 }
 
 /// The outbox, for reading: its retry settings play no part in a read.
-fn outbox_of(store: &BlockingStore) -> Result<idem_store::outbox::Outbox<'_>, Failure> {
+fn outbox_of(store: &BlockingStore) -> Result<idem_store::outbox::Outbox, Failure> {
     store
         .file("outbox")
         .map_err(store_failure)?

@@ -39,7 +39,8 @@ fn random_bytes() -> Result<[u8; 16], getrandom::Error> {
     Ok(bytes)
 }
 
-fn main() -> Result<(), Box<dyn Error>> {
+/// The terminal's day: ring up, a duplicate, send.
+pub fn run() -> Result<(), Box<dyn Error>> {
     let dir = tempfile::tempdir()?;
     let store = Store::open(dir.path().join("terminal.redb"))?;
     let outbox = store.outbox(LedgerConfig::with_seed(u64::from_le_bytes(
@@ -96,4 +97,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     println!("sales in the file: {sales}");
     assert_eq!(sales, 1, "the duplicate from the card reader ran once");
     Ok(())
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    run()
 }

@@ -49,9 +49,8 @@
 //! and the work does not run again.
 //!
 //! ```
-//! use idem_core::{Fingerprint, Outcome, RecordId, Timestamp, Verdict};
-//! use idem_store::{Executed, Store};
-//! use redb::{ReadableTable, TableDefinition, WriteTransaction};
+//! use idem_store::redb::{ReadableTable, TableDefinition, WriteTransaction};
+//! use idem_store::{Executed, Fingerprint, Outcome, RecordId, Store, Timestamp, Verdict};
 //!
 //! const BALANCE: TableDefinition<&str, u64> = TableDefinition::new("shop.balance");
 //!
@@ -60,7 +59,7 @@
 //! let id = RecordId::new("shop-7", "credit", "0190b7c2-sale-1")?;
 //! let fingerprint = Fingerprint::of_bytes(br#"{"account":"alice","amount":5}"#);
 //!
-//! let credit = |txn: &WriteTransaction| -> Result<_, redb::Error> {
+//! let credit = |txn: &WriteTransaction| -> Result<_, idem_store::redb::Error> {
 //!     let mut balance = txn.open_table(BALANCE)?;
 //!     let new = balance.get("alice")?.map_or(0, |v| v.value()) + 5;
 //!     balance.insert("alice", new)?;
@@ -75,7 +74,7 @@
 //! assert!(matches!(retry, Executed::NotRun(_)));
 //! assert_eq!(retry.outcome(), first.outcome());
 //!
-//! let balance = store.read(|txn| -> Result<u64, redb::Error> {
+//! let balance = store.read(|txn| -> Result<u64, idem_store::redb::Error> {
 //!     Ok(txn.open_table(BALANCE)?.get("alice")?.map_or(0, |v| v.value()))
 //! })??;
 //! assert_eq!(balance, 5);
@@ -205,6 +204,12 @@ pub mod maintain {
     };
     pub use crate::seam::transfer::view::{RecordView, record_json};
 }
+
+/// The README's Rust blocks, compiled as written: the terminal's quick start against
+/// the API it shows (the service's is a part of `examples/axum.rs`, which runs whole).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeQuickStart;
 
 // The core types that the store's own signatures take and return, so that an
 // application may depend on idem-store alone; each feature module re-exports those of

@@ -48,9 +48,9 @@ use crate::seam::report::CommitCounts;
 /// later calls [`Store::resolve`].
 ///
 /// ```
-/// use idem_core::protocol::{Decision, Resolution};
-/// use idem_core::{Fingerprint, Outcome, RecordId, State, Timestamp, Verdict};
-/// use idem_store::Store;
+/// use idem_store::{
+///     Decision, Fingerprint, Outcome, RecordId, Resolution, State, Store, Timestamp, Verdict,
+/// };
 ///
 /// # struct Timeout;
 /// # fn charge_card(_amount: u32) -> Result<String, Timeout> { Err(Timeout) }
@@ -96,8 +96,7 @@ use crate::seam::report::CommitCounts;
 /// never swept: [`Store::stats`] shows them for alerting.
 ///
 /// ```
-/// use idem_core::{Config, Fingerprint, Outcome, RecordId, Timestamp, Verdict};
-/// use idem_store::Store;
+/// use idem_store::{Config, Fingerprint, Outcome, RecordId, Store, Timestamp, Verdict};
 ///
 /// let dir = tempfile::tempdir()?;
 /// let config = Config { success_retention_ms: 60_000, ..Config::default() };

@@ -770,3 +770,40 @@ fn a_version_1_export_still_imports_and_bad_intent_lines_are_named() {
     assert!(store_intents.is_empty(), "a bad import wrote");
     assert_eq!(store.import(intent("").as_bytes()).unwrap().intents, 1);
 }
+
+/// An outbox shares the store's file: it lives beside the store in one struct, works on
+/// after the store is dropped, and the file closes with the last of them.
+#[test]
+fn an_outbox_lives_beside_its_store_and_outlives_it() {
+    struct Terminal {
+        store: Store,
+        outbox: idem_store::outbox::Outbox,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("terminal.redb");
+    let store = Store::open(&path).unwrap();
+    let outbox = store.outbox(config()).unwrap();
+    let terminal = Terminal { store, outbox };
+    let (t0, fp) = (Timestamp(T0), Fingerprint::of_bytes(b"sale"));
+    let intent = terminal
+        .outbox
+        .enqueue("forward-sale", b"sale".to_vec(), fp, t0, random(1))
+        .unwrap();
+    assert_eq!(terminal.store.stats(t0).unwrap().records(), 0);
+    let Terminal { store, outbox } = terminal;
+    drop(store);
+    let attempts = outbox.due(t0, 10).unwrap();
+    assert_eq!(attempts.len(), 1);
+    outbox
+        .record_reply(&intent.key, reply(201, "ok"), t0.plus_millis(5))
+        .unwrap();
+    drop(outbox);
+    let reopened = Store::open(&path).unwrap();
+    let state = reopened
+        .outbox(config())
+        .unwrap()
+        .intent(&intent.key)
+        .unwrap()
+        .map(|i| i.state);
+    assert_eq!(state, Some(IntentState::Completed));
+}

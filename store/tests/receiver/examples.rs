@@ -9,6 +9,15 @@ fn the_vouchers_example_runs() {
     vouchers::run().unwrap();
 }
 
+#[allow(dead_code, unreachable_pub)] // its `main` is the example's own entry point
+#[path = "../../examples/terminal.rs"]
+mod terminal;
+
+#[test]
+fn the_terminal_example_runs() {
+    terminal::run().unwrap();
+}
+
 #[cfg(feature = "http")]
 #[allow(dead_code, unreachable_pub)] // its `main` is the example's own entry point
 #[path = "../../examples/axum.rs"]

@@ -56,7 +56,7 @@ impl StoreOutbox {
         outbox
     }
 
-    fn outbox(&self) -> idem_store::outbox::Outbox<'_> {
+    fn outbox(&self) -> idem_store::outbox::Outbox {
         self.store
             .as_ref()
             .expect("the world never calls a crashed sender")

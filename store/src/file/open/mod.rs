@@ -66,8 +66,7 @@ pub(crate) const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use idem_core::{Config, LeaseExpiry};
-/// use idem_store::Store;
+/// use idem_store::{Config, LeaseExpiry, Store};
 ///
 /// let store = Store::builder()
 ///     .config(Config { lease_ms: 10_000, on_lease_expiry: LeaseExpiry::Unknown, ..Config::default() })

@@ -22,6 +22,7 @@
 //! (`idem intents resolve`); [`Outbox::forget`] refuses it before that.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use idem_core::ledger::{BackoffRng, Poll};
 use idem_core::{
@@ -33,8 +34,7 @@ use redb::{ReadableTable, WriteTransaction};
 use crate::error::Error;
 use crate::file::handle::guard_read;
 use crate::file::schema::{META, open_read};
-use crate::file::store::Store;
-use crate::file::writer::Writer;
+use crate::file::store::{Shared, Store};
 
 #[cfg(feature = "sender-http")]
 pub(crate) mod http;
@@ -96,13 +96,14 @@ pub struct IntentFilter {
 
 /// The sender's intents in this store's file, retried with one [`LedgerConfig`].
 ///
-/// Get it with [`crate::Store::outbox`]; it borrows the store and is cheap to make. Use the
+/// Get it with [`crate::Store::outbox`]; it shares the store's file (it may outlive the
+/// `Store`, and live beside it in one struct) and is cheap to make. Use the
 /// same config every time the file is opened: the deadline of an intent is fixed when
 /// it is created, the backoff settings apply to each retry.
 ///
 /// ```
-/// use idem_core::{Fingerprint, IntentState, LedgerConfig, Reply, Timestamp};
-/// use idem_store::Store;
+/// use idem_store::outbox::{IntentState, LedgerConfig, Reply};
+/// use idem_store::{Fingerprint, Store, Timestamp};
 /// use idem_store::redb::TableDefinition;
 ///
 /// const SALES: TableDefinition<&str, &[u8]> = TableDefinition::new("shop.sales");
@@ -136,20 +137,30 @@ pub struct IntentFilter {
 /// assert_eq!(outbox.intent(&intent.key)?.unwrap().state, IntentState::Completed);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone)]
-pub struct Outbox<'s> {
-    writer: &'s Writer,
+#[derive(Clone)]
+pub struct Outbox {
+    /// The store's file, shared: an outbox outlives the `Store` it came from, so an
+    /// application may keep both in one struct.
+    shared: Arc<Shared>,
     config: LedgerConfig,
 }
 
-impl<'s> Outbox<'s> {
-    /// The outbox of the store whose writer is `writer`, with `config` checked.
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Outbox {
+    /// The outbox of the store `shared` is, with `config` checked.
     pub(crate) fn new(
-        writer: &'s Writer,
+        shared: Arc<Shared>,
         config: LedgerConfig,
-    ) -> Result<Outbox<'s>, LedgerConfigError> {
+    ) -> Result<Outbox, LedgerConfigError> {
         config.validate()?;
-        Ok(Outbox { writer, config })
+        Ok(Outbox { shared, config })
     }
 
     /// The settings.
@@ -202,10 +213,10 @@ impl<'s> Outbox<'s> {
         random: [u8; 16],
         work: impl FnOnce(&WriteTransaction, &Intent) -> Result<T, E>,
     ) -> Result<(Intent, T), EnqueueError<E>> {
-        self.writer.ensure_writable("enqueue")?;
+        self.shared.writer.ensure_writable("enqueue")?;
         let intent = Intent::new(operation, payload, fingerprint, now, random, &self.config)
             .map_err(OutboxError::from)?;
-        let value = self.writer.transact("enqueue", |txn, _| {
+        let value = self.shared.writer.transact("enqueue", |txn, _| {
             insert(txn, &intent)?;
             let value = work(txn, &intent).map_err(EnqueueError::Work)?;
             Ok::<_, EnqueueError<E>>((value, true))
@@ -244,7 +255,7 @@ impl<'s> Outbox<'s> {
     ///
     /// Storage or decode errors; nothing changed.
     pub fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<Attempt>, Error> {
-        self.writer.transact("due", |txn, _| {
+        self.shared.writer.transact("due", |txn, _| {
             let mut attempts = Vec::new();
             let mut changed = false;
             let mut tables = IntentTables::open(txn)?;
@@ -311,7 +322,7 @@ impl<'s> Outbox<'s> {
     ///
     /// Storage or decode errors; nothing changed.
     pub fn restart(&self) -> Result<usize, Error> {
-        self.writer.transact("restart", |txn, _| {
+        self.shared.writer.transact("restart", |txn, _| {
             let mut requeued = 0;
             let mut tables = IntentTables::open(txn)?;
             let prefix = [state_byte(IntentState::InFlight)];
@@ -345,7 +356,7 @@ impl<'s> Outbox<'s> {
     /// [`LedgerError::UnknownKey`], [`LedgerError::NotTerminal`],
     /// [`LedgerError::Unresolved`]; storage errors.
     pub fn forget(&self, key: &str) -> Result<Intent, OutboxError> {
-        self.writer.transact("forget", |txn, _| {
+        self.shared.writer.transact("forget", |txn, _| {
             let mut tables = IntentTables::open(txn)?;
             let intent = tables
                 .get(key)?
@@ -373,13 +384,13 @@ impl<'s> Outbox<'s> {
         reason: &str,
         now: Timestamp,
     ) -> Result<Intent, OutboxError> {
-        self.writer.transact("resolve", |txn, store_tables| {
+        self.shared.writer.transact("resolve", |txn, store_tables| {
             let mut tables = IntentTables::open(txn)?;
             let old = tables
                 .get(key)?
                 .ok_or_else(|| LedgerError::UnknownKey { key: key.into() })?;
             // Dated at the clock floor at least, which is read here and not raised.
-            let now = if self.writer.is_floored() {
+            let now = if self.shared.writer.is_floored() {
                 now.max(store_tables.clock_floor()?)
             } else {
                 now
@@ -400,7 +411,7 @@ impl<'s> Outbox<'s> {
     /// Storage errors.
     pub fn next_wakeup(&self) -> Result<Option<Timestamp>, Error> {
         guard_read(|_| {
-            let db = self.writer.read();
+            let db = self.shared.writer.read();
             let txn = db.begin_read()?;
             let Some(due) = open_read(&txn, DUE)? else {
                 return Ok(None);
@@ -419,7 +430,7 @@ impl<'s> Outbox<'s> {
     /// Storage or decode errors.
     pub fn intent(&self, key: &str) -> Result<Option<Intent>, Error> {
         guard_read(|_| {
-            let db = self.writer.read();
+            let db = self.shared.writer.read();
             let txn = db.begin_read()?;
             let Some(intents) = open_read(&txn, INTENTS)? else {
                 return Ok(None);
@@ -440,7 +451,7 @@ impl<'s> Outbox<'s> {
 
     fn intents_guarded(&self, filter: &IntentFilter) -> Result<Vec<Intent>, Error> {
         let limit = filter.limit.unwrap_or(usize::MAX);
-        let db = self.writer.read();
+        let db = self.shared.writer.read();
         let txn = db.begin_read()?;
         let Some(intents) = open_read(&txn, INTENTS)? else {
             return Ok(Vec::new());
@@ -494,7 +505,7 @@ impl<'s> Outbox<'s> {
         key: &str,
         step: impl FnOnce(&mut Intent, &LedgerConfig, &mut BackoffRng) -> Effect,
     ) -> Result<Effect, OutboxError> {
-        self.writer.transact(operation, |txn, _| {
+        self.shared.writer.transact(operation, |txn, _| {
             let mut tables = IntentTables::open(txn)?;
             let mut meta = txn.open_table(META).map_err(Error::from)?;
             let old = tables
@@ -538,7 +549,7 @@ impl Store {
     /// # Errors
     ///
     /// [`LedgerConfigError`] for settings that cannot work.
-    pub fn outbox(&self, config: LedgerConfig) -> Result<Outbox<'_>, LedgerConfigError> {
-        Outbox::new(&self.shared.writer, config)
+    pub fn outbox(&self, config: LedgerConfig) -> Result<Outbox, LedgerConfigError> {
+        Outbox::new(Arc::clone(&self.shared), config)
     }
 }

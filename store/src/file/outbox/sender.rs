@@ -149,7 +149,7 @@ impl<T: Transport> Sender<T> {
     /// recorded are queued again by the next drain.
     pub fn drain(
         &mut self,
-        outbox: &Outbox<'_>,
+        outbox: &Outbox,
         now: impl Fn() -> Timestamp,
     ) -> Result<Drained, OutboxError> {
         let mut drained = Drained::default();
@@ -195,7 +195,7 @@ impl<T: Transport> Sender<T> {
     /// The store's, from a drain.
     pub fn run(
         &mut self,
-        outbox: &Outbox<'_>,
+        outbox: &Outbox,
         idle: Duration,
         mut stop: impl FnMut(&Drained) -> bool,
     ) -> Result<(), OutboxError> {
@@ -217,7 +217,7 @@ impl<T: Transport> Sender<T> {
 /// Forgets up to [`FORGET_AT_ONCE`] completed intents created at least `retention`
 /// before `now`, oldest first; how many.
 fn forget_completed(
-    outbox: &Outbox<'_>,
+    outbox: &Outbox,
     now: Timestamp,
     retention: Duration,
 ) -> Result<usize, OutboxError> {
