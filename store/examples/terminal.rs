@@ -33,19 +33,19 @@ impl Transport for HeadOffice {
     }
 }
 
-fn random_bytes() -> Result<[u8; 16], getrandom::Error> {
-    let mut bytes = [0u8; 16];
+/// A seed for the backoff's jitter, different on every terminal, so that a fleet of
+/// them does not retry in step.
+fn jitter_seed() -> Result<u64, getrandom::Error> {
+    let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes)?;
-    Ok(bytes)
+    Ok(u64::from_le_bytes(bytes))
 }
 
 /// The terminal's day: ring up, a duplicate, send.
 pub fn run() -> Result<(), Box<dyn Error>> {
     let dir = tempfile::tempdir()?;
     let store = Store::open(dir.path().join("terminal.redb"))?;
-    let outbox = store.outbox(LedgerConfig::with_seed(u64::from_le_bytes(
-        random_bytes()?[..8].try_into()?,
-    )))?;
+    let outbox = store.outbox(LedgerConfig::with_seed(jitter_seed()?))?;
 
     // The card reader sends sale 0042 twice; the key makes the second a replay.
     let id = RecordId::new("store-12", "sale", "reader-0042")?;
@@ -57,14 +57,10 @@ pub fn run() -> Result<(), Box<dyn Error>> {
         let ring_up = |txn: &WriteTransaction| -> Result<_, Box<dyn Error>> {
             // The sale and the intent that forwards it to head office commit together,
             // with the settled record, or not at all.
-            let intent = outbox.enqueue_in(
-                txn,
-                "forward-sale",
-                payload.clone(),
-                fingerprint,
-                now(),
-                random_bytes()?,
-            )?;
+            // The key's random bytes come from the store's generator (seeded once from
+            // the operating system, kept in the file).
+            let intent =
+                outbox.submit_in(txn, "forward-sale", payload.clone(), fingerprint, now())?;
             txn.open_table(SALES)?.insert(intent.key.as_str(), 480)?;
             Ok((
                 Verdict::Succeeded,

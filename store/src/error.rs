@@ -235,6 +235,10 @@ pub enum Error {
         /// What was found.
         detail: String,
     },
+    /// The operating system gave no random bytes for the seed of the outbox's key
+    /// generator (drawn once, on the first intent made without the caller's bytes).
+    #[error("the system's random source")]
+    Random(#[source] std::io::Error),
     /// The generation counter reached `u64::MAX`; no new claim can be fenced.
     #[error("generation counter exhausted: no generation after 18446744073709551615")]
     GenerationsExhausted,

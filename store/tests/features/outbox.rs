@@ -807,3 +807,60 @@ fn an_outbox_lives_beside_its_store_and_outlives_it() {
         .map(|i| i.state);
     assert_eq!(state, Some(IntentState::Completed));
 }
+
+/// Intents made without the caller's random bytes take them from the store's generator:
+/// every key differs, within a run, across a reopen (the generator is kept in the file)
+/// and inside a transaction the caller already has; a failed transaction uses none.
+#[test]
+fn the_store_draws_the_random_bytes_of_keys_and_never_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("terminal.redb");
+    let t0 = Timestamp(T0);
+    let fp = Fingerprint::of_bytes(b"sale");
+    let mut keys = std::collections::BTreeSet::new();
+    for _ in 0..2 {
+        let store = Store::open(&path).unwrap();
+        let outbox = store.outbox(config()).unwrap();
+        for _ in 0..50 {
+            // The same millisecond every time: only the random bytes tell keys apart.
+            let intent = outbox.submit("forward", b"sale".to_vec(), fp, t0).unwrap();
+            assert!(keys.insert(intent.key.clone()), "{} twice", intent.key);
+        }
+        let (intent, ()) = outbox
+            .submit_with("forward", b"sale".to_vec(), fp, t0, |txn, intent| {
+                txn.open_table(SALES)?
+                    .insert(intent.key.as_str(), b"sale".as_slice())?;
+                Ok::<_, idem_store::redb::Error>(())
+            })
+            .unwrap();
+        assert!(keys.insert(intent.key));
+        let id = RecordId::new("t", "sale", &format!("s-{}", keys.len())).unwrap();
+        let ran = store
+            .execute(&id, fp, t0, |txn| {
+                let intent = outbox
+                    .submit_in(txn, "forward", b"sale".to_vec(), fp, t0)
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>((
+                    Verdict::Succeeded,
+                    Outcome::new(201, intent.key.clone()),
+                    intent.key,
+                ))
+            })
+            .unwrap();
+        let Executed::Ran { value: key, .. } = ran else {
+            panic!("a fresh key runs")
+        };
+        assert!(keys.insert(key));
+        let refused =
+            outbox.submit_with("forward", b"x".to_vec(), fp, t0, |_, _| Err::<(), _>("no"));
+        assert!(matches!(refused, Err(EnqueueError::Work("no"))));
+    }
+    assert_eq!(keys.len(), 2 * 52);
+    let store = Store::open(&path).unwrap();
+    let listed = store
+        .outbox(config())
+        .unwrap()
+        .intents(&IntentFilter::default())
+        .unwrap();
+    assert_eq!(listed.len(), 2 * 52, "the refused one left nothing");
+}

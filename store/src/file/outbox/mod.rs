@@ -47,8 +47,8 @@ pub(crate) use tables::{
 };
 
 use tables::{
-    DUE, INTENTS, IntentTables, RNG_KEY, STATES, decode_intent, decode_key, read_intent, read_rng,
-    split_due_key, state_byte,
+    DUE, INTENTS, IntentTables, RNG_KEY, STATES, decode_intent, decode_key, draw_key_random,
+    read_intent, read_rng, split_due_key, state_byte,
 };
 
 /// What can go wrong with an outbox call.
@@ -213,15 +213,92 @@ impl Outbox {
         random: [u8; 16],
         work: impl FnOnce(&WriteTransaction, &Intent) -> Result<T, E>,
     ) -> Result<(Intent, T), EnqueueError<E>> {
+        self.enqueue_drawing(operation, payload, fingerprint, now, Some(random), work)
+    }
+
+    /// [`Outbox::enqueue`] with the key's random bytes from the store: a generator kept
+    /// in the file (a seed drawn once from the operating system, and a counter advanced
+    /// in the intent's own transaction), so that no two intents of a file share them,
+    /// across restarts and crashes, whatever the clock does. Nothing for the
+    /// application to supply.
+    ///
+    /// # Errors
+    ///
+    /// As [`Outbox::enqueue`]; [`Error::Random`] when the system gives no seed.
+    pub fn submit(
+        &self,
+        operation: &str,
+        payload: Vec<u8>,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Result<Intent, OutboxError> {
+        let work = |_: &WriteTransaction, _: &Intent| Ok::<(), Infallible>(());
+        match self.submit_with(operation, payload, fingerprint, now, work) {
+            Ok((intent, ())) => Ok(intent),
+            Err(EnqueueError::Outbox(e)) => Err(e),
+            Err(EnqueueError::Work(never)) => match never {},
+        }
+    }
+
+    /// [`Outbox::enqueue_with`] with the key's random bytes from the store, as
+    /// [`Outbox::submit`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Outbox::enqueue_with`].
+    pub fn submit_with<T, E>(
+        &self,
+        operation: &str,
+        payload: Vec<u8>,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+        work: impl FnOnce(&WriteTransaction, &Intent) -> Result<T, E>,
+    ) -> Result<(Intent, T), EnqueueError<E>> {
+        self.enqueue_drawing(operation, payload, fingerprint, now, None, work)
+    }
+
+    /// [`Outbox::enqueue_in`] with the key's random bytes from the store, drawn in
+    /// `txn`, as [`Outbox::submit`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Outbox::enqueue_in`].
+    pub fn submit_in(
+        &self,
+        txn: &WriteTransaction,
+        operation: &str,
+        payload: Vec<u8>,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Result<Intent, OutboxError> {
+        let random = draw_key_random(txn)?;
+        self.enqueue_in(txn, operation, payload, fingerprint, now, random)
+    }
+
+    /// An intent made in its own transaction with `work`: from the caller's random
+    /// bytes, or from the store's generator in that transaction.
+    fn enqueue_drawing<T, E>(
+        &self,
+        operation: &str,
+        payload: Vec<u8>,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+        random: Option<[u8; 16]>,
+        work: impl FnOnce(&WriteTransaction, &Intent) -> Result<T, E>,
+    ) -> Result<(Intent, T), EnqueueError<E>> {
         self.shared.writer.ensure_writable("enqueue")?;
-        let intent = Intent::new(operation, payload, fingerprint, now, random, &self.config)
-            .map_err(OutboxError::from)?;
-        let value = self.shared.writer.transact("enqueue", |txn, _| {
+        let made = self.shared.writer.transact("enqueue", |txn, _| {
+            let random = match random {
+                Some(random) => random,
+                None => draw_key_random(txn)?,
+            };
+            let intent = Intent::new(operation, payload, fingerprint, now, random, &self.config)
+                .map_err(OutboxError::from)?;
             insert(txn, &intent)?;
             let value = work(txn, &intent).map_err(EnqueueError::Work)?;
-            Ok::<_, EnqueueError<E>>((value, true))
+            Ok::<_, EnqueueError<E>>(((intent, value), true))
         })?;
-        Ok((intent, value))
+        Ok(made)
     }
 
     /// Starts a new intent inside a write transaction the caller already has, such as

@@ -6,7 +6,7 @@ use idem_core::{Intent, IntentState, Timestamp, encoding};
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, WriteTransaction};
 
 use crate::error::Error;
-use crate::file::schema::open_read;
+use crate::file::schema::{META, open_read};
 
 /// Intent key → intent bytes.
 pub(super) const INTENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idem.intents");
@@ -16,6 +16,66 @@ pub(super) const DUE: TableDefinition<&[u8], ()> = TableDefinition::new("idem.in
 pub(super) const STATES: TableDefinition<&[u8], ()> = TableDefinition::new("idem.intent.state");
 /// Meta key of the backoff jitter's state.
 pub(super) const RNG_KEY: &[u8] = b"intent.rng";
+
+/// Meta key of the generator of intent keys' random bytes.
+const KEYS_KEY: &[u8] = b"intent.keys";
+/// The format of its value: this byte, the 32-byte seed, the 8-byte counter (big-endian).
+const KEYS_FORMAT: u8 = 1;
+
+/// The next 16 random bytes of an intent key from the store's generator: SHA-256 of a
+/// seed drawn once from the operating system and kept in `idem.meta`, and a counter
+/// advanced in `txn`, the transaction that makes the intent, so that no two intents of a
+/// file ever share them, across restarts and crashes, whatever the clock does.
+pub(super) fn draw_key_random(txn: &WriteTransaction) -> Result<[u8; 16], Error> {
+    let mut meta = txn.open_table(META)?;
+    let (seed, counter) = match meta.get(KEYS_KEY)? {
+        Some(value) => decode_keys(value.value())?,
+        None => {
+            let mut seed = [0u8; 32];
+            getrandom::fill(&mut seed).map_err(|e| Error::Random(e.into()))?;
+            (seed, 0)
+        }
+    };
+    let mut input = [0u8; 40];
+    input[..32].copy_from_slice(&seed);
+    input[32..].copy_from_slice(&counter.to_be_bytes());
+    let digest = idem_core::Fingerprint::of_bytes(&input).0;
+    let mut value = Vec::with_capacity(41);
+    value.push(KEYS_FORMAT);
+    value.extend_from_slice(&seed);
+    value.extend_from_slice(&counter.wrapping_add(1).to_be_bytes());
+    meta.insert(KEYS_KEY, value.as_slice())?;
+    let mut random = [0u8; 16];
+    random.copy_from_slice(&digest[..16]);
+    Ok(random)
+}
+
+fn decode_keys(bytes: &[u8]) -> Result<([u8; 32], u64), Error> {
+    let failed = |source| Error::Decode {
+        what: "meta intent.keys".into(),
+        source,
+    };
+    let (&format, rest) = bytes
+        .split_first()
+        .ok_or(failed(encoding::DecodeError::Empty))?;
+    if format > KEYS_FORMAT {
+        return Err(failed(encoding::DecodeError::NewerFormat {
+            found: format,
+            supported: KEYS_FORMAT,
+        }));
+    }
+    if format == 0 || rest.len() != 40 {
+        return Err(failed(encoding::DecodeError::Malformed {
+            what: "the key generator's seed and counter",
+        }));
+    }
+    let (seed, counter) = rest.split_at(32);
+    let mut s = [0u8; 32];
+    s.copy_from_slice(seed);
+    let mut c = [0u8; 8];
+    c.copy_from_slice(counter);
+    Ok((s, u64::from_be_bytes(c)))
+}
 
 /// The persisted backoff generator, if one was stored.
 pub(super) fn read_rng(
