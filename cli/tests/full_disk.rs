@@ -9,9 +9,10 @@
 
 mod common;
 
+#[path = "../../store/tests/common/tmpfs.rs"]
+mod tmpfs;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -19,52 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::Idem;
 use common::http::{Answer, Proxy, Upstream, get, try_post};
-
-/// A tmpfs mounted on a directory of its own, unmounted when dropped.
-struct Tmpfs {
-    dir: PathBuf,
-    _parent: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(size: &str) -> Tmpfs {
-        let parent = tempfile::tempdir().unwrap();
-        let dir = parent.path().join("small");
-        std::fs::create_dir(&dir).unwrap();
-        let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "idem-test"])
-            .arg(&dir)
-            .status()
-            .expect("mount runs");
-        assert!(
-            mounted.success(),
-            "mounting a tmpfs failed: this test needs root (the test command runs as root)"
-        );
-        Tmpfs {
-            dir,
-            _parent: parent,
-        }
-    }
-
-    fn resize(&self, size: &str) {
-        let resized = Command::new("mount")
-            .args(["-o", &format!("remount,size={size}")])
-            .arg(&self.dir)
-            .status()
-            .unwrap();
-        assert!(resized.success(), "remount to {size}");
-    }
-
-    fn path(&self) -> &Path {
-        &self.dir
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-    }
-}
+use tmpfs::Tmpfs;
 
 fn order(address: std::net::SocketAddr, key: &str) -> Option<Answer> {
     try_post(

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 pub mod child;
 pub mod disk;
 pub mod machines;
+pub mod tmpfs;
 pub mod workload;
 
 use idem_core::{Fingerprint, RecordId};

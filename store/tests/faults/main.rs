@@ -13,3 +13,4 @@ mod full_disk;
 mod io_errors;
 mod journal;
 mod power_loss;
+mod tmpfs;
