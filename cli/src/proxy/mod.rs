@@ -125,8 +125,9 @@ pub(crate) struct ProxyArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
     pub(crate) drain_timeout: u64,
     /// With a store file, the free space kept on its filesystem for settling the
-    /// requests already claimed: while less is free, new claims are answered 503 (nothing
-    /// forwarded) and /healthz says why; replays and settles go on. Bytes, or with KiB,
+    /// requests already claimed (on Redis, the memory kept under its maxmemory): while
+    /// less is free, new claims are answered 503 (nothing forwarded) and /healthz says
+    /// why; replays and settles go on. Bytes, or with KiB,
     /// MiB or GiB: 4MiB, 512KiB. 0 keeps none.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "4MiB")]
     pub(crate) space_reserve: u64,
@@ -217,7 +218,8 @@ pub(crate) fn run(session: &Session, args: &ProxyArgs) -> Ending {
         }
         let builder = session
             .builder(config, Access::Create)?
-            .pool_size(args.pool);
+            .pool_size(args.pool)
+            .space_reserve(args.space_reserve);
         runtime.block_on(async {
             let store = builder.open(&session.db).await.map_err(open_failure)?;
             serving.serve(Arc::new(store)).await

@@ -370,7 +370,8 @@ impl AnyStoreBuilder {
         self
     }
 
-    /// The free space a file keeps for settles ([`StoreBuilder::space_reserve`]).
+    /// The free space a file keeps for settles ([`StoreBuilder::space_reserve`]); on
+    /// Redis, the memory kept under its `maxmemory` (`RedisStoreBuilder::space_reserve`).
     #[must_use]
     pub fn space_reserve(mut self, bytes: u64) -> AnyStoreBuilder {
         self.space_reserve = Some(bytes);
@@ -513,9 +514,12 @@ impl AnyStoreBuilder {
 impl AnyStoreBuilder {
     #[cfg(feature = "redis")]
     async fn connect_redis(&self, url: &str) -> Result<RedisStore, crate::redis::ConnectError> {
-        let builder = RedisStore::builder()
+        let mut builder = RedisStore::builder()
             .config(self.config.clone())
             .accept_unsafe_durability(self.accept_unsafe_durability);
+        if let Some(bytes) = self.space_reserve {
+            builder = builder.space_reserve(bytes);
+        }
         #[cfg(feature = "redis-tls")]
         let builder = match &self.tls_roots {
             Some(pem) => builder.tls_root_certificates(pem),

@@ -39,6 +39,7 @@ mod entity;
 mod keys;
 mod maintain;
 mod receiver;
+mod room;
 mod token;
 mod transfer;
 mod two_phase;
@@ -74,6 +75,8 @@ struct Inner {
     background: crate::seam::running::Running,
     /// The unsafe durability setting accepted at connect, if any.
     accepted_risk: Option<String>,
+    /// The room kept under the server's `maxmemory` for settles.
+    room: room::Room,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -127,6 +130,7 @@ pub struct RedisStoreBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     accept_unsafe_durability: bool,
+    space_reserve: u64,
     #[cfg(feature = "redis-tls")]
     tls_roots: Vec<u8>,
 }
@@ -217,6 +221,7 @@ impl Default for RedisStoreBuilder {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(10),
             accept_unsafe_durability: false,
+            space_reserve: 4 << 20,
             #[cfg(feature = "redis-tls")]
             tls_roots: Vec::new(),
         }
@@ -257,6 +262,17 @@ impl RedisStoreBuilder {
     #[must_use]
     pub fn accept_unsafe_durability(mut self, accept: bool) -> RedisStoreBuilder {
         self.accept_unsafe_durability = accept;
+        self
+    }
+
+    /// The memory kept under the server's `maxmemory` for settling the claims already
+    /// made: while less is left, a claim is refused with [`crate::Error::NoRoom`] (an
+    /// HTTP server answers 503, nothing run) and [`crate::Receiver::unready`] says why;
+    /// replays and settles go on. 4 MiB by default; 0 keeps none. A server without
+    /// `maxmemory`, and a cluster, are not read.
+    #[must_use]
+    pub fn space_reserve(mut self, bytes: u64) -> RedisStoreBuilder {
+        self.space_reserve = bytes;
         self
     }
 
@@ -378,6 +394,7 @@ impl RedisStoreBuilder {
                 runtime,
                 background: crate::seam::running::Running::default(),
                 accepted_risk,
+                room: room::Room::new(self.space_reserve),
             }),
         })
     }

@@ -50,7 +50,19 @@ impl Receiver for RedisStore {
     }
 
     async fn ready(&self) -> bool {
-        self.ping().await
+        self.unready().await.is_none()
+    }
+
+    /// Why claims are refused: a server that does not answer, or one short of room under
+    /// its `maxmemory`.
+    async fn unready(&self) -> Option<String> {
+        if !self.ping().await {
+            return Some("the Redis server does not answer".to_owned());
+        }
+        match self.room_for_claim().await {
+            Ok(()) => None,
+            Err(e) => Some(e.to_string()),
+        }
     }
 
     /// Waits for the begins left by their callers and the give-ups, which run in tasks

@@ -206,6 +206,10 @@ impl RedisStore {
         let read = self.read("begin", id, true).await?;
         let current = read.record.as_ref();
         let mut transition = protocol::begin(current, fingerprint, read.drawn, read.now, config);
+        if matches!(transition.decision, Decision::Claimed { .. }) {
+            // Below the reserve a claim is refused; its answers (replays) are not.
+            self.room_for_claim().await?;
+        }
         if current.is_some() && matches!(transition.decision, Decision::Claimed { .. }) {
             // A claim over a record that is there (a lease taken over, a tombstone past
             // its time): the read drew no generation for it.

@@ -537,3 +537,73 @@ async fn a_server_of_a_private_ca_is_trusted_only_with_that_ca() {
     assert!(matches!(decision, Decision::Claimed { .. }), "{decision:?}");
     assert!(keys(&server).contains("{idem}:r:"), "{}", keys(&server));
 }
+
+/// Under `maxmemory` (with `noeviction` a server at its limit refuses every write, a
+/// settle too): claims are refused with `NoRoom` while less than the reserve is left,
+/// and the health check says why; every claim made settles, replays go on, and claims
+/// come back once the limit is raised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn below_the_reserve_under_maxmemory_claims_are_refused_and_settles_go_on() {
+    let server = Server::start_with(&["--maxmemory 6mb"]);
+    let store = RedisStore::builder()
+        .space_reserve(2 << 20)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let receipt = "r".repeat(50_000);
+    let mut settled = Vec::new();
+    let mut refused = None;
+    for n in 0..1_000 {
+        let key = id(&format!("k{n}"));
+        match store.begin(&key, fp("tea"), Timestamp(0)).await {
+            Ok(Decision::Claimed { generation, .. }) => {
+                // Every claim made settles: the reserve is its room.
+                store
+                    .complete(
+                        &key,
+                        generation,
+                        Verdict::Succeeded,
+                        Outcome::new(201, receipt.clone()),
+                        Timestamp(0),
+                    )
+                    .await
+                    .unwrap();
+                settled.push(key);
+            }
+            Ok(other) => panic!("a fresh key: {other:?}"),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("the server's memory filled");
+    assert!(
+        matches!(refused, idem_store::Error::NoRoom { .. }),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("maxmemory"), "{refused}");
+    println!(
+        "{} claims settled before the reserve was reached",
+        settled.len()
+    );
+    assert!(settled.len() > 10, "{} settled", settled.len());
+    let why = store.unready().await.expect("not ready");
+    assert!(why.contains("below the reserve"), "{why}");
+    for key in &settled {
+        assert!(matches!(
+            store.begin(key, fp("tea"), Timestamp(0)).await.unwrap(),
+            Decision::Replay { .. }
+        ));
+    }
+    server.cli(&["CONFIG", "SET", "maxmemory", "64mb"]);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(store.unready().await, None);
+    assert!(matches!(
+        store
+            .begin(&id("after"), fp("tea"), Timestamp(0))
+            .await
+            .unwrap(),
+        Decision::Claimed { .. }
+    ));
+}
