@@ -135,14 +135,16 @@ impl Terms {
 }
 
 impl Config {
-    /// These settings under `terms`: the terms' lease and retention where given.
+    /// These settings under `terms`: the terms' lease and retention where given. A
+    /// term of 0 ms, which cannot work ([`Terms::validate`]), is not applied: the
+    /// store's setting stands.
     #[must_use]
     pub fn with_terms(&self, terms: &Terms) -> Config {
         let mut config = self.clone();
-        if let Some(lease) = terms.lease_ms {
+        if let Some(lease) = terms.lease_ms.filter(|&ms| ms > 0) {
             config.lease_ms = lease;
         }
-        if let Some(retention) = terms.retention_ms {
+        if let Some(retention) = terms.retention_ms.filter(|&ms| ms > 0) {
             config.success_retention_ms = retention;
             config.failure_retention_ms = retention;
         }

@@ -199,14 +199,15 @@ pub enum Error {
     /// open it again).
     #[error("an earlier commit or I/O error failed this store; it reopens itself at its next call")]
     NeedsReopen,
-    /// A claim was refused: the free space of the store file's filesystem is below the
-    /// reserve kept for settling the claims already made. Nothing was written; a retry
-    /// claims once there is room.
+    /// A claim was refused: the free space of the store file's filesystem (on Redis,
+    /// the memory left under the server's `maxmemory`) is below the reserve kept for
+    /// settling the claims already made. Nothing was written; a retry claims once there
+    /// is room.
     #[error(
         "{dir}: {free} bytes free, below the reserve of {reserve} bytes kept for settling the claims already made; new claims are refused until there is room"
     )]
     NoRoom {
-        /// The directory of the store file.
+        /// The directory of the store file (on Redis, "the Redis server's maxmemory").
         dir: String,
         /// The bytes free there.
         free: u64,

@@ -595,7 +595,11 @@ impl<R: Receiver> Claim<R> {
     /// The watchdog of this claim, a third of its lease (the layer's, else the
     /// store's) between heartbeats.
     fn watchdog(&self) -> Watchdog<R> {
-        let lease = self.terms.lease_ms.unwrap_or(self.store.config().lease_ms);
+        let lease = self
+            .terms
+            .lease_ms
+            .filter(|&ms| ms > 0)
+            .unwrap_or(self.store.config().lease_ms);
         Watchdog {
             store: Arc::clone(&self.store),
             clock: Arc::clone(&self.clock),

@@ -269,7 +269,7 @@ impl RedisStoreBuilder {
     /// made: while less is left, a claim is refused with [`crate::Error::NoRoom`] (an
     /// HTTP server answers 503, nothing run) and [`crate::Receiver::unready`] says why;
     /// replays and settles go on. 4 MiB by default; 0 keeps none. A server without
-    /// `maxmemory`, and a cluster, are not read.
+    /// `maxmemory` has no limit to keep (its `INFO` says so); a cluster is not read.
     #[must_use]
     pub fn space_reserve(mut self, bytes: u64) -> RedisStoreBuilder {
         self.space_reserve = bytes;

@@ -327,3 +327,71 @@ fn only_completed_intents_past_their_retention_are_forgotten() {
     let later = sender.drain(&outbox, || t0.plus_millis(15_000)).unwrap();
     assert_eq!((later.sent, later.forgotten), (0, 1));
 }
+
+/// One canned answer to every request on a loopback port; the request lines it got.
+fn canned(answer: Vec<u8>) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let kept = Arc::clone(&seen);
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            kept.lock().unwrap().push(line.trim_end().to_owned());
+            let mut length = 0;
+            loop {
+                let mut header = String::new();
+                if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+                    break;
+                }
+                if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let _ = stream.write_all(&answer);
+        }
+    });
+    (address, seen)
+}
+
+/// The HTTP transport brings back a redirect as the reply (a followed one would turn
+/// the POST into a GET), and the first MiB of a long body with its status.
+#[test]
+fn a_redirect_is_the_reply_and_a_long_body_is_kept_in_part() {
+    use idem_core::Attempt;
+    use idem_store::outbox::Transport;
+
+    let attempt = Attempt {
+        key: "01890a5d-ac96-774b-bcce-b302099a8057".into(),
+        operation: "forward-sale".into(),
+        payload: b"{}".to_vec(),
+        attempt: 1,
+    };
+    let (address, seen) = canned(
+        b"HTTP/1.1 303 See Other\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n".to_vec(),
+    );
+    let mut transport = HttpTransport::new(format!("http://{address}/sales"));
+    let reply = transport.send(&attempt, now()).unwrap();
+    assert_eq!(reply.status, 303);
+    assert_eq!(*seen.lock().unwrap(), ["POST /sales HTTP/1.1"]);
+
+    let body = vec![b'r'; 2 << 20];
+    let mut answer = format!(
+        "HTTP/1.1 201 Created\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    answer.extend_from_slice(&body);
+    let (address, _) = canned(answer);
+    let reply = HttpTransport::new(format!("http://{address}/sales"))
+        .send(&attempt, now())
+        .unwrap();
+    assert_eq!((reply.status, reply.body.len()), (201, 1 << 20));
+}

@@ -38,7 +38,8 @@ impl fmt::Debug for HttpTransport {
 
 impl HttpTransport {
     /// Every attempt to `url` (`https://head-office.example/sales`), with a timeout of
-    /// 30 s for the whole exchange and replies of at most 1 MiB kept.
+    /// 30 s for the whole exchange and the first 1 MiB of a reply's body kept. Redirects
+    /// are not followed: a 3xx is the reply.
     #[must_use]
     pub fn new(url: impl Into<String>) -> HttpTransport {
         let url = url.into();
@@ -79,6 +80,9 @@ fn agent(timeout: Duration) -> ureq::Agent {
     ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
         .http_status_as_error(false)
+        // A redirect would turn the POST into a GET whose answer is not the
+        // receiver's to the attempt: a 3xx is a reply like any other.
+        .max_redirects(0)
         .build()
         .into()
 }
@@ -102,12 +106,13 @@ impl Transport for HttpTransport {
             .get("retry-after")
             .and_then(|value| value.to_str().ok())
             .and_then(|value| retry_after(value, now));
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(self.body_limit)
-            .read_to_vec()
-            .map_err(|e| NoReply(format!("{url}: the reply's body: {e}")))?;
+        // The first `body_limit` bytes are kept: a long definitive reply is still one.
+        let mut body = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(response.body_mut().as_reader(), self.body_limit),
+            &mut body,
+        )
+        .map_err(|e| NoReply(format!("{url}: the reply's body: {e}")))?;
         Ok(Reply {
             status,
             body,

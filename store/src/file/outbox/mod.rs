@@ -13,6 +13,7 @@
 //! | `idem.intent.due` | `next_attempt_at` (u64 big-endian) ++ key | `()`; queued intents only |
 //! | `idem.intent.state` | state byte (position in [`IntentState::ALL`]) ++ key | `()` |
 //! | `idem.meta` | `b"intent.rng"` | the [`BackoffRng`] (format byte + postcard) |
+//! | `idem.meta` | `b"intent.keys"` | the key generator: format byte 1, a 32-byte seed, an 8-byte counter (big-endian) |
 //!
 //! A queued intent's `next_attempt_at` is never past its deadline while the deadline
 //! guard is on, so the due index alone finds every intent that must be sent or expired.
@@ -97,7 +98,8 @@ pub struct IntentFilter {
 /// The sender's intents in this store's file, retried with one [`LedgerConfig`].
 ///
 /// Get it with [`crate::Store::outbox`]; it shares the store's file (it may outlive the
-/// `Store`, and live beside it in one struct) and is cheap to make. Use the
+/// `Store`, and live beside it in one struct; the file stays open, and locked, until
+/// the last of them is dropped) and is cheap to make. Use the
 /// same config every time the file is opened: the deadline of an intent is fixed when
 /// it is created, the backoff settings apply to each retry.
 ///

@@ -138,8 +138,9 @@ impl<T: Transport> Sender<T> {
         &mut self.transport
     }
 
-    /// Sends every intent that is due, batch after batch, until none is due at the
-    /// time `now` gives; records each reply or missing reply; then forgets the
+    /// Sends every intent that is due when it starts, batch after batch (an intent
+    /// queued again meanwhile waits for the next drain); records each reply or missing
+    /// reply; then forgets the
     /// completed intents past their retention. Call it when the network comes back, on
     /// a timer, and at [`Outbox::next_wakeup`] ([`Sender::run`] does all three).
     ///
@@ -157,14 +158,23 @@ impl<T: Transport> Sender<T> {
             drained.requeued = outbox.restart()?;
             self.requeue = false;
         }
+        // What is due when the drain starts: an intent queued again during it waits for
+        // the next drain, so a receiver that keeps failing does not hold the drain.
+        let started = now();
         loop {
-            let attempts = outbox.due(now(), self.batch)?;
-            if attempts.is_empty() {
-                break;
-            }
-            // Every attempt taken is in flight: each is sent and recorded, and a failure
-            // of the store leaves the rest to the next drain's requeue.
+            // A failure of the store from here on (even one whose commit landed) leaves
+            // what was taken to the next drain's requeue.
             self.requeue = true;
+            let attempts = outbox.due(started, self.batch)?;
+            if attempts.is_empty() {
+                self.requeue = false;
+                // A batch of intents that expired instead of being sent is empty too:
+                // go on while something is still due.
+                match outbox.next_wakeup()? {
+                    Some(at) if at <= started => continue,
+                    _ => break,
+                }
+            }
             for attempt in &attempts {
                 drained.sent += 1;
                 let effect = match self.transport.send(attempt, now()) {
@@ -280,10 +290,25 @@ fn http_date(value: &str) -> Option<Timestamp> {
     ];
     let month = MONTHS.iter().position(|m| *m == month)? + 1;
     let day: u32 = day.parse().ok()?;
-    let year: i64 = year.parse().ok()?;
+    let year: i64 = year.parse().ok().filter(|y| (1970..=9999).contains(y))?;
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
     let mut hms = time.split(':').map(|p| p.parse::<u32>().ok());
     let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
-    if day == 0 || day > 31 || h > 23 || m > 59 || s > 60 {
+    if day == 0 || day > month_days[month - 1] || h > 23 || m > 59 || s > 60 {
         return None;
     }
     let days = days_from_civil(year, u32::try_from(month).ok()?, day);
@@ -331,6 +356,8 @@ mod tests {
             "soon",
             "Sun, 06 Nov 1994 08:49:37 UTC",
             "Sun 06 Nov 1994",
+            "Sat, 31 Feb 2026 00:00:00 GMT",
+            "Sat, 01 Jan 99999999999999 00:00:00 GMT",
         ] {
             assert_eq!(retry_after(bad, now), None, "{bad}");
         }

@@ -362,6 +362,21 @@ pub(crate) fn check(txn: &ReadTransaction, problem: &mut dyn FnMut(String)) -> R
 mod tests {
     use super::*;
 
+    /// The key generator's format 1, byte for byte: a file written today is read by
+    /// every later build; a newer format is refused by name, not misread.
+    #[test]
+    fn the_key_generators_format_1_is_read_as_written() {
+        let mut bytes = vec![1u8];
+        bytes.extend_from_slice(&[7u8; 32]);
+        bytes.extend_from_slice(&[0, 0, 0, 0, 0, 0, 1, 2]);
+        assert_eq!(decode_keys(&bytes).unwrap(), ([7u8; 32], 258));
+        bytes[0] = 2;
+        let newer = decode_keys(&bytes).unwrap_err().to_string();
+        assert!(newer.contains("intent.keys"), "{newer}");
+        assert!(decode_keys(&bytes[..20]).is_err());
+        assert!(decode_keys(&[]).is_err());
+    }
+
     #[test]
     fn state_bytes_follow_intent_state_all() {
         for (i, state) in IntentState::ALL.into_iter().enumerate() {
