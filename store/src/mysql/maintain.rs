@@ -11,7 +11,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Row, TxOpts, Value};
 
 use super::MySqlStore;
-use super::error::database;
+use super::error::{contended, database};
 use super::row::{COLUMNS, PENDING, SETTLED, TOMBSTONE, UNKNOWN, get, id_at, record_at};
 use super::statements::{KEY_ORDER, clock};
 use super::two_phase::{read, write_over};
@@ -23,6 +23,9 @@ use crate::seam::report::{IntentCounts, Stats, SweepReport};
 /// Records one sweep transaction handles at most: short transactions, so that claims
 /// and other sweepers never wait long on the rows it locks.
 const SWEEP_BATCH: usize = 500;
+/// How many times a sweep's batch runs again after a deadlock or a lock wait that ran
+/// out (the server rolled it back).
+const SWEEP_TRIES: usize = 8;
 
 /// The `state` and `verdict` columns of a state.
 fn state_columns(state: State) -> (i16, Option<i16>) {
@@ -194,41 +197,21 @@ impl MySqlStore {
         let locking = format!("{select} FOR UPDATE SKIP LOCKED");
         while left > 0 {
             let batch = left.min(SWEEP_BATCH);
-            let mut txn = conn
-                .start_transaction(TxOpts::default())
-                .await
-                .map_err(database("sweep"))?;
-            let now = clock(&mut txn, "sweep").await?;
-            let rows: Vec<Row> = txn
-                .exec(
-                    &locking,
-                    vec![
-                        Value::from(i64::try_from(now.0).unwrap_or(i64::MAX)),
-                        Value::from(limit_of(Some(batch))),
-                    ],
-                )
-                .await
-                .map_err(database("sweep"))?;
-            for row in &rows {
-                let id = id_at(row, 0)?;
-                let revision: i64 = get(row, 3, "idem_records")?;
-                let record = record_at(row, 4, &id)?;
-                let target = match protocol::sweep(&record, now, config) {
-                    Swept::Tombstone(tombstone) => Some(tombstone),
-                    Swept::Delete => None,
-                    Swept::Keep => continue,
-                };
-                // The row is locked by this transaction: its revision is the one read.
-                if write_over(&mut txn, "sweep", &id, revision, target.as_ref()).await? {
-                    match target {
-                        Some(_) => report.tombstoned += 1,
-                        None => report.removed += 1,
-                    }
+            // A deadlock with a claimer rolls the batch back: it is swept again, a
+            // bounded number of times.
+            let mut tries = 0;
+            let (tombstoned, removed, rows) = loop {
+                tries += 1;
+                match self.sweep_batch(&mut conn, &locking, batch).await {
+                    Err(Error::MySql { source, .. })
+                        if contended(&source) && tries < SWEEP_TRIES => {}
+                    done => break done?,
                 }
-            }
-            txn.commit().await.map_err(database("sweep"))?;
+            };
+            report.tombstoned += tombstoned;
+            report.removed += removed;
             left -= batch;
-            if rows.len() < batch {
+            if rows < batch {
                 return Ok(report);
             }
         }
@@ -242,6 +225,55 @@ impl MySqlStore {
             .map_err(database("sweep"))?;
         report.remaining_expired = more == Some(1);
         Ok(report)
+    }
+}
+
+impl MySqlStore {
+    /// One batch of a sweep in its own transaction: up to `batch` expired rows, locked
+    /// (skipping those another transaction holds), tombstoned or removed; what it did and
+    /// how many rows it read. A failure rolls it all back.
+    async fn sweep_batch(
+        &self,
+        conn: &mut mysql_async::Conn,
+        locking: &str,
+        batch: usize,
+    ) -> Result<(u64, u64, usize), Error> {
+        let config = &self.inner.config;
+        let mut txn = conn
+            .start_transaction(TxOpts::default())
+            .await
+            .map_err(database("sweep"))?;
+        let now = clock(&mut txn, "sweep").await?;
+        let rows: Vec<Row> = txn
+            .exec(
+                locking,
+                vec![
+                    Value::from(i64::try_from(now.0).unwrap_or(i64::MAX)),
+                    Value::from(limit_of(Some(batch))),
+                ],
+            )
+            .await
+            .map_err(database("sweep"))?;
+        let (mut tombstoned, mut removed) = (0, 0);
+        for row in &rows {
+            let id = id_at(row, 0)?;
+            let revision: i64 = get(row, 3, "idem_records")?;
+            let record = record_at(row, 4, &id)?;
+            let target = match protocol::sweep(&record, now, config) {
+                Swept::Tombstone(tombstone) => Some(tombstone),
+                Swept::Delete => None,
+                Swept::Keep => continue,
+            };
+            // The row is locked by this transaction: its revision is the one read.
+            if write_over(&mut txn, "sweep", &id, revision, target.as_ref()).await? {
+                match target {
+                    Some(_) => tombstoned += 1,
+                    None => removed += 1,
+                }
+            }
+        }
+        txn.commit().await.map_err(database("sweep"))?;
+        Ok((tombstoned, removed, rows.len()))
     }
 }
 
