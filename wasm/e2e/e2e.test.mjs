@@ -309,6 +309,17 @@ test("every page closed with orders queued: back online, the service worker send
     await context.setOffline(false);
     await until("the service worker to send the orders", async () => (await server.stats()).executed.length === 10, LONG_MS);
     assert.equal(context.pages().length, 0, "sent with every page closed");
+    // The worker stores each reply after the server answered it: once the server has
+    // heard nothing from it for a second, every outcome is stored (a page opened before
+    // that may lead and send again, under their keys, the orders still in flight).
+    let heard = -1;
+    await until("the service worker to go quiet", async () => {
+      const now = (await server.stats()).received.length;
+      const quiet = now === heard;
+      heard = now;
+      if (!quiet) await new Promise((r) => setTimeout(r, 1_000));
+      return quiet;
+    }, LONG_MS);
     const sent = await executedOnce(server, keys);
 
     // A page opened afterwards shows the outcomes the worker stored, and sends nothing.
