@@ -1,7 +1,8 @@
 //! The operator's commands on a MariaDB database (`--db mysql://…`), on a throwaway
 //! server: the same JSON and exit statuses as on a file, the database's clock, the
-//! schema printed for a DBA, moving records between a file and the database, and a
-//! server whose durability settings are refused.
+//! schema printed for a DBA, moving records between a file and the database, a server
+//! whose durability settings are refused, and a semi-synchronous primary that fell back
+//! to asynchronous replication, as the proxy reports it.
 
 mod common;
 
@@ -12,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::Idem;
-use common::http::{Proxy, Upstream, post};
+use common::http::{Proxy, Upstream, get, post};
 use serde_json::json;
 use server::Server;
 
@@ -169,4 +170,58 @@ fn two_proxies_on_one_database_run_a_request_once_and_both_replay_it() {
         Some("true")
     );
     assert_eq!(upstream.executions("\"order-1\""), 1, "ran once");
+}
+
+#[test]
+fn a_semi_synchronous_primary_that_fell_back_is_reported_degraded_while_it_lasts() {
+    let server = Server::start_with(&[
+        ("log-bin", "mariadb-bin"),
+        ("sync_binlog", "1"),
+        ("binlog_format", "ROW"),
+        ("server-id", "1"),
+        ("rpl_semi_sync_master_wait_point", "AFTER_SYNC"),
+        // No replica will acknowledge: a commit waits this long, then the primary falls
+        // back to asynchronous replication.
+        ("rpl_semi_sync_master_timeout", "300"),
+    ]);
+    let idem = on(&server, "degraded");
+    let upstream = Upstream::start(Duration::from_millis(1));
+    let proxy = Proxy::start(&idem, &upstream.url(), &["--tenant", "shop"]);
+    let health = get(proxy.admin, "/healthz");
+    assert_eq!((health.status, health.body.as_str()), (200, "ready\n"));
+
+    server.sql("SET GLOBAL rpl_semi_sync_master_enabled = ON");
+    let headers = [("Idempotency-Key", "\"order-1\"")];
+    let first = post(proxy.address, "/orders", &headers, "{}");
+    assert_eq!(first.status, 201, "{}", first.problem());
+    let health = get(proxy.admin, "/healthz");
+    assert_eq!(
+        health.status, 200,
+        "degraded is still ready: {}",
+        health.body
+    );
+    assert!(
+        health.body.starts_with(
+            "ready, degraded: semi-synchronous replication fell back to asynchronous \
+             (rpl_semi_sync_master_enabled is ON, Rpl_semi_sync_master_status is OFF)"
+        ),
+        "{}",
+        health.body
+    );
+    let metrics = get(proxy.admin, "/metrics").body;
+    assert!(
+        metrics.contains("\nidem_proxy_store_degraded 1\n"),
+        "{metrics}"
+    );
+
+    // Read at each check: once the primary is no longer semi-synchronous by setting,
+    // the check at connect judges it again, and nothing is degraded.
+    server.sql("SET GLOBAL rpl_semi_sync_master_enabled = OFF");
+    let health = get(proxy.admin, "/healthz");
+    assert_eq!((health.status, health.body.as_str()), (200, "ready\n"));
+    let metrics = get(proxy.admin, "/metrics").body;
+    assert!(
+        metrics.contains("\nidem_proxy_store_degraded 0\n"),
+        "{metrics}"
+    );
 }

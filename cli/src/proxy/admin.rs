@@ -109,7 +109,12 @@ impl<R: Receiver + 'static> Admin<R> {
             );
         }
         match self.store.unready().await {
-            None => text(StatusCode::OK, format!("ready\n{risk}")),
+            // Degraded is still ready: every replica of a fleet shares the database, so
+            // taking one out of a load balancer would not help; the operator is told.
+            None => match self.store.degraded().await {
+                None => text(StatusCode::OK, format!("ready\n{risk}")),
+                Some(why) => text(StatusCode::OK, format!("ready, degraded: {why}\n{risk}")),
+            },
             Some(cause) => text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("the store cannot take requests: {cause}\n{risk}"),
@@ -124,6 +129,7 @@ impl<R: Receiver + 'static> Admin<R> {
         self.metrics.unsettled((self.unsettled)());
         self.metrics
             .risk_accepted(self.store.accepted_risk().is_some());
+        self.metrics.degraded(self.store.degraded().await.is_some());
         if self.metrics.unknown_keys_due()
             && let Ok(count) = self.store.unknown_keys().await
         {

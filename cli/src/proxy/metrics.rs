@@ -63,6 +63,7 @@ pub(super) struct Metrics {
     store_failures: Family<FailureLabel, Counter>,
     unknown_keys: Gauge,
     risk_accepted: Gauge,
+    degraded: Gauge,
     unsettled_keys: Gauge,
     unsettled_bytes: Gauge,
     unsettled_dropped: Counter,
@@ -160,6 +161,12 @@ impl Metrics {
             "1 when the store runs under a server setting that can lose an answered request, accepted at connect (accept_unsafe_durability); /healthz names it",
             risk_accepted.clone(),
         );
+        let degraded = Gauge::default();
+        registry.register(
+            "store_degraded",
+            "1 when the store's answers are less durable than its server's settings promise at this moment (a semi-synchronous primary that fell back to asynchronous replication; read at each scrape); /healthz says why",
+            degraded.clone(),
+        );
         let commits = file.then(|| {
             let commits = Commits {
                 commits: Counter::default(),
@@ -194,6 +201,7 @@ impl Metrics {
             store_failures,
             unknown_keys,
             risk_accepted,
+            degraded,
             unsettled_keys,
             unsettled_bytes,
             unsettled_dropped,
@@ -297,6 +305,11 @@ impl Metrics {
     /// Whether the store runs under an accepted durability risk (read at a scrape).
     pub(super) fn risk_accepted(&self, accepted: bool) {
         self.risk_accepted.set(i64::from(accepted));
+    }
+
+    /// Whether the store is degraded (read at a scrape).
+    pub(super) fn degraded(&self, degraded: bool) {
+        self.degraded.set(i64::from(degraded));
     }
 
     /// Every metric in Prometheus text form.

@@ -53,6 +53,10 @@ impl<R: Receiver> Receiver for Timed<R> {
         self.inner.unready().await
     }
 
+    async fn degraded(&self) -> Option<String> {
+        self.inner.degraded().await
+    }
+
     async fn idle(&self) {
         self.inner.idle().await;
     }

@@ -48,6 +48,10 @@ impl Receiver for AnyStore {
         on!(self, store => Receiver::unready(store).await)
     }
 
+    async fn degraded(&self) -> Option<String> {
+        on!(self, store => Receiver::degraded(store).await)
+    }
+
     async fn idle(&self) {
         on!(self, store => Receiver::idle(store).await);
     }

@@ -68,6 +68,39 @@ pub(super) async fn check(conn: &mut Conn, accept: bool) -> Result<Option<String
     }
 }
 
+/// Why commits are less durable than the settings checked at connect promise, read now:
+/// a semi-synchronous primary whose replicas did not acknowledge within its timeout has
+/// fallen back to asynchronous replication, silently, until one catches up. `None` when
+/// it has not (or semi-synchronous replication is off: then the check at connect judged
+/// the settings).
+pub(super) async fn degraded(conn: &mut Conn) -> Result<Option<String>, mysql_async::Error> {
+    let enabled: Option<String> = conn
+        .query_first("SELECT CAST(@@GLOBAL.rpl_semi_sync_master_enabled AS CHAR)")
+        .await?;
+    let status: Option<(String, String)> = conn
+        .query_first("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_status'")
+        .await?;
+    Ok(fell_back(
+        enabled.as_deref(),
+        status.as_ref().map(|(_, value)| value.as_str()),
+    ))
+}
+
+/// The finding of [`degraded`] from the variable `rpl_semi_sync_master_enabled` and the
+/// status `Rpl_semi_sync_master_status`.
+fn fell_back(enabled: Option<&str>, status: Option<&str>) -> Option<String> {
+    let on = |value: Option<&str>| value.is_some_and(|v| v.eq_ignore_ascii_case("ON") || v == "1");
+    (on(enabled) && !on(status)).then(|| {
+        format!(
+            "semi-synchronous replication fell back to asynchronous (rpl_semi_sync_master_enabled \
+             is ON, Rpl_semi_sync_master_status is {}): no replica acknowledged within \
+             rpl_semi_sync_master_timeout, and until one catches up a failover can lose an \
+             answered request",
+            status.unwrap_or("absent")
+        )
+    })
+}
+
 /// The first setting in `settings` (server variables by lower-case name) that lets an
 /// acknowledged commit be lost, if any.
 fn unsafe_setting(settings: &BTreeMap<String, String>) -> Option<Finding> {
@@ -164,5 +197,17 @@ mod tests {
             unsafe_setting(&semi_sync).map(|f| (f.0, f.1)),
             Some(("rpl_semi_sync_master_wait_point", "AFTER_COMMIT".to_owned()))
         );
+    }
+
+    #[test]
+    fn a_semi_synchronous_primary_that_fell_back_is_degraded() {
+        let found = fell_back(Some("1"), Some("OFF")).expect("degraded");
+        assert!(
+            found.contains("Rpl_semi_sync_master_status is OFF"),
+            "{found}"
+        );
+        assert_eq!(fell_back(Some("1"), Some("ON")), None);
+        assert_eq!(fell_back(Some("0"), Some("OFF")), None);
+        assert_eq!(fell_back(None, None), None);
     }
 }

@@ -186,7 +186,7 @@ impl MySqlStore {
             Ok(settled) => settled,
             Err(refusal) => return Tried::Done(Err(Error::Refused(refusal).into())),
         };
-        match write_over(&mut txn, "execute", id, held.revision, Some(&settled)).await {
+        match write_over(&mut txn, "execute", id, held.revision, Some(&settled), None).await {
             Ok(true) => {}
             Ok(false) => {
                 return Tried::Done(Err(Error::Corrupt {
@@ -231,6 +231,8 @@ impl MySqlStore {
         let mut params = key_values(id).to_vec();
         params.push(Value::from(fingerprint.0.to_vec()));
         params.push(Value::from(lease));
+        // No claimant: the claim commits with its outcome or not at all, never lost alone.
+        params.push(Value::NULL);
         let claimed: Result<Option<Row>, _> = txn.exec_first(CLAIM, params).await;
         let seen = match claimed {
             Ok(Some(row)) => {
@@ -302,7 +304,7 @@ impl MySqlStore {
                 });
             }
         };
-        match write_over(txn, "execute", id, seen.revision, Some(&put)).await {
+        match write_over(txn, "execute", id, seen.revision, Some(&put), None).await {
             Ok(true) => {}
             Ok(false) => return Ok(Claim::Again),
             Err(Error::MySql { source, .. }) if code(&source) == Some(LOCK_WAIT_TIMEOUT) => {

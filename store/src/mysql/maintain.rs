@@ -265,7 +265,7 @@ impl MySqlStore {
                 Swept::Keep => continue,
             };
             // The row is locked by this transaction: its revision is the one read.
-            if write_over(&mut txn, "sweep", &id, revision, target.as_ref()).await? {
+            if write_over(&mut txn, "sweep", &id, revision, target.as_ref(), None).await? {
                 match target {
                     Some(_) => tombstoned += 1,
                     None => removed += 1,
@@ -372,6 +372,7 @@ impl Reconciling for MySqlStore {
             id,
             seen.revision,
             Some(&unknown),
+            None,
         )
         .await
     }

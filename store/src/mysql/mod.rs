@@ -33,6 +33,9 @@
 //!   settings and refuses unsafe values ([`ConnectError::UnsafeDurability`]) unless told
 //!   to accept them ([`MySqlStoreBuilder::accept_unsafe_durability`]).
 //! - Sweeps work in bounded batches under `FOR UPDATE SKIP LOCKED`.
+//! - A replica answers a replay of a settled record it has seen from memory (its replay
+//!   cache, [`MySqlStoreBuilder::replay_cache`]), only well before the record expires on
+//!   the database's clock, as the PostgreSQL engine does.
 //!
 //! The schema is versioned ([`MySqlStore::schema_sql`]); a newer idem's schema is
 //! refused. The engine needs MariaDB 10.6 or newer (sequences, `INSERT … RETURNING`,
@@ -47,6 +50,7 @@ mod error;
 mod execute;
 mod inbox;
 mod intent;
+mod lost;
 mod maintain;
 mod pool;
 mod receiver;
@@ -85,6 +89,13 @@ struct Inner {
     background: crate::seam::running::Running,
     /// The unsafe durability setting accepted at connect, if any.
     accepted_risk: Option<String>,
+    /// Settled records this replica read or wrote, to answer replays from memory.
+    cache: crate::seam::cache::ReplayCache,
+    /// The marks of this replica's claims, to give back one whose answer was lost.
+    claimants: crate::seam::lost::Claimants,
+    /// How long after its connection broke a claim may still land: the statement
+    /// timeout and [`lost::LANDING_MARGIN`].
+    may_land_for: Duration,
 }
 
 impl std::fmt::Debug for MySqlStore {
@@ -105,6 +116,7 @@ pub struct MySqlStoreBuilder {
     statement_timeout: Duration,
     lock_timeout: Duration,
     accept_unsafe_durability: bool,
+    replay_cache: usize,
     #[cfg(feature = "mysql-tls")]
     tls_roots: Vec<u8>,
 }
@@ -189,6 +201,17 @@ pub enum ConnectError {
         /// The newest version this build reads.
         supported: i64,
     },
+    /// The database holds an older idem schema, and upgrading it was turned off
+    /// ([`MySqlStoreBuilder::create_schema`]).
+    #[error(
+        "the database's idem schema is version {found}, older than this build's ({supported}); apply the SQL of `idem schema --db mysql://…` to upgrade it (or connect once with a user allowed to)"
+    )]
+    OlderSchema {
+        /// The version in `idem_meta`.
+        found: i64,
+        /// The version this build writes.
+        supported: i64,
+    },
     /// A table of the schema differs from what this build reads (changed by hand).
     #[error("idem's schema was changed: {detail}")]
     SchemaChanged {
@@ -225,6 +248,7 @@ impl Default for MySqlStoreBuilder {
             statement_timeout: Duration::from_secs(10),
             lock_timeout: Duration::from_secs(1),
             accept_unsafe_durability: false,
+            replay_cache: 10_000,
             #[cfg(feature = "mysql-tls")]
             tls_roots: Vec::new(),
         }
@@ -250,8 +274,10 @@ impl MySqlStoreBuilder {
         self
     }
 
-    /// Whether a database without idem's schema gets it on connect (the default), or is
-    /// refused with [`ConnectError::NoSchema`], for a user that may not create tables.
+    /// Whether a database without idem's schema, or with an older version of it, gets
+    /// this build's on connect (the default), or is refused with
+    /// [`ConnectError::NoSchema`] or [`ConnectError::OlderSchema`], for a user that may
+    /// not create or alter tables.
     #[must_use]
     pub fn create_schema(mut self, create: bool) -> MySqlStoreBuilder {
         self.create_schema = create;
@@ -290,6 +316,17 @@ impl MySqlStoreBuilder {
     #[must_use]
     pub fn accept_unsafe_durability(mut self, accept: bool) -> MySqlStoreBuilder {
         self.accept_unsafe_durability = accept;
+        self
+    }
+
+    /// How many settled records this replica keeps to answer replays without asking the
+    /// database; 10,000 by default, 0 keeps none. A settled record does not change until
+    /// it expires, and the cache answers only well before that, counted from the
+    /// database's clock as a statement last read it plus this process's monotonic clock.
+    /// Pending, unknown and forgotten records always come from the database.
+    #[must_use]
+    pub fn replay_cache(mut self, records: usize) -> MySqlStoreBuilder {
+        self.replay_cache = records;
         self
     }
 
@@ -373,6 +410,9 @@ impl MySqlStoreBuilder {
                 runtime,
                 background: crate::seam::running::Running::default(),
                 accepted_risk,
+                cache: crate::seam::cache::ReplayCache::new(self.replay_cache),
+                claimants: crate::seam::lost::Claimants::new(),
+                may_land_for: self.statement_timeout + lost::LANDING_MARGIN,
             }),
         })
     }

@@ -12,7 +12,7 @@ use mysql_async::Row;
 use mysql_async::prelude::Queryable;
 
 use super::MySqlStore;
-use super::error::database;
+use super::error::{ambiguous, database};
 use super::row::{key_values, record_at};
 use super::statements::GET;
 use super::two_phase::BEGIN_ATTEMPTS;
@@ -33,10 +33,23 @@ impl MySqlStore {
         fingerprint: Fingerprint,
         terms: Terms,
     ) -> Result<Decision, Error> {
+        let claimant = self.inner.claimants.next();
         for _ in 0..BEGIN_ATTEMPTS {
             let mut conn = self.conn("begin").await?;
-            if let Some(decision) = self.begin_once(&mut conn, id, fingerprint, terms).await? {
-                return Ok(decision);
+            match self
+                .begin_once(&mut conn, id, fingerprint, claimant, terms)
+                .await
+            {
+                Ok(Some(decision)) => return Ok(decision),
+                Ok(None) => {}
+                Err(e) => {
+                    if ambiguous(&e) {
+                        // The claim may have landed with nobody to run it: given back
+                        // once the database answers again.
+                        self.give_back_later(id, claimant);
+                    }
+                    return Err(e);
+                }
             }
         }
         Err(Error::Contended {
@@ -58,6 +71,14 @@ impl Receiver for MySqlStore {
         self.ping().await
     }
 
+    /// A semi-synchronous primary that fell back to asynchronous replication, read from
+    /// the server's status at each call; `None` too when the server does not answer
+    /// (then [`Receiver::ready`] says so).
+    async fn degraded(&self) -> Option<String> {
+        let mut conn = self.inner.pool.get_conn().await.ok()?;
+        super::durability::degraded(&mut conn).await.ok().flatten()
+    }
+
     /// Waits for the begins left by their callers and the give-ups, which run in tasks
     /// of their own.
     async fn idle(&self) {
@@ -75,6 +96,9 @@ impl Receiver for MySqlStore {
         _now: Timestamp,
         terms: Terms,
     ) -> Result<Decision, Error> {
+        if let Some(decision) = self.inner.cache.answer(id, fingerprint, &self.inner.config) {
+            return Ok(decision);
+        }
         let (store, key) = (self.clone(), id.clone());
         Claiming::new(
             self.clone(),
@@ -118,7 +142,9 @@ impl Receiver for MySqlStore {
                     .map(Some)
             })
             .await?;
-        written(record)
+        let record = written(record)?;
+        self.inner.cache.keep(id, &record);
+        Ok(record)
     }
 
     async fn release(

@@ -4,7 +4,9 @@
 //!
 //! MariaDB commits each DDL statement on its own, so the schema cannot be made in one
 //! transaction: every statement may run again, and the version row is written last, so
-//! that a schema cut short reads as none and the next connect completes it.
+//! that a schema cut short reads as none (or as the older version) and the next connect
+//! completes it. An older schema is upgraded the same way: its statements add what is
+//! missing and raise the version row last.
 
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
@@ -12,8 +14,10 @@ use mysql_async::prelude::Queryable;
 use super::ConnectError;
 use super::error::code;
 
-/// The schema this build writes and reads, in `idem_meta.schema_version`.
-pub(super) const SCHEMA_VERSION: i64 = 1;
+/// The schema this build writes and reads, in `idem_meta.schema_version`: 2 added the
+/// claimant (`seam::lost`). An older database is upgraded by applying [`SCHEMA`]
+/// (`testdata/mariadb-schema-v*.sql` keep the older versions).
+pub(super) const SCHEMA_VERSION: i64 = 2;
 
 /// The schema as SQL, every statement safe to run again.
 pub(super) const SCHEMA: &str = include_str!("schema.sql");
@@ -23,7 +27,7 @@ const NO_SUCH_TABLE: u16 = 1146;
 
 /// The columns of `idem_records` this build reads and writes, with their types as
 /// `information_schema.columns.data_type` names them.
-const RECORD_COLUMNS: [(&str, &str); 15] = [
+const RECORD_COLUMNS: [(&str, &str); 16] = [
     ("tenant", "varbinary"),
     ("operation", "varbinary"),
     ("idem_key", "varbinary"),
@@ -39,6 +43,7 @@ const RECORD_COLUMNS: [(&str, &str); 15] = [
     ("expires_at", "bigint"),
     ("outcome_code", "int"),
     ("outcome_body", "longblob"),
+    ("claimant", "bigint"),
 ];
 
 /// The statements of [`SCHEMA`], one by one, without the comments.
@@ -55,12 +60,20 @@ pub(super) fn statements() -> impl Iterator<Item = String> {
         .filter(|statement| !statement.trim().is_empty())
 }
 
-/// Makes sure the database holds this build's schema: creates it when it is missing and
-/// `create` allows; refuses a newer one; checks the columns of the records' table.
+/// Makes sure the database holds this build's schema: creates it, or upgrades an older
+/// one, when it is missing or older and `create` allows; refuses a newer one; checks the
+/// columns of the records' table.
 pub(super) async fn ensure(conn: &mut Conn, create: bool) -> Result<(), ConnectError> {
     let version = match version(conn).await? {
-        Some(version) => version,
-        None if create => {
+        Some(version) if version >= SCHEMA_VERSION => version,
+        Some(older) if !create => {
+            return Err(ConnectError::OlderSchema {
+                found: older,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        None if !create => return Err(ConnectError::NoSchema),
+        Some(_) | None => {
             for statement in statements() {
                 if let Err(e) = conn.query_drop(statement).await {
                     // Another replica may have made it at the same moment.
@@ -72,7 +85,6 @@ pub(super) async fn ensure(conn: &mut Conn, create: bool) -> Result<(), ConnectE
             }
             version(conn).await?.unwrap_or(SCHEMA_VERSION)
         }
-        None => return Err(ConnectError::NoSchema),
     };
     if version > SCHEMA_VERSION {
         return Err(ConnectError::NewerSchema {
@@ -128,12 +140,12 @@ mod tests {
     #[test]
     fn the_schema_splits_into_its_statements_with_the_version_last() {
         let statements: Vec<String> = statements().collect();
-        assert_eq!(statements.len(), 10, "{statements:#?}");
+        assert_eq!(statements.len(), 11, "{statements:#?}");
         assert!(statements[0].contains("CREATE TABLE IF NOT EXISTS idem_meta"));
         assert!(
             statements
                 .last()
-                .is_some_and(|s| s.contains("'schema_version', 1")),
+                .is_some_and(|s| s.contains("'schema_version', 2")),
             "the version row is written last"
         );
         assert!(statements.iter().all(|s| !s.contains("--")));

@@ -1,4 +1,4 @@
--- idem's schema on MariaDB, version 1 (docs/mariadb.md).
+-- idem's schema on MariaDB, version 2 (docs/mariadb.md). Version 1 had no claimant.
 -- Applied by the first idem that connects with a user allowed to create tables,
 -- sequences and functions, or by hand: `idem schema --db mysql://…` prints this text.
 -- Every statement may run again; the version row is written last, so a schema cut
@@ -20,7 +20,9 @@ CREATE SEQUENCE IF NOT EXISTS idem_generation START WITH 1 MINVALUE 1 INCREMENT 
 -- outcome_code, outcome_body), 2 unknown, 3 tombstone (verdict, completed_at,
 -- expires_at); verdict 0 succeeded, 1 failed. Times are milliseconds since the Unix
 -- epoch, on the database's clock. revision rises with every write of the row: a write
--- is conditioned on the revision it read.
+-- is conditioned on the revision it read. claimant marks the begin that wrote the claim,
+-- so that a begin whose answer was lost finds its own claim and gives it back
+-- (docs/design.md §16); null on rows written before version 2 and by an atomic execute.
 CREATE TABLE IF NOT EXISTS idem_records (
   tenant       VARBINARY(255) NOT NULL,
   operation    VARBINARY(255) NOT NULL,
@@ -37,12 +39,16 @@ CREATE TABLE IF NOT EXISTS idem_records (
   expires_at   BIGINT   NULL,
   outcome_code INT      NULL,
   outcome_body LONGBLOB NULL,
+  claimant     BIGINT   NULL,
   PRIMARY KEY (tenant, operation, idem_key),
   -- Sweep finds what is past its time without a scan.
   KEY idem_records_expiry (expires_at),
   -- The reconciler and stats find pending and unknown records without a scan.
   KEY idem_records_open (state, updated_at)
 ) ENGINE = InnoDB;
+
+-- Version 2: a nullable last column, added in place (no copy of the table).
+ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS claimant BIGINT NULL;
 
 -- The fleet's one clock: the database's, in ms. NOW() is fixed for a statement.
 CREATE OR REPLACE FUNCTION idem_now() RETURNS BIGINT NOT DETERMINISTIC NO SQL SQL SECURITY INVOKER
@@ -110,5 +116,5 @@ CREATE TABLE IF NOT EXISTS idem_intents (
   resolved_at       BIGINT NULL
 ) ENGINE = InnoDB;
 
-INSERT INTO idem_meta (name, value) VALUES ('schema_version', 1)
+INSERT INTO idem_meta (name, value) VALUES ('schema_version', 2)
   ON DUPLICATE KEY UPDATE value = GREATEST(value, VALUES(value));

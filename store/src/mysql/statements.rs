@@ -13,10 +13,11 @@ use crate::error::Error;
 
 /// A fresh key's claim: a plain `INSERT` (a duplicate key, error 1062, means a record is
 /// there), returning what the database chose: the generation from the sequence and the
-/// time. Parameters: tenant, operation, key, fingerprint, lease (ms).
+/// time. Parameters: tenant, operation, key, fingerprint, lease (ms), claimant (the
+/// begin's mark, `seam::lost`; null for an atomic execute's claim).
 pub(super) const CLAIM: &str = "INSERT INTO idem_records \
-       (tenant, operation, idem_key, fingerprint, generation, revision, state, created_at, updated_at, lease_until) \
-     VALUES (?, ?, ?, ?, NEXTVAL(idem_generation), 0, 0, idem_now(), idem_now(), idem_now() + ?) \
+       (tenant, operation, idem_key, fingerprint, generation, revision, state, created_at, updated_at, lease_until, claimant) \
+     VALUES (?, ?, ?, ?, NEXTVAL(idem_generation), 0, 0, idem_now(), idem_now(), idem_now() + ?, ?) \
      RETURNING generation, created_at, lease_until";
 
 /// One record with the time a write of it would use and its revision:
@@ -36,9 +37,12 @@ pub(super) const NEXT_GENERATION: &str = "SELECT NEXTVAL(idem_generation)";
 
 /// The record the core decided, over the revision read: one affected row when the row
 /// was still that revision (the revision always changes, so the count does not depend on
-/// `CLIENT_FOUND_ROWS`). Parameters: the record's columns, then tenant, operation, key,
-/// the revision read.
-pub(super) const REPLACE: &str = "UPDATE idem_records SET fingerprint = ?, generation = ?, \
+/// `CLIENT_FOUND_ROWS`). A new generation carries the claimant given; otherwise the row
+/// keeps its own (the claimant's assignment comes first, so it compares the generation
+/// read). Parameters: the record's generation, the claimant, the record's columns, then
+/// tenant, operation, key, the revision read.
+pub(super) const REPLACE: &str = "UPDATE idem_records SET claimant = IF(generation = ?, claimant, ?), \
+       fingerprint = ?, generation = ?, \
        state = ?, verdict = ?, created_at = ?, updated_at = ?, lease_until = ?, \
        completed_at = ?, expires_at = ?, outcome_code = ?, outcome_body = ?, \
        revision = revision + 1 \
@@ -48,6 +52,18 @@ pub(super) const REPLACE: &str = "UPDATE idem_records SET fingerprint = ?, gener
 /// key, the revision read.
 pub(super) const DELETE: &str = "DELETE FROM idem_records \
      WHERE tenant = ? AND operation = ? AND idem_key = ? AND revision = ?";
+
+/// The record a claimant's claim wrote: `(record…)`. Parameters: tenant, operation, key,
+/// claimant.
+pub(super) const CLAIMED_BY: &str = "SELECT fingerprint, generation, state, verdict, created_at, \
+       updated_at, lease_until, completed_at, expires_at, outcome_code, outcome_body \
+     FROM idem_records WHERE tenant = ? AND operation = ? AND idem_key = ? AND claimant = ?";
+
+/// A lost claim given back, conditioned on its claimant, generation and state.
+/// Parameters: tenant, operation, key, claimant, generation, state.
+pub(super) const DELETE_CLAIMED: &str = "DELETE FROM idem_records \
+     WHERE tenant = ? AND operation = ? AND idem_key = ? \
+       AND claimant = ? AND generation = ? AND state = ?";
 
 /// The database's clock, in ms.
 pub(super) const CLOCK: &str = "SELECT idem_now()";

@@ -14,6 +14,7 @@ use super::error::{DUPLICATE_KEY, LOCK_WAIT_TIMEOUT, ambiguous, code, contended,
 use super::row::{Columns, get, key_values, record_at, signed, time_at};
 use super::statements::{CLAIM, DELETE, NEXT_GENERATION, READ, REPLACE, exec_count};
 use crate::error::Error;
+use crate::seam::lost::Claimant;
 
 /// How many times a begin reads and tries to write before it gives up
 /// ([`Error::Contended`]). A begin loses only to a write that changed the record
@@ -59,18 +60,24 @@ pub(super) async fn read<Q: Queryable>(
 }
 
 /// Writes `target` (or deletes the row, for `None`) over the revision `revision` of
-/// `id`'s row: true when it did, false when the row changed since it was read.
+/// `id`'s row: true when it did, false when the row changed since it was read. A target
+/// of a new generation carries `claimant`'s mark (none: null); one of the same
+/// generation keeps the row's.
 pub(super) async fn write_over<Q: Queryable>(
     q: &mut Q,
     operation: &'static str,
     id: &RecordId,
     revision: i64,
     target: Option<&Record>,
+    claimant: Option<Claimant>,
 ) -> Result<bool, Error> {
-    let mut params = Vec::with_capacity(15);
+    let mut params = Vec::with_capacity(17);
     let sql = match target {
         Some(record) => {
-            params.extend(Columns::of(record)?.values());
+            let columns = Columns::of(record)?;
+            params.push(Value::from(columns.generation));
+            params.push(Value::from(claimant.map(|c| c.0)));
+            params.extend(columns.values());
             REPLACE
         }
         None => DELETE,
@@ -115,13 +122,15 @@ impl MySqlStore {
             .map_err(database(operation))
     }
 
-    /// One try of a begin: a claim, or the core's answer on the record in the way;
-    /// `None` when the record changed under it and the begin starts over.
+    /// One try of a begin, its claim marked by `claimant`: a claim, or the core's answer
+    /// on the record in the way; `None` when the record changed under it and the begin
+    /// starts over.
     pub(super) async fn begin_once(
         &self,
         conn: &mut Conn,
         id: &RecordId,
         fingerprint: Fingerprint,
+        claimant: Claimant,
         terms: Terms,
     ) -> Result<Option<Decision>, Error> {
         let config = &self.inner.config.with_terms(&terms);
@@ -129,6 +138,7 @@ impl MySqlStore {
         let mut params = key_values(id).to_vec();
         params.push(Value::from(fingerprint.0.to_vec()));
         params.push(Value::from(lease));
+        params.push(Value::from(claimant.0));
         let claimed: Result<Option<Row>, _> = conn.exec_first(CLAIM, params).await;
         let seen = match claimed {
             Ok(Some(row)) => {
@@ -138,6 +148,7 @@ impl MySqlStore {
                         detail: format!("idem_generation gave {generation}"),
                     })?);
                 let now = time_at(&row, 1)?;
+                self.inner.cache.observe(now);
                 let record = Record {
                     fingerprint,
                     generation,
@@ -178,8 +189,14 @@ impl MySqlStore {
             u64::MAX
         });
         let decided = protocol::begin(Some(&seen.record), fingerprint, stand_in, seen.now, config);
+        self.inner.cache.observe(seen.now);
         let (decision, target) = match decided.write {
-            Write::Nothing => return Ok(Some(decided.decision)),
+            Write::Nothing => {
+                if let Decision::Replay { .. } = decided.decision {
+                    self.inner.cache.keep(id, &seen.record);
+                }
+                return Ok(Some(decided.decision));
+            }
             Write::Put(put) if put.generation != seen.record.generation => {
                 let generation = next_generation(conn, "begin").await?;
                 let again = protocol::begin(
@@ -203,7 +220,15 @@ impl MySqlStore {
             Write::Put(put) => (decided.decision, Some(put)),
             Write::Delete => (decided.decision, None),
         };
-        match write_over(conn, "begin", id, seen.revision, target.as_ref()).await {
+        let written = write_over(
+            conn,
+            "begin",
+            id,
+            seen.revision,
+            target.as_ref(),
+            Some(claimant),
+        );
+        match written.await {
             Ok(true) => Ok(Some(decision)),
             // The record changed since it was read: start over.
             Ok(false) => Ok(None),
@@ -240,13 +265,24 @@ impl MySqlStore {
             // Read once the database answers (it may be restarting), then write on a
             // connection of the pool.
             let seen = self.read_back(operation, id).await?;
+            if let Some(seen) = &seen {
+                self.inner.cache.observe(seen.now);
+            }
             let mut conn = self.conn(operation).await?;
             let now = seen.as_ref().map_or(Timestamp(0), |s| s.now);
             let target = decide(seen.as_ref().map(|s| &s.record), now)?;
             let Some(seen) = seen else {
                 return Err(Error::Refused(Refusal::NotFound));
             };
-            match write_over(&mut conn, operation, id, seen.revision, target.as_ref()).await {
+            let written = write_over(
+                &mut conn,
+                operation,
+                id,
+                seen.revision,
+                target.as_ref(),
+                None,
+            );
+            match written.await {
                 Ok(true) => return Ok(target),
                 Ok(false) => {}
                 Err(e) if lost_to_a_lock(&e) => {}

@@ -11,11 +11,11 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{GenericClient, Row, Statement, Transaction};
 
 use super::PgStore;
-use super::cache::EntityCache;
 use super::error::database;
 use super::row::signed;
 use super::statements::{ENTITY_INSERT, ENTITY_MOVE, ENTITY_READ, ENTITY_UPDATE, Statements};
 use crate::error::Error;
+use crate::seam::cache::EntityCache;
 use crate::seam::entity::Entities;
 use crate::seam::entity::{EntityId, Uniqueness, check_holder, check_unique};
 

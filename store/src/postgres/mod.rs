@@ -36,7 +36,6 @@
 //! A `PgStore` needs a tokio runtime: connect it from inside one. Its calls are futures;
 //! a synchronous caller runs them with the runtime's `block_on`.
 
-mod cache;
 mod entity;
 mod error;
 mod execute;
@@ -79,8 +78,8 @@ pub struct PgStore {
 struct Inner {
     config: Config,
     pool: Pool,
-    cache: cache::ReplayCache,
-    entities: cache::EntityCache,
+    cache: crate::seam::cache::ReplayCache,
+    entities: crate::seam::cache::EntityCache,
     runtime: Handle,
     lock_timeout: Duration,
     /// The begins left by their callers, the give-ups and the lost claims given back,
@@ -349,8 +348,8 @@ impl PgStoreBuilder {
             inner: Arc::new(Inner {
                 config: self.config,
                 pool,
-                cache: cache::ReplayCache::new(self.replay_cache),
-                entities: cache::EntityCache::new(self.replay_cache),
+                cache: crate::seam::cache::ReplayCache::new(self.replay_cache),
+                entities: crate::seam::cache::EntityCache::new(self.replay_cache),
                 runtime,
                 lock_timeout: self.lock_timeout,
                 background: crate::seam::running::Running::default(),

@@ -15,6 +15,7 @@
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use idem_core::protocol::{self, Resolution};
 use idem_core::{Generation, Record, RecordId, Status};
@@ -51,9 +52,17 @@ impl Claimants {
     }
 }
 
+/// How long a lost claim's give-back waits for the database to answer again (a
+/// failover, a restart) before it leaves the claim to its lease.
+pub(crate) const GIVE_BACK_WINDOW: Duration = Duration::from_secs(600);
+
 /// What an engine supplies to give back a lost claim: a read by the claim's mark, and a
 /// delete conditioned on the record read.
 pub(crate) trait LostClaims {
+    /// True when `e` says the database did not answer (it is down, restarting, failing
+    /// over): the give-back tries again.
+    fn unanswered(e: &Error) -> bool;
+
     /// The record under `id` when the claim that wrote it carries `claimant`'s mark.
     async fn claimed_by(&self, id: &RecordId, claimant: Claimant) -> Result<Option<Record>, Error>;
 
@@ -123,6 +132,42 @@ pub(crate) async fn give_back(
     Ok(GivenBack::NotFound)
 }
 
+/// Gives back `claimant`'s claim of `id` once the database answers again, for an engine
+/// to run in a task of its own.
+///
+/// The session that sent the claim may outlive its connection: a statement the server
+/// still runs, or a commit still ending, can land the claim after the connection broke.
+/// So a claim not found yet is looked for again until `may_land_for` has passed since
+/// the loss; a database that does not answer ([`LostClaims::unanswered`]) is tried
+/// again, for at most [`GIVE_BACK_WINDOW`]. Each try is a read by the key and the
+/// claim's mark, and a delete conditioned on it, so trying again is harmless.
+pub(crate) async fn give_back_until<E: LostClaims>(
+    engine: &E,
+    id: &RecordId,
+    claimant: Claimant,
+    config: &idem_core::Config,
+    may_land_for: Duration,
+) -> Result<GivenBack, Error> {
+    let lost_at = tokio::time::Instant::now();
+    let deadline = lost_at + GIVE_BACK_WINDOW;
+    let may_land_until = lost_at + may_land_for;
+    let mut pause = Duration::from_millis(25);
+    loop {
+        let tried = give_back(engine, id, claimant, config).await;
+        let again = match &tried {
+            Ok(GivenBack::NotFound) => tokio::time::Instant::now() < may_land_until,
+            Err(e) if E::unanswered(e) => tokio::time::Instant::now() + pause < deadline,
+            // Given back, or refused for good: the claim, if any, is left to its lease.
+            Ok(GivenBack::Released { .. }) | Err(_) => false,
+        };
+        if !again {
+            return tried;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
@@ -140,6 +185,10 @@ mod tests {
     }
 
     impl LostClaims for Row {
+        fn unanswered(_: &Error) -> bool {
+            false
+        }
+
         async fn claimed_by(
             &self,
             _id: &RecordId,

@@ -5,12 +5,14 @@
 //!
 //! The seam imports no engine; every engine imports it.
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod cache;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
 pub(crate) mod claiming;
 pub(crate) mod clock;
 pub(crate) mod entity;
 pub(crate) mod filter;
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod lost;
 pub(crate) mod poll;
 pub(crate) mod receiver;

@@ -74,6 +74,14 @@ pub trait Receiver: Send + Sync + 'static {
         }
     }
 
+    /// Why answers are less durable than the server's settings promise at this moment,
+    /// though the engine takes inputs (a semi-synchronous primary that fell back to
+    /// asynchronous replication: a failover now can lose an answered request), or `None`:
+    /// what a health check shows as degraded. By default, never.
+    fn degraded(&self) -> impl Future<Output = Option<String>> + Send {
+        async { None }
+    }
+
     /// The durability risk this engine runs under by its operator's choice: a server
     /// setting that can lose an answered request, accepted at connect
     /// (`accept_unsafe_durability`), named with its value; `None` when there is none. What

@@ -1,6 +1,7 @@
 //! Bad input at connect: one clear error each, and nothing written.
 
 use idem_store::mysql::{ConnectError, MySqlStore};
+use idem_store::{Fingerprint, Receiver, RecordId, Status, Timestamp};
 
 use crate::server::Server;
 use crate::{fresh_database, shared_server, tables};
@@ -75,20 +76,77 @@ async fn a_newer_schema_is_refused_naming_both_versions_and_left_untouched() {
             error,
             ConnectError::NewerSchema {
                 found: 99,
-                supported: 1
+                supported: 2
             }
         ),
         "{error:?}"
     );
     assert_eq!(
         error.to_string(),
-        "the database's idem schema is version 99, newer than this build reads (at most 1); use a newer idem"
+        "the database's idem schema is version 99, newer than this build reads (at most 2); use a newer idem"
     );
     assert_eq!(
         server.sql(&format!(
             "SELECT value FROM {db}.idem_meta WHERE name = 'schema_version'"
         )),
         "99\n"
+    );
+}
+
+/// A database of version 1 (before the claimant): refused as older without the right to
+/// change it, upgraded by a connection that may, its records kept and the claimant there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_schema_is_upgraded_and_keeps_its_records() {
+    let server = shared_server();
+    let db = fresh_database(&server);
+    let golden = include_str!("../../../testdata/mariadb-schema-v1.sql");
+    server.sql(&format!("USE {db};\n{golden}"));
+    server.sql(&format!(
+        "INSERT INTO {db}.idem_records (tenant, operation, idem_key, fingerprint, generation, \
+           revision, state, created_at, updated_at, lease_until) \
+         VALUES ('shop', 'charge', 'kept', UNHEX(SHA2('a', 256)), NEXTVAL({db}.idem_generation), \
+           0, 0, 1, 1, 2)"
+    ));
+    let url = server.url_of(&db);
+    let refused = MySqlStore::builder()
+        .create_schema(false)
+        .connect(&url)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            ConnectError::OlderSchema {
+                found: 1,
+                supported: 2
+            }
+        ),
+        "{refused:?}"
+    );
+    let store = MySqlStore::connect(&url).await.unwrap();
+    assert_eq!(
+        server.sql(&format!(
+            "SELECT value FROM {db}.idem_meta WHERE name = 'schema_version'"
+        )),
+        "2\n"
+    );
+    let kept = RecordId::new("shop", "charge", "kept").unwrap();
+    let record = store.get(&kept).await.unwrap().expect("the record is kept");
+    assert!(matches!(
+        record.status,
+        Status::Unknown | Status::Pending { .. }
+    ));
+    // A claim on the upgraded table carries its mark.
+    let fresh = RecordId::new("shop", "charge", "fresh").unwrap();
+    store
+        .begin(&fresh, Fingerprint::of_bytes(b"a"), Timestamp(0))
+        .await
+        .unwrap();
+    assert_eq!(
+        server.sql(&format!(
+            "SELECT idem_key FROM {db}.idem_records WHERE claimant IS NOT NULL"
+        )),
+        "fresh\n"
     );
 }
 
@@ -197,7 +255,7 @@ async fn ten_replicas_connecting_at_once_to_an_empty_database_make_one_schema() 
         server.sql(&format!(
             "SELECT value FROM {db}.idem_meta WHERE name = 'schema_version'"
         )),
-        "1\n"
+        "2\n"
     );
 }
 

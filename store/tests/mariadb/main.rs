@@ -13,11 +13,13 @@ mod server;
 #[path = "../common/certificates.rs"]
 mod certificates;
 
+mod cache;
 mod connect;
 mod crash;
 mod execute;
 mod failover;
 mod keys;
+mod lost;
 #[cfg(feature = "mysql-tls")]
 mod tls;
 

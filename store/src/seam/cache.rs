@@ -1,4 +1,5 @@
-//! A replica's replay cache: settled records it read or wrote, answered from memory.
+//! A replica's caches, for every server engine: settled records it read or wrote,
+//! answered from memory (the replay cache), and the entities it last read or moved.
 //!
 //! A settled record does not change until it expires, so any replica may replay it
 //! without asking the database, as long as it is sure the record has not expired. The
@@ -12,19 +13,20 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Instant;
 
+#[cfg(feature = "postgres")]
+use idem_core::Entity;
 use idem_core::protocol::{self, Decision};
-use idem_core::{
-    Config, Entity, Fingerprint, Generation, Record, RecordId, Status, Timestamp, Write,
-};
+use idem_core::{Config, Fingerprint, Generation, Record, RecordId, Status, Timestamp, Write};
 
+#[cfg(feature = "postgres")]
 use crate::seam::entity::EntityId;
 
 /// How far ahead of the estimated database time a cached record's expiry must be for
 /// the cache to answer: room for the database's own clock to step and for the estimate
 /// to lag.
-pub(super) const MARGIN_MS: u64 = 60_000;
+pub(crate) const MARGIN_MS: u64 = 60_000;
 
-pub(super) struct ReplayCache {
+pub(crate) struct ReplayCache {
     capacity: usize,
     entries: Mutex<Entries>,
     clock: Mutex<Option<(Timestamp, Instant)>>,
@@ -39,7 +41,7 @@ struct Entries {
 
 impl ReplayCache {
     /// A cache of at most `capacity` records; 0 keeps none.
-    pub(super) fn new(capacity: usize) -> ReplayCache {
+    pub(crate) fn new(capacity: usize) -> ReplayCache {
         ReplayCache {
             capacity,
             entries: Mutex::default(),
@@ -48,7 +50,7 @@ impl ReplayCache {
     }
 
     /// A statement read `now` from the database's clock.
-    pub(super) fn observe(&self, now: Timestamp) {
+    pub(crate) fn observe(&self, now: Timestamp) {
         let mut clock = self
             .clock
             .lock()
@@ -72,7 +74,7 @@ impl ReplayCache {
     }
 
     /// Keeps `record` if it is settled.
-    pub(super) fn keep(&self, id: &RecordId, record: &Record) {
+    pub(crate) fn keep(&self, id: &RecordId, record: &Record) {
         if self.capacity == 0 || !matches!(record.status, Status::Settled { .. }) {
             return;
         }
@@ -93,7 +95,7 @@ impl ReplayCache {
 
     /// The core's answer to a begin of `id` with `fingerprint` from the cached record,
     /// when it is a replay or a conflict and the record is surely not expired.
-    pub(super) fn answer(
+    pub(crate) fn answer(
         &self,
         id: &RecordId,
         fingerprint: Fingerprint,
@@ -128,20 +130,24 @@ impl ReplayCache {
 /// the row is still exactly that (its version); otherwise the engine reads the row and
 /// the core decides again. Only an applied move is taken from it: an answer that writes
 /// nothing (already there, illegal, version mismatch) always comes from the database.
-pub(super) struct EntityCache {
+/// (PostgreSQL's alone so far: the other engines read the entity before each move.)
+#[cfg(feature = "postgres")]
+pub(crate) struct EntityCache {
     capacity: usize,
     entries: Mutex<Bounded<EntityId, Entity>>,
 }
 
 /// A map that forgets its oldest entries past its capacity.
+#[cfg(feature = "postgres")]
 struct Bounded<K, V> {
     values: HashMap<K, V>,
     order: VecDeque<K>,
 }
 
+#[cfg(feature = "postgres")]
 impl EntityCache {
     /// A cache of at most `capacity` entities; 0 keeps none.
-    pub(super) fn new(capacity: usize) -> EntityCache {
+    pub(crate) fn new(capacity: usize) -> EntityCache {
         EntityCache {
             capacity,
             entries: Mutex::new(Bounded {
@@ -151,7 +157,7 @@ impl EntityCache {
         }
     }
 
-    pub(super) fn get(&self, id: &EntityId) -> Option<Entity> {
+    pub(crate) fn get(&self, id: &EntityId) -> Option<Entity> {
         let entries = self
             .entries
             .lock()
@@ -159,7 +165,7 @@ impl EntityCache {
         entries.values.get(id).cloned()
     }
 
-    pub(super) fn keep(&self, id: &EntityId, entity: &Entity) {
+    pub(crate) fn keep(&self, id: &EntityId, entity: &Entity) {
         if self.capacity == 0 {
             return;
         }
@@ -181,7 +187,7 @@ impl EntityCache {
     /// Drops what this replica saw of `id` (another writer moved it), and its place in
     /// the order, so that keeping it again neither queues it twice nor lets the order
     /// outgrow the capacity.
-    pub(super) fn forget(&self, id: &EntityId) {
+    pub(crate) fn forget(&self, id: &EntityId) {
         let mut entries = self
             .entries
             .lock()
@@ -254,6 +260,7 @@ mod tests {
         assert!(!cache.entries.lock().unwrap().records.contains_key(&id));
     }
 
+    #[cfg(feature = "postgres")]
     #[test]
     fn an_entity_forgotten_and_kept_again_takes_one_place() {
         let cache = EntityCache::new(4);
