@@ -96,6 +96,9 @@ struct Inner {
     /// How long after its connection broke a claim may still land: the statement
     /// timeout and [`lost::LANDING_MARGIN`].
     may_land_for: Duration,
+    /// The options of a connection outside the pool, in the same session: an import's,
+    /// whose table locks must end when it is closed.
+    own_connection: mysql_async::Opts,
 }
 
 impl std::fmt::Debug for MySqlStore {
@@ -389,10 +392,11 @@ impl MySqlStoreBuilder {
             });
         }
         let first = pool::options(&opts, &session, 1);
-        let mut conn = tokio::time::timeout(self.connect_timeout, mysql_async::Conn::new(first))
-            .await
-            .map_err(|_| ConnectError::ConnectTimeout(self.connect_timeout))?
-            .map_err(ConnectError::Connect)?;
+        let mut conn =
+            tokio::time::timeout(self.connect_timeout, mysql_async::Conn::new(first.clone()))
+                .await
+                .map_err(|_| ConnectError::ConnectTimeout(self.connect_timeout))?
+                .map_err(ConnectError::Connect)?;
         let checked = async {
             durability::check_server(&mut conn).await?;
             let risk = durability::check(&mut conn, accept_unsafe).await?;
@@ -413,6 +417,7 @@ impl MySqlStoreBuilder {
                 cache: crate::seam::cache::ReplayCache::new(self.replay_cache),
                 claimants: crate::seam::lost::Claimants::new(),
                 may_land_for: self.statement_timeout + lost::LANDING_MARGIN,
+                own_connection: first,
             }),
         })
     }

@@ -7,7 +7,7 @@ use std::io::{BufRead, Write};
 
 use idem_core::{Entity, Generation, IssuedToken, Record, RecordId, Timestamp, Token};
 use mysql_async::prelude::Queryable;
-use mysql_async::{IsolationLevel, Row, Transaction, TxOpts, Value};
+use mysql_async::{Conn, IsolationLevel, Row, TxOpts, Value};
 
 use super::MySqlStore;
 use super::entity::{entity_on, entity_row, holder_on};
@@ -24,6 +24,12 @@ use crate::seam::transfer::{
     BusinessLine, EntityView, IntentLine, Line, Lines, TokenLine, UniqueView, write_header,
     write_line,
 };
+
+/// The tables an import writes or reads, locked for its whole transaction: claims, which
+/// insert into `idem_records` and draw from `idem_generation`, wait until it ends.
+const LOCK_FOR_IMPORT: &str = "LOCK TABLES idem_records WRITE, idem_generation WRITE, \
+       idem_meta WRITE, idem_intents WRITE, idem_entities WRITE, idem_unique WRITE, \
+       idem_tokens WRITE, idem_token_intents WRITE";
 
 /// Records an export reads per statement.
 const EXPORT_PAGE: usize = 1_000;
@@ -173,11 +179,44 @@ impl MySqlStore {
         &self,
         input: &mut (dyn BufRead + Send),
     ) -> Result<Transferred, ImportError> {
-        let mut conn = self.conn("import").await?;
-        let mut txn = conn
-            .start_transaction(TxOpts::default())
+        // A connection of its own, closed at the end: its table locks and its
+        // transaction end with it, whatever becomes of this future.
+        let mut conn = Conn::new(self.inner.own_connection.clone())
             .await
             .map_err(database("import"))?;
+        // Claims wait for the import: with the tables locked, a claim's statement waits
+        // before it draws a generation, so none is drawn between the import's writes
+        // and its raise of the sequence, and none is handed out twice. The locks hold
+        // until the commit (`autocommit` off: LOCK TABLES would commit a transaction
+        // started before it).
+        let locked = async {
+            conn.query_drop("SET autocommit = 0").await?;
+            conn.query_drop(LOCK_FOR_IMPORT).await
+        };
+        let imported = match locked.await {
+            Ok(()) => self.import_locked(&mut conn, input).await,
+            Err(e) => Err(database("import")(e).into()),
+        };
+        let imported = match imported {
+            Ok(transferred) => conn
+                .query_drop("COMMIT")
+                .await
+                .map(|()| transferred)
+                .map_err(|e| database("import")(e).into()),
+            // Rolled back by the server as the connection closes.
+            Err(e) => Err(e),
+        };
+        let _ = conn.disconnect().await;
+        imported
+    }
+
+    /// The import's reads and writes, on a connection that holds [`LOCK_FOR_IMPORT`];
+    /// its caller commits.
+    async fn import_locked(
+        &self,
+        txn: &mut Conn,
+        input: &mut (dyn BufRead + Send),
+    ) -> Result<Transferred, ImportError> {
         let insert = format!(
             "INSERT INTO idem_records (tenant, operation, idem_key, revision, {COLUMNS}) \
              VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -201,34 +240,32 @@ impl MySqlStore {
                 }
                 Line::Record(id, record) => (id, record),
                 Line::Intent(intent) => {
-                    import_intent(&mut txn, &intent).await?.map_err(bad)?;
+                    import_intent(txn, &intent).await?.map_err(bad)?;
                     continue;
                 }
                 Line::Business(BusinessLine::Entity(view)) => {
                     let (id, entity) = view.to_entity().map_err(|m| bad(format!("entity: {m}")))?;
-                    import_entity(&mut txn, &id, &entity).await?.map_err(bad)?;
+                    import_entity(txn, &id, &entity).await?.map_err(bad)?;
                     continue;
                 }
                 Line::Business(BusinessLine::Unique(view)) => {
                     let claim = view.to_claim().map_err(|m| bad(format!("unique: {m}")))?;
-                    import_unique(&mut txn, claim).await?.map_err(bad)?;
+                    import_unique(txn, claim).await?.map_err(bad)?;
                     continue;
                 }
                 Line::Token(line) => {
                     let (token, id, entry) = line.to_token().map_err(bad)?;
-                    import_token(&mut txn, &token, &id, &entry)
-                        .await?
-                        .map_err(bad)?;
+                    import_token(txn, &token, &id, &entry).await?.map_err(bad)?;
                     floor = floor.max(entry.issued_at);
                     continue;
                 }
             };
             let mut params = key_values(&id).to_vec();
             params.extend(Columns::of(&record)?.values());
-            match exec_count(&mut txn, &insert, params).await {
+            match exec_count(txn, &insert, params).await {
                 Ok(_) => {}
                 Err(e) if code(&e) == Some(DUPLICATE_KEY) => {
-                    if existing(&mut txn, &id).await?.as_ref() != Some(&record) {
+                    if existing(txn, &id).await?.as_ref() != Some(&record) {
                         return Err(bad(format!(
                             "{id}: the database already holds a different record under this id"
                         )));
@@ -242,11 +279,9 @@ impl MySqlStore {
         let transferred = lines.finish()?;
         // Raised once the whole input was read and written, before the commit: a raise
         // that outlives a failed commit only leaves a gap (a sequence is not rolled
-        // back), and no generation imported is handed out after it. A claim of another
-        // key that drew a generation while the import ran may share one with an imported
-        // record (fencing compares generations of one key only); PostgreSQL's import
-        // locks claims out meanwhile, this one does not yet (docs/mariadb.md).
-        raise_generation(&mut txn, highest).await?;
+        // back), and no generation imported is handed out after it: claims wait on the
+        // tables' locks meanwhile.
+        raise_generation(txn, highest).await?;
         let floor = signed("clock_floor", floor.0)?;
         txn.exec_drop(
             "INSERT INTO idem_meta (name, value) VALUES ('clock_floor', ?) \
@@ -255,13 +290,12 @@ impl MySqlStore {
         )
         .await
         .map_err(database("import"))?;
-        txn.commit().await.map_err(database("import"))?;
         Ok(transferred)
     }
 }
 
 /// Raises the generation sequence to at least `generation` (never lowers it).
-async fn raise_generation(txn: &mut Transaction<'_>, generation: Generation) -> Result<(), Error> {
+async fn raise_generation<Q: Queryable>(txn: &mut Q, generation: Generation) -> Result<(), Error> {
     let value = signed("generation", generation.0)?;
     if value > 0 {
         // SETVAL takes constants only; the value is a number this engine formats.
@@ -272,7 +306,7 @@ async fn raise_generation(txn: &mut Transaction<'_>, generation: Generation) -> 
     Ok(())
 }
 
-async fn existing(txn: &mut Transaction<'_>, id: &RecordId) -> Result<Option<Record>, Error> {
+async fn existing<Q: Queryable>(txn: &mut Q, id: &RecordId) -> Result<Option<Record>, Error> {
     let row: Option<Row> = txn
         .exec_first(GET, key_values(id).to_vec())
         .await
@@ -281,8 +315,8 @@ async fn existing(txn: &mut Transaction<'_>, id: &RecordId) -> Result<Option<Rec
 }
 
 /// Writes an imported entity: `Ok(Err(message))` when the database holds a different one.
-async fn import_entity(
-    txn: &mut Transaction<'_>,
+async fn import_entity<Q: Queryable>(
+    txn: &mut Q,
     id: &EntityId,
     entity: &Entity,
 ) -> Result<Result<(), String>, Error> {
@@ -317,8 +351,8 @@ async fn import_entity(
 /// Writes an imported token, and points its intent's entry at it when it is the latest
 /// issued for that intent: `Ok(Err(message))` when the database holds a different token
 /// under its id.
-async fn import_token(
-    txn: &mut Transaction<'_>,
+async fn import_token<Q: Queryable>(
+    txn: &mut Q,
     token: &Token,
     id: &RecordId,
     entry: &IssuedToken,
@@ -356,10 +390,13 @@ async fn import_token(
         // The intent's entry names the latest token issued for it, as issuing leaves it.
         let current: Option<(String, Option<i64>)> = txn
             .exec_first(
-                "SELECT i.token, t.issued_at FROM idem_token_intents i \
-                   LEFT JOIN idem_tokens t \
-                     ON t.tenant = i.tenant AND t.operation = i.operation AND t.token = i.token \
-                  WHERE i.tenant = ? AND i.operation = ? AND i.intent_id = ? FOR UPDATE",
+                // No aliases: under LOCK TABLES a table is named as it was locked.
+                "SELECT idem_token_intents.token, idem_tokens.issued_at FROM idem_token_intents \
+                   LEFT JOIN idem_tokens ON idem_tokens.tenant = idem_token_intents.tenant \
+                     AND idem_tokens.operation = idem_token_intents.operation \
+                     AND idem_tokens.token = idem_token_intents.token \
+                  WHERE idem_token_intents.tenant = ? AND idem_token_intents.operation = ? \
+                    AND idem_token_intents.intent_id = ? FOR UPDATE",
                 vec![
                     Value::from(tenant),
                     Value::from(operation),
@@ -398,8 +435,8 @@ async fn import_token(
 }
 
 /// Writes an imported claimed value: `Ok(Err(message))` when another holder has it.
-async fn import_unique(
-    txn: &mut Transaction<'_>,
+async fn import_unique<Q: Queryable>(
+    txn: &mut Q,
     (tenant, scope, value, holder): (&str, &str, &str, &str),
 ) -> Result<Result<(), String>, Error> {
     let inserted = exec_count(
