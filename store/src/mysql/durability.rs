@@ -74,16 +74,16 @@ pub(super) async fn check(conn: &mut Conn, accept: bool) -> Result<Option<String
 /// it has not (or semi-synchronous replication is off: then the check at connect judged
 /// the settings).
 pub(super) async fn degraded(conn: &mut Conn) -> Result<Option<String>, mysql_async::Error> {
-    let enabled: Option<String> = conn
-        .query_first("SELECT CAST(@@GLOBAL.rpl_semi_sync_master_enabled AS CHAR)")
+    // One round trip: a health check and a scrape each ask.
+    let read: Option<(Option<String>, Option<String>)> = conn
+        .query_first(
+            "SELECT CAST(@@GLOBAL.rpl_semi_sync_master_enabled AS CHAR), \
+               (SELECT CAST(VARIABLE_VALUE AS CHAR) FROM information_schema.GLOBAL_STATUS \
+                 WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_STATUS')",
+        )
         .await?;
-    let status: Option<(String, String)> = conn
-        .query_first("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_status'")
-        .await?;
-    Ok(fell_back(
-        enabled.as_deref(),
-        status.as_ref().map(|(_, value)| value.as_str()),
-    ))
+    let (enabled, status) = read.unwrap_or_default();
+    Ok(fell_back(enabled.as_deref(), status.as_deref()))
 }
 
 /// The finding of [`degraded`] from the variable `rpl_semi_sync_master_enabled` and the
