@@ -9,7 +9,6 @@ mod common;
 mod server;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -17,6 +16,9 @@ use std::thread;
 use std::time::Duration;
 
 use common::Idem;
+use common::fleet::{
+    Orders, Rng, assert_at_most_once_and_replayed, assert_none_stranded, attempt, seed,
+};
 use common::http::{Answer, Proxy, Upstream, get, try_post};
 use server::Server;
 
@@ -28,55 +30,6 @@ fn on(server: &Server) -> Idem {
         db: PathBuf::from(server.url()),
         ..Idem::new()
     }
-}
-
-/// splitmix64, seeded and printed, so a failing run can be told apart.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
-fn seed() -> u64 {
-    std::env::var("IDEM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| millis_now() ^ u64::from(std::process::id()))
-}
-
-fn millis_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-/// Sends one attempt of `key` to a random live replica, and to another when the one it
-/// picked is gone (killed, or restarting); `None` when none answered 20 times.
-fn attempt(replicas: &RwLock<Vec<SocketAddr>>, rng: &mut Rng, key: &str) -> Option<Answer> {
-    let header = format!("\"{key}\"");
-    for _ in 0..20 {
-        let address = {
-            let live = replicas.read().unwrap();
-            live[(rng.next() % live.len() as u64) as usize]
-        };
-        match try_post(
-            address,
-            "/orders",
-            &[("Idempotency-Key", &header)],
-            &format!("{{\"key\":\"{key}\"}}"),
-        ) {
-            Ok(answer) => return Some(answer),
-            Err(_) => thread::sleep(Duration::from_millis(50)),
-        }
-    }
-    None
 }
 
 #[test]
@@ -151,48 +104,6 @@ fn retries_on_any_replica_take_effect_once_through_a_replica_killed_and_restarte
         acknowledged.len()
     );
     assert_at_most_once_and_replayed("fleet", KEYS, &upstream, &acknowledged, &proxies);
-}
-
-/// Every key of `prefix` took effect at most once, every acknowledged one exactly once,
-/// at least half of them were acknowledged, and every replica replays each acknowledged
-/// answer byte for byte.
-fn assert_at_most_once_and_replayed(
-    prefix: &str,
-    keys: usize,
-    upstream: &Upstream,
-    acknowledged: &BTreeMap<String, Answer>,
-    proxies: &[Proxy],
-) {
-    for k in 0..keys {
-        let key = format!("{prefix}-{k}");
-        let runs = upstream.executions(&format!("\"{key}\""));
-        assert!(runs <= 1, "{key} took effect {runs} times");
-        if acknowledged.contains_key(&key) {
-            assert_eq!(runs, 1, "{key}: acknowledged, so it ran");
-        }
-    }
-    assert!(acknowledged.len() >= keys / 2, "too few keys acknowledged");
-    for (key, first) in acknowledged {
-        for proxy in proxies {
-            let replay = try_post(
-                proxy.address,
-                "/orders",
-                &[("Idempotency-Key", &format!("\"{key}\""))],
-                &format!("{{\"key\":\"{key}\"}}"),
-            )
-            .unwrap();
-            assert_eq!(
-                (replay.status, &replay.body),
-                (first.status, &first.body),
-                "{key} on {}",
-                proxy.address
-            );
-            assert_eq!(
-                replay.header("idempotent-replayed").as_deref(),
-                Some("true")
-            );
-        }
-    }
 }
 
 #[test]
@@ -283,71 +194,16 @@ fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_outcome_and_runs_ev
     let proxies: Vec<Proxy> = (0..2)
         .map(|_| Proxy::start(&idem, &upstream.url(), &["--tenant", "shop"]))
         .collect();
-    let replicas = Arc::new(RwLock::new(
-        proxies.iter().map(|p| p.address).collect::<Vec<_>>(),
-    ));
-    let next = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicUsize::new(0));
-    let acknowledged: Arc<Mutex<BTreeMap<String, Answer>>> = Arc::default();
-    let workers: Vec<_> = (0..16)
-        .map(|w| {
-            let (next, done, acknowledged, replicas) = (
-                Arc::clone(&next),
-                Arc::clone(&done),
-                Arc::clone(&acknowledged),
-                Arc::clone(&replicas),
-            );
-            let mut rng = Rng(seed ^ (w as u64 + 1));
-            thread::spawn(move || {
-                loop {
-                    let k = next.fetch_add(1, Ordering::SeqCst);
-                    if k >= KEYS {
-                        return;
-                    }
-                    let key = format!("failover-{k}");
-                    // A client retries 409 and 503 (the failover's window), at most 20 s.
-                    for _ in 0..200 {
-                        match attempt(&replicas, &mut rng, &key) {
-                            Some(answer) if answer.status == 201 => {
-                                acknowledged.lock().unwrap().insert(key.clone(), answer);
-                                break;
-                            }
-                            Some(answer) if [409, 503].contains(&answer.status) => {
-                                thread::sleep(Duration::from_millis(100));
-                            }
-                            other => panic!("{key}: {:?}", other.map(|a| (a.status, a.body))),
-                        }
-                    }
-                    done.fetch_add(1, Ordering::SeqCst);
-                }
-            })
-        })
-        .collect();
-    while done.load(Ordering::SeqCst) < KEYS / 3 {
-        thread::sleep(Duration::from_millis(5));
-    }
+    let orders = Orders::start("failover", KEYS, 16, &proxies, seed);
+    orders.wait_done(KEYS / 3);
     primary.kill9();
     standby.promote();
-    for worker in workers {
-        worker.join().unwrap();
-    }
-
-    let acknowledged = acknowledged.lock().unwrap();
+    let acknowledged = orders.finish();
     println!(
         "{} of {KEYS} keys acknowledged through the failover",
         acknowledged.len()
     );
     // Every acknowledged answer is on the promoted standby: each replica replays it.
     assert_at_most_once_and_replayed("failover", KEYS, &upstream, &acknowledged, &proxies);
-    // No key is stranded: a claim whose answer the failover lost was given back by its
-    // replica (docs/design.md §16), so every order ran, once, without an operator. A key
-    // the upstream never saw would have kept answering 409, then 503 unknown.
-    let stranded: Vec<String> = (0..KEYS)
-        .map(|k| format!("failover-{k}"))
-        .filter(|key| upstream.executions(&format!("\"{key}\"")) == 0)
-        .collect();
-    assert!(
-        stranded.is_empty(),
-        "never executed, so stranded: {stranded:?}"
-    );
+    assert_none_stranded("failover", KEYS, &upstream);
 }

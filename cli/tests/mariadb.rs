@@ -1,8 +1,9 @@
 //! The operator's commands on a MariaDB database (`--db mysql://…`), on a throwaway
 //! server: the same JSON and exit statuses as on a file, the database's clock, the
 //! schema printed for a DBA, moving records between a file and the database, a server
-//! whose durability settings are refused, and a semi-synchronous primary that fell back
-//! to asynchronous replication, as the proxy reports it.
+//! whose durability settings are refused, a semi-synchronous primary that fell back to
+//! asynchronous replication, as the proxy reports it, and three proxies that follow a
+//! failover to the promoted replica without a restart.
 
 mod common;
 
@@ -13,6 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::Idem;
+use common::fleet::{Orders, assert_at_most_once_and_replayed, assert_none_stranded, seed};
 use common::http::{Proxy, Upstream, get, post};
 use serde_json::json;
 use server::Server;
@@ -224,4 +226,51 @@ fn a_semi_synchronous_primary_that_fell_back_is_reported_degraded_while_it_lasts
         metrics.contains("\nidem_proxy_store_degraded 0\n"),
         "{metrics}"
     );
+}
+
+#[test]
+fn three_proxies_follow_a_failover_to_the_promoted_replica_and_run_every_order_once() {
+    const KEYS: usize = 150;
+    let seed = seed();
+    println!("seed {seed} (IDEM_SEED)");
+    let (mut primary, replica) = Server::semi_synchronous_pair("shop");
+    // Both hosts, the read-only replica first: each proxy writes to the primary, and to
+    // the replica once it is promoted, without a restart.
+    let idem = Idem {
+        db: PathBuf::from(format!(
+            "mysql://root@127.0.0.1:{},127.0.0.1:{}/shop",
+            replica.port(),
+            primary.port()
+        )),
+        ..Idem::new()
+    };
+    let upstream = Upstream::start(Duration::from_millis(2));
+    let proxies: Vec<Proxy> = (0..3)
+        .map(|_| Proxy::start(&idem, &upstream.url(), &["--tenant", "shop"]))
+        .collect();
+    let orders = Orders::start("failover", KEYS, 16, &proxies, seed);
+    orders.wait_done(KEYS / 3);
+    primary.kill9();
+    // While no host takes writes, each proxy's health check says why.
+    let health = get(proxies[0].admin, "/healthz");
+    assert_eq!(health.status, 503, "{}", health.body);
+    assert!(
+        health
+            .body
+            .contains(&format!("127.0.0.1:{} (read_only is ON)", replica.port())),
+        "{}",
+        health.body
+    );
+    replica.promote();
+    let acknowledged = orders.finish();
+    println!(
+        "{} of {KEYS} keys acknowledged through the failover",
+        acknowledged.len()
+    );
+    // Every acknowledged answer is on the promoted replica: each proxy replays it.
+    assert_at_most_once_and_replayed("failover", KEYS, &upstream, &acknowledged, &proxies);
+    assert_none_stranded("failover", KEYS, &upstream);
+    for proxy in &proxies {
+        assert_eq!(get(proxy.admin, "/healthz").status, 200);
+    }
 }

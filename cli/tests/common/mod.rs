@@ -1,6 +1,7 @@
 //! Runs the built `idem` binary against a store file in a fresh temporary directory.
 #![allow(dead_code)] // each test binary uses its own part of these helpers
 
+pub(crate) mod fleet;
 pub(crate) mod http;
 
 use std::fs;

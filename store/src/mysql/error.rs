@@ -11,6 +11,9 @@ pub(super) const DUPLICATE_KEY: u16 = 1062;
 pub(super) const LOCK_WAIT_TIMEOUT: u16 = 1205;
 /// A deadlock (`ER_LOCK_DEADLOCK`): the server rolled the transaction back.
 pub(super) const DEADLOCK: u16 = 1213;
+/// The server runs read-only (`ER_OPTION_PREVENTS_STATEMENT`, `--read-only`): a replica,
+/// or a primary demoted by a switchover. The statement wrote nothing.
+pub(super) const READ_ONLY: u16 = 1290;
 
 /// An error of the driver as the store's, for `operation`.
 pub(super) fn database(operation: &'static str) -> impl Fn(mysql_async::Error) -> Error {
@@ -46,4 +49,16 @@ pub(super) fn ambiguous(e: &Error) -> bool {
         mysql_async::Error::Server(server) => matches!(server.code, 1053 | 1927 | 4031),
         _ => false,
     }
+}
+
+/// True when the server refused a write because it runs read-only: the host in use is
+/// no longer the primary, and the input may start over on the one that is.
+pub(super) fn read_only(e: &Error) -> bool {
+    matches!(e, Error::MySql { source, .. } if code(source) == Some(READ_ONLY))
+}
+
+/// True when no host of the URL's list took writes when asked (a promotion under way):
+/// waited out as a restart is.
+pub(super) fn no_writable_host(e: &Error) -> bool {
+    matches!(e, Error::MySql { source, .. } if super::hosts::no_writable_host(source))
 }

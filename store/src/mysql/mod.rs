@@ -48,6 +48,7 @@ mod durability;
 mod entity;
 mod error;
 mod execute;
+mod hosts;
 mod inbox;
 mod intent;
 mod lost;
@@ -83,7 +84,8 @@ pub struct MySqlStore {
 
 struct Inner {
     config: Config,
-    pool: mysql_async::Pool,
+    /// The database's hosts, and the pool of the one that takes writes.
+    hosts: hosts::Hosts,
     runtime: Handle,
     /// The begins left by their callers and the give-ups, running in tasks of their own.
     background: crate::seam::running::Running,
@@ -96,9 +98,6 @@ struct Inner {
     /// How long after its connection broke a claim may still land: the statement
     /// timeout and [`lost::LANDING_MARGIN`].
     may_land_for: Duration,
-    /// The options of a connection outside the pool, in the same session: an import's,
-    /// whose table locks must end when it is closed.
-    own_connection: mysql_async::Opts,
 }
 
 impl std::fmt::Debug for MySqlStore {
@@ -154,6 +153,10 @@ pub enum ConnectError {
     /// The server did not answer within the connect timeout.
     #[error("connecting to the database: no answer within {0:?}")]
     ConnectTimeout(Duration),
+    /// The URL lists several hosts and none of them takes writes (each is named with
+    /// why: unreachable, `read_only` on, a durability setting).
+    #[error("no writable host among the URL's: {0}")]
+    NoWritableHost(String),
     /// The server is not one this engine runs on.
     #[error("the server is {version}: {problem}")]
     Server {
@@ -383,7 +386,6 @@ impl MySqlStoreBuilder {
         let runtime = Handle::try_current().map_err(|_| ConnectError::NoRuntime)?;
         let (url, accept_from_url) = strip_accept_unsafe(url)?;
         let accept_unsafe = self.accept_unsafe_durability || accept_from_url;
-        let opts = self.opts(&url)?;
         let session = pool::Session::new(self.statement_timeout, self.lock_timeout)?;
         if self.connect_timeout.is_zero() {
             return Err(ConnectError::Timeout {
@@ -391,12 +393,29 @@ impl MySqlStoreBuilder {
                 problem: "0, must be above 0".into(),
             });
         }
-        let first = pool::options(&opts, &session, 1);
-        let mut conn =
-            tokio::time::timeout(self.connect_timeout, mysql_async::Conn::new(first.clone()))
-                .await
-                .map_err(|_| ConnectError::ConnectTimeout(self.connect_timeout))?
-                .map_err(ConnectError::Connect)?;
+        let mut listed = Vec::new();
+        for (name, url) in hosts::split(&url)? {
+            let opts = self.opts(&url)?;
+            let own = pool::options(&opts, &session, 1);
+            let pooled = pool::options(&opts, &session, self.pool_size);
+            listed.push((name, own, pooled));
+        }
+        let chosen = if listed.len() == 1 {
+            0
+        } else {
+            hosts::first_writable(
+                listed.iter().map(|(name, own, _)| (name.as_str(), own)),
+                self.connect_timeout,
+                accept_unsafe,
+            )
+            .await
+            .map_err(|e| ConnectError::NoWritableHost(e.hosts().to_owned()))?
+        };
+        let first = listed[chosen].1.clone();
+        let mut conn = tokio::time::timeout(self.connect_timeout, mysql_async::Conn::new(first))
+            .await
+            .map_err(|_| ConnectError::ConnectTimeout(self.connect_timeout))?
+            .map_err(ConnectError::Connect)?;
         let checked = async {
             durability::check_server(&mut conn).await?;
             let risk = durability::check(&mut conn, accept_unsafe).await?;
@@ -406,18 +425,16 @@ impl MySqlStoreBuilder {
         .await;
         let _ = conn.disconnect().await;
         let accepted_risk = checked?;
-        let pool = mysql_async::Pool::new(pool::options(&opts, &session, self.pool_size));
         Ok(MySqlStore {
             inner: Arc::new(Inner {
                 config: self.config,
-                pool,
+                hosts: hosts::Hosts::new(listed, chosen, self.connect_timeout, accept_unsafe),
                 runtime,
                 background: crate::seam::running::Running::default(),
                 accepted_risk,
                 cache: crate::seam::cache::ReplayCache::new(self.replay_cache),
                 claimants: crate::seam::lost::Claimants::new(),
                 may_land_for: self.statement_timeout + lost::LANDING_MARGIN,
-                own_connection: first,
             }),
         })
     }
@@ -490,7 +507,7 @@ impl MySqlStore {
     /// True when the database answers a query now: for a load balancer's health check.
     pub async fn ping(&self) -> bool {
         use mysql_async::prelude::Queryable;
-        match self.inner.pool.get_conn().await {
+        match self.inner.hosts.get_conn().await {
             Ok(mut conn) => conn.ping().await.is_ok(),
             Err(_) => false,
         }

@@ -12,7 +12,7 @@ use mysql_async::Row;
 use mysql_async::prelude::Queryable;
 
 use super::MySqlStore;
-use super::error::{ambiguous, database};
+use super::error::{ambiguous, database, read_only};
 use super::row::{key_values, record_at};
 use super::statements::GET;
 use super::two_phase::BEGIN_ATTEMPTS;
@@ -42,10 +42,13 @@ impl MySqlStore {
             {
                 Ok(Some(decision)) => return Ok(decision),
                 Ok(None) => {}
+                // A demoted primary: start over on the host that takes writes now.
+                Err(e) if read_only(&e) => self.inner.hosts.failed(),
                 Err(e) => {
                     if ambiguous(&e) {
                         // The claim may have landed with nobody to run it: given back
                         // once the database answers again.
+                        self.inner.hosts.failed();
                         self.give_back_later(id, claimant);
                     }
                     return Err(e);
@@ -71,11 +74,25 @@ impl Receiver for MySqlStore {
         self.ping().await
     }
 
+    /// Why inputs cannot run: the database does not answer (the driver's error), or no
+    /// host of the URL's list takes writes (each named with why).
+    async fn unready(&self) -> Option<String> {
+        use mysql_async::prelude::Queryable;
+        let answered = match self.inner.hosts.get_conn().await {
+            Ok(mut conn) => conn.ping().await,
+            Err(e) => Err(e),
+        };
+        answered.err().map(|e| match e {
+            mysql_async::Error::Other(finding) => finding.to_string(),
+            e => format!("the database does not answer: {e}"),
+        })
+    }
+
     /// A semi-synchronous primary that fell back to asynchronous replication, read from
     /// the server's status at each call; `None` too when the server does not answer
     /// (then [`Receiver::ready`] says so).
     async fn degraded(&self) -> Option<String> {
-        let mut conn = self.inner.pool.get_conn().await.ok()?;
+        let mut conn = self.inner.hosts.get_conn().await.ok()?;
         super::durability::degraded(&mut conn).await.ok().flatten()
     }
 

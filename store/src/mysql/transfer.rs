@@ -181,7 +181,7 @@ impl MySqlStore {
     ) -> Result<Transferred, ImportError> {
         // A connection of its own, closed at the end: its table locks and its
         // transaction end with it, whatever becomes of this future.
-        let mut conn = Conn::new(self.inner.own_connection.clone())
+        let mut conn = Conn::new(self.inner.hosts.own_connection())
             .await
             .map_err(database("import"))?;
         // Claims wait for the import: with the tables locked, a claim's statement waits

@@ -10,7 +10,10 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Value};
 
 use super::MySqlStore;
-use super::error::{DUPLICATE_KEY, LOCK_WAIT_TIMEOUT, ambiguous, code, contended, database};
+use super::error::{
+    DUPLICATE_KEY, LOCK_WAIT_TIMEOUT, ambiguous, code, contended, database, no_writable_host,
+    read_only,
+};
 use super::row::{Columns, get, key_values, record_at, signed, time_at};
 use super::statements::{CLAIM, DELETE, NEXT_GENERATION, READ, REPLACE, exec_count};
 use crate::error::Error;
@@ -116,7 +119,7 @@ fn lost_to_a_lock(e: &Error) -> bool {
 impl MySqlStore {
     pub(super) async fn conn(&self, operation: &'static str) -> Result<Conn, Error> {
         self.inner
-            .pool
+            .hosts
             .get_conn()
             .await
             .map_err(database(operation))
@@ -286,8 +289,11 @@ impl MySqlStore {
                 Ok(true) => return Ok(target),
                 Ok(false) => {}
                 Err(e) if lost_to_a_lock(&e) => {}
+                // A demoted primary: start over on the host that takes writes now.
+                Err(e) if read_only(&e) => self.inner.hosts.failed(),
                 Err(e) if ambiguous(&e) => {
                     drop(conn);
+                    self.inner.hosts.failed();
                     // The connection broke, maybe after the statement was applied: read
                     // back once the database answers again.
                     match self.read_back(operation, id).await {
@@ -326,7 +332,11 @@ impl MySqlStore {
                 Err(e) => Err(e),
             };
             match read {
-                Err(e) if ambiguous(&e) && tokio::time::Instant::now() + pause < deadline => {
+                Err(e)
+                    if (ambiguous(&e) || no_writable_host(&e))
+                        && tokio::time::Instant::now() + pause < deadline =>
+                {
+                    self.inner.hosts.failed();
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
                 }

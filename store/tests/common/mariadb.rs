@@ -209,6 +209,83 @@ impl Server {
         }
     }
 
+    /// A primary and its replica on loopback, durable for a failover: the binary log
+    /// synced at each commit, and semi-synchronous replication waiting `AFTER_SYNC` (a
+    /// commit is answered once the replica has it, and the primary never falls back to
+    /// asynchronous replication during a test). The replica runs `read_only`. Returns
+    /// once the replica acknowledges and holds the empty database `db`.
+    ///
+    /// # Panics
+    ///
+    /// When a server does not start, or the replica does not acknowledge within 30 s.
+    pub fn semi_synchronous_pair(db: &str) -> (Server, Server) {
+        let durable = [
+            ("log-bin", "mariadb-bin"),
+            ("sync_binlog", "1"),
+            ("binlog_format", "ROW"),
+            ("rpl_semi_sync_master_wait_point", "AFTER_SYNC"),
+            ("rpl_semi_sync_master_timeout", "600000"),
+        ];
+        let mut primary_options = durable.to_vec();
+        primary_options.extend([("server-id", "1"), ("rpl_semi_sync_master_enabled", "ON")]);
+        let primary = Server::start_with(&primary_options);
+        let mut replica_options = durable.to_vec();
+        replica_options.extend([
+            ("server-id", "2"),
+            ("rpl_semi_sync_slave_enabled", "ON"),
+            ("relay-log", "relay-bin"),
+            ("read_only", "ON"),
+        ]);
+        let replica = Server::start_with(&replica_options);
+        replica.sql(&format!(
+            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, MASTER_USER = 'root', \
+               MASTER_PASSWORD = '', MASTER_USE_GTID = slave_pos; START SLAVE",
+            primary.port()
+        ));
+        wait_until(Duration::from_secs(30), || {
+            primary
+                .sql("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_clients'")
+                .contains("\t1")
+        })
+        .expect("the replica acknowledges within 30 s");
+        primary.sql(&format!("CREATE DATABASE {db}"));
+        wait_until(Duration::from_secs(30), || {
+            replica
+                .sql(&format!("SHOW DATABASES LIKE '{db}'"))
+                .contains(db)
+        })
+        .expect("the database reaches the replica within 30 s");
+        (primary, replica)
+    }
+
+    /// Promotes this replica after its primary died: it applies every event it
+    /// received, stops replicating, and takes writes (`read_only` off).
+    ///
+    /// # Panics
+    ///
+    /// When the relay log is not applied within 60 s.
+    pub fn promote(&self) {
+        self.sql("STOP SLAVE IO_THREAD");
+        wait_until(Duration::from_secs(60), || {
+            self.slave_status("Read_Master_Log_Pos") == self.slave_status("Exec_Master_Log_Pos")
+                && self.slave_status("Master_Log_File")
+                    == self.slave_status("Relay_Master_Log_File")
+        })
+        .expect("the replica applies its relay log within 60 s");
+        self.sql("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = OFF");
+    }
+
+    /// The value of `field` in this replica's `SHOW SLAVE STATUS`.
+    fn slave_status(&self, field: &str) -> String {
+        let text = self.sql("SHOW SLAVE STATUS\\G");
+        text.lines()
+            .find_map(|line| {
+                let (name, value) = line.trim().split_once(": ")?;
+                (name == field).then(|| value.to_owned())
+            })
+            .unwrap_or_default()
+    }
+
     fn data_dir(&self) -> PathBuf {
         self.dir.join("data")
     }

@@ -16,12 +16,7 @@ fn server_code(error: &ConnectError) -> Option<u16> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_a_connect_error_not_input() {
-    // A port nothing listens on: bound, then let go.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = closed_port();
     let error = MySqlStore::connect(&format!("mysql://root@127.0.0.1:{port}/shop"))
         .await
         .unwrap_err();
@@ -31,6 +26,52 @@ async fn an_unreachable_server_is_a_connect_error_not_input() {
     );
     assert_eq!(error.to_string(), "connecting to the database");
     assert!(!error.is_input());
+}
+
+/// A loopback port nothing listens on: bound, then let go.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_of_hosts_connects_to_the_one_that_answers_or_names_why_each_did_not() {
+    let server = shared_server();
+    let db = fresh_database(&server);
+    let (dead, also_dead) = (closed_port(), closed_port());
+    let url = format!(
+        "mysql://root@127.0.0.1:{dead},127.0.0.1:{}/{db}",
+        server.port()
+    );
+    let store = MySqlStore::connect(&url).await.unwrap();
+    let id = RecordId::new("t", "o", "k").unwrap();
+    store
+        .begin(&id, Fingerprint::of_bytes(b"x"), Timestamp(0))
+        .await
+        .unwrap();
+    assert!(tables(&server, &db).contains("idem_records"));
+
+    let url = format!("mysql://root@127.0.0.1:{dead},127.0.0.1:{also_dead}/{db}");
+    let error = MySqlStore::connect(&url).await.unwrap_err();
+    assert!(!error.is_input());
+    let message = error.to_string();
+    for port in [dead, also_dead] {
+        assert!(
+            message.contains(&format!("127.0.0.1:{port} (Input/output error")),
+            "{message}"
+        );
+    }
+    assert!(
+        message.starts_with("no writable host among the URL's: "),
+        "{message}"
+    );
+    let error = MySqlStore::connect(&format!("mysql://root@127.0.0.1:{dead},/{db}"))
+        .await
+        .unwrap_err();
+    assert!(error.is_input(), "{error:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

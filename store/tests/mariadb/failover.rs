@@ -1,7 +1,9 @@
 //! A failover to a semi-synchronous replica (`rpl_semi_sync_master_wait_point =
 //! AFTER_SYNC`): the primary is killed with SIGKILL while claims and settles run, the
 //! replica applies what it received and becomes the primary, and every answered settle
-//! replays there; a claim on it gets a generation above every one answered before.
+//! replays there; a claim on it gets a generation above every one answered before. The
+//! store is connected once, to a URL that lists both hosts (the read-only replica
+//! first), and follows the promotion without a restart.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -13,71 +15,25 @@ use idem_store::{Fingerprint, Generation, Outcome, Receiver, RecordId, Timestamp
 
 use crate::server::Server;
 
-/// Waits until `done` holds, at most `timeout`.
-fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The value of `field` in the replica's `SHOW SLAVE STATUS`.
-fn slave_status(replica: &Server, field: &str) -> String {
-    let text = replica.sql("SHOW SLAVE STATUS\\G");
-    text.lines()
-        .find_map(|line| {
-            let (name, value) = line.trim().split_once(": ")?;
-            (name == field).then(|| value.to_owned())
-        })
-        .unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn answered_settles_survive_a_failover_to_a_semi_synchronous_replica() {
-    let durable = [
-        ("log-bin", "mariadb-bin"),
-        ("sync_binlog", "1"),
-        ("binlog_format", "ROW"),
-        ("rpl_semi_sync_master_wait_point", "AFTER_SYNC"),
-        // Long enough that the primary never falls back to asynchronous replication
-        // during the test.
-        ("rpl_semi_sync_master_timeout", "600000"),
-    ];
-    let mut primary_options = durable.to_vec();
-    primary_options.extend([("server-id", "1"), ("rpl_semi_sync_master_enabled", "ON")]);
-    let mut primary = Server::start_with(&primary_options);
-    let mut replica_options = durable.to_vec();
-    replica_options.extend([
-        ("server-id", "2"),
-        ("rpl_semi_sync_slave_enabled", "ON"),
-        ("relay-log", "relay-bin"),
-    ]);
-    let replica = Server::start_with(&replica_options);
-    replica.sql(&format!(
-        "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, MASTER_USER = 'root', \
-           MASTER_PASSWORD = '', MASTER_USE_GTID = slave_pos; START SLAVE",
+    let (mut primary, replica) = Server::semi_synchronous_pair("shop");
+    // Both hosts, the replica first: the store writes to the one that takes writes.
+    let url = format!(
+        "mysql://root@127.0.0.1:{},127.0.0.1:{}/shop",
+        replica.port(),
         primary.port()
-    ));
-    wait_for("the replica acknowledges", Duration::from_secs(30), || {
-        primary
-            .sql("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_clients'")
-            .contains("\t1")
-    });
-    primary.sql("CREATE DATABASE shop");
-    wait_for(
-        "the database reaches the replica",
-        Duration::from_secs(30),
-        || replica.sql("SHOW DATABASES LIKE 'shop'").contains("shop"),
     );
-
+    // No replay cache: every replay below is read from the database.
     let store = Arc::new(
         MySqlStore::builder()
             .pool_size(16)
-            .connect(&primary.url_of("shop"))
+            .replay_cache(0)
+            .connect(&url)
             .await
             .unwrap(),
     );
+    assert_eq!(store.unready().await, None);
     let answered: Arc<Mutex<BTreeMap<String, Generation>>> = Arc::default();
     let writers: Vec<_> = (0..8)
         .map(|w| {
@@ -121,22 +77,16 @@ async fn answered_settles_survive_a_failover_to_a_semi_synchronous_replica() {
     for writer in writers {
         writer.await.unwrap();
     }
-    drop(store);
+    // No host takes writes until the replica is promoted, and the store says why.
+    let unready = store.unready().await.expect("no writable host");
+    assert!(
+        unready.contains(&format!("127.0.0.1:{} (read_only is ON)", replica.port())),
+        "{unready}"
+    );
 
     // The replica applies what it received, and becomes the primary.
-    replica.sql("STOP SLAVE IO_THREAD");
-    wait_for(
-        "the replica applies its relay log",
-        Duration::from_secs(60),
-        || {
-            slave_status(&replica, "Read_Master_Log_Pos")
-                == slave_status(&replica, "Exec_Master_Log_Pos")
-                && slave_status(&replica, "Master_Log_File")
-                    == slave_status(&replica, "Relay_Master_Log_File")
-        },
-    );
-    replica.sql("STOP SLAVE; RESET SLAVE ALL");
-    let store = MySqlStore::connect(&replica.url_of("shop")).await.unwrap();
+    replica.promote();
+    // The same store, connected before the failover, follows the promotion.
     let answered = answered.lock().unwrap().clone();
     assert!(answered.len() >= 200, "{}", answered.len());
     for (key, generation) in &answered {
@@ -166,8 +116,10 @@ async fn answered_settles_survive_a_failover_to_a_semi_synchronous_replica() {
         }
         other => panic!("{other:?}"),
     }
+    assert_eq!(store.unready().await, None);
     println!(
-        "{} settles answered before the kill, all replayed by the new primary",
+        "{} settles answered before the kill, all replayed by the new primary through the \
+         store connected before it",
         answered.len()
     );
 }
