@@ -48,11 +48,13 @@ mod durability;
 mod entity;
 mod error;
 mod execute;
+mod held;
 mod hosts;
 mod inbox;
 mod intent;
 mod lost;
 mod maintain;
+mod pending;
 mod pool;
 mod receiver;
 mod row;
@@ -95,6 +97,8 @@ struct Inner {
     cache: crate::seam::cache::ReplayCache,
     /// The marks of this replica's claims, to give back one whose answer was lost.
     claimants: crate::seam::lost::Claimants,
+    /// The claims this replica holds, for the one-statement fenced inputs.
+    held: held::Held,
     /// How long after its connection broke a claim may still land: the statement
     /// timeout and [`lost::LANDING_MARGIN`].
     may_land_for: Duration,
@@ -434,6 +438,7 @@ impl MySqlStoreBuilder {
                 accepted_risk,
                 cache: crate::seam::cache::ReplayCache::new(self.replay_cache),
                 claimants: crate::seam::lost::Claimants::new(),
+                held: held::Held::default(),
                 may_land_for: self.statement_timeout + lost::LANDING_MARGIN,
             }),
         })

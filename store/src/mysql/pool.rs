@@ -49,9 +49,15 @@ impl Session {
     }
 }
 
+/// How long a connection of the pool may stay idle before it is closed. The driver
+/// closes a returned connection at once when this is 0 (its default) and the pool's
+/// minimum is 0: every call would connect, set up its session and prepare its
+/// statements again.
+const IDLE_FOR: Duration = Duration::from_secs(60);
+
 /// The driver's options for connections of `opts` in `session`, at most `size` of them.
 /// The connections are kept as they are between uses (no reset, which would undo the
-/// session), over TCP as the URL says.
+/// session), idle up to [`IDLE_FOR`], over TCP as the URL says.
 pub(super) fn options(opts: &Opts, session: &Session, size: usize) -> Opts {
     let constraints = PoolConstraints::new(0, size).unwrap_or_default();
     OptsBuilder::from_opts(opts.clone())
@@ -61,6 +67,7 @@ pub(super) fn options(opts: &Opts, session: &Session, size: usize) -> Opts {
         .pool_opts(
             PoolOpts::default()
                 .with_constraints(constraints)
+                .with_inactive_connection_ttl(IDLE_FOR)
                 .with_reset_connection(false),
         )
         .into()

@@ -6,7 +6,7 @@ use std::io::{BufRead, Write};
 
 use idem_core::protocol::{self, Decision, Resolution};
 use idem_core::{
-    Config, Fingerprint, Generation, Outcome, Record, RecordId, Terms, Timestamp, Verdict,
+    Config, Fingerprint, Generation, Outcome, Record, RecordId, State, Terms, Timestamp, Verdict,
 };
 use mysql_async::Row;
 use mysql_async::prelude::Queryable;
@@ -24,6 +24,7 @@ use crate::seam::reconcile;
 use crate::seam::report::{
     Abandoned, Check, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
 };
+use crate::seam::template::stand_in;
 
 impl MySqlStore {
     /// A begin's statements: a claim, or the core's answer on the record in the way.
@@ -127,6 +128,8 @@ impl Receiver for MySqlStore {
         .await
     }
 
+    /// One statement when this replica holds the claim (`pending.rs`); else a read and
+    /// a write.
     async fn heartbeat_with(
         &self,
         id: &RecordId,
@@ -135,6 +138,18 @@ impl Receiver for MySqlStore {
         terms: Terms,
     ) -> Result<Record, Error> {
         let config = &self.inner.config.with_terms(&terms);
+        let template = protocol::heartbeat(
+            Some(&stand_in(generation, State::Pending)),
+            generation,
+            Timestamp(0),
+            config,
+        )?;
+        if let Some(record) = self
+            .update_pending("heartbeat", id, generation, &template.status)
+            .await?
+        {
+            return Ok(record);
+        }
         let record = self
             .fenced("heartbeat", id, |current, now| {
                 protocol::heartbeat(current, generation, now, config).map(Some)
@@ -143,6 +158,8 @@ impl Receiver for MySqlStore {
         written(record)
     }
 
+    /// One statement when this replica holds the claim (`pending.rs`); else a read and
+    /// a write.
     async fn complete_with(
         &self,
         id: &RecordId,
@@ -153,42 +170,92 @@ impl Receiver for MySqlStore {
         terms: Terms,
     ) -> Result<Record, Error> {
         let config = &self.inner.config.with_terms(&terms);
-        let record = self
-            .fenced("complete", id, |current, now| {
-                protocol::complete(current, generation, verdict, outcome.clone(), now, config)
-                    .map(Some)
-            })
-            .await?;
-        let record = written(record)?;
+        let template = protocol::complete(
+            Some(&stand_in(generation, State::Pending)),
+            generation,
+            verdict,
+            outcome.clone(),
+            Timestamp(0),
+            config,
+        )?;
+        let settled = async {
+            match self
+                .update_pending("complete", id, generation, &template.status)
+                .await?
+            {
+                Some(record) => Ok(record),
+                None => written(
+                    self.fenced("complete", id, |current, now| {
+                        protocol::complete(
+                            current,
+                            generation,
+                            verdict,
+                            outcome.clone(),
+                            now,
+                            config,
+                        )
+                        .map(Some)
+                    })
+                    .await?,
+                ),
+            }
+        };
+        // Settled or refused, this replica holds the claim no longer.
+        let settled = settled.await;
+        self.inner.held.forget(id, generation);
+        let record = settled?;
         self.inner.cache.keep(id, &record);
         Ok(record)
     }
 
+    /// One statement (`pending.rs`) when the fence holds; else a read and a write.
     async fn release(
         &self,
         id: &RecordId,
         generation: Generation,
         _now: Timestamp,
     ) -> Result<(), Error> {
-        self.fenced("release", id, |current, _| {
-            protocol::release(current, generation).map(|_| None)
-        })
-        .await
-        .map(drop)
+        self.inner.held.forget(id, generation);
+        if !self.delete_pending("release", id, generation).await? {
+            self.fenced("release", id, |current, _| {
+                protocol::release(current, generation).map(|_| None)
+            })
+            .await?;
+        }
+        Ok(())
     }
 
+    /// One statement when this replica holds the claim (`pending.rs`); else a read and
+    /// a write.
     async fn mark_unknown(
         &self,
         id: &RecordId,
         generation: Generation,
         _now: Timestamp,
     ) -> Result<Record, Error> {
-        let record = self
-            .fenced("mark_unknown", id, |current, now| {
-                protocol::mark_unknown(current, generation, now).map(Some)
-            })
-            .await?;
-        written(record)
+        let template = protocol::mark_unknown(
+            Some(&stand_in(generation, State::Pending)),
+            generation,
+            Timestamp(0),
+        )?;
+        let unknown = async {
+            match self
+                .update_pending("mark_unknown", id, generation, &template.status)
+                .await?
+            {
+                Some(record) => Ok(record),
+                None => written(
+                    self.fenced("mark_unknown", id, |current, now| {
+                        protocol::mark_unknown(current, generation, now).map(Some)
+                    })
+                    .await?,
+                ),
+            }
+        };
+        // Marked or refused, this replica holds the claim no longer.
+        let unknown = unknown.await;
+        self.inner.held.forget(id, generation);
+        unknown
     }
 
     async fn resolve(

@@ -48,6 +48,26 @@ pub(super) const REPLACE: &str = "UPDATE idem_records SET claimant = IF(generati
        revision = revision + 1 \
      WHERE tenant = ? AND operation = ? AND idem_key = ? AND revision = ?";
 
+/// A pending record's heartbeat, complete or mark unknown in one statement, fenced by
+/// generation and state: the status the core decided on a stand-in at time 0, its times
+/// counted from the time of the write (`GREATEST(idem_now(), updated_at)`, set first, so
+/// that the later assignments read it), which the statement hands back as
+/// `LAST_INSERT_ID` in its answer (MariaDB's `UPDATE` returns no row). One affected row
+/// is a win: the revision always changes. Parameters: state, verdict, then the offsets of
+/// lease_until, completed_at and expires_at (null: null), outcome code and body, then
+/// tenant, operation, key, generation, the state required.
+pub(super) const UPDATE_FENCED: &str = "UPDATE idem_records SET \
+       updated_at = LAST_INSERT_ID(GREATEST(idem_now(), updated_at)), \
+       state = ?, verdict = ?, lease_until = updated_at + ?, completed_at = updated_at + ?, \
+       expires_at = updated_at + ?, outcome_code = ?, outcome_body = ?, \
+       revision = revision + 1 \
+     WHERE tenant = ? AND operation = ? AND idem_key = ? AND generation = ? AND state = ?";
+
+/// A pending record's release in one statement, fenced by generation and state.
+/// Parameters: tenant, operation, key, generation, the state required.
+pub(super) const DELETE_FENCED: &str = "DELETE FROM idem_records \
+     WHERE tenant = ? AND operation = ? AND idem_key = ? AND generation = ? AND state = ?";
+
 /// The delete the core decided, over the revision read. Parameters: tenant, operation,
 /// key, the revision read.
 pub(super) const DELETE: &str = "DELETE FROM idem_records \
@@ -79,10 +99,22 @@ pub(super) async fn exec_count<Q: Queryable>(
     sql: &str,
     params: Vec<Value>,
 ) -> Result<u64, mysql_async::Error> {
+    exec_answer(q, sql, params)
+        .await
+        .map(|(changed, _)| changed)
+}
+
+/// Runs `sql` with `params` and returns how many rows it changed and the
+/// `LAST_INSERT_ID` of its answer.
+pub(super) async fn exec_answer<Q: Queryable>(
+    q: &mut Q,
+    sql: &str,
+    params: Vec<Value>,
+) -> Result<(u64, Option<u64>), mysql_async::Error> {
     let result = q.exec_iter(sql, params).await?;
-    let changed = result.affected_rows();
+    let answer = (result.affected_rows(), result.last_insert_id());
     result.drop_result().await?;
-    Ok(changed)
+    Ok(answer)
 }
 
 /// The database's clock now.

@@ -163,6 +163,7 @@ impl MySqlStore {
                 };
                 let decided = protocol::begin(None, fingerprint, generation, now, config);
                 expect_written(&decided.write, &record)?;
+                self.inner.held.keep(id, &record);
                 return Ok(Some(decided.decision));
             }
             Ok(None) => {
@@ -232,7 +233,12 @@ impl MySqlStore {
             Some(claimant),
         );
         match written.await {
-            Ok(true) => Ok(Some(decision)),
+            Ok(true) => {
+                if let (Decision::Claimed { .. }, Some(claim)) = (&decision, &target) {
+                    self.inner.held.keep(id, claim);
+                }
+                Ok(Some(decision))
+            }
             // The record changed since it was read: start over.
             Ok(false) => Ok(None),
             Err(Error::MySql { source, .. }) if code(&source) == Some(LOCK_WAIT_TIMEOUT) => {
@@ -319,7 +325,7 @@ impl MySqlStore {
     /// The record of `id`, read once the database answers: at once, or after a connection
     /// lost mid-statement, during a restart. Waits with a growing pause, at most
     /// [`RECONNECT_WINDOW`]; then the last error.
-    async fn read_back(
+    pub(super) async fn read_back(
         &self,
         operation: &'static str,
         id: &RecordId,

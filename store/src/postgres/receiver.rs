@@ -13,7 +13,7 @@ use idem_core::{
 use super::PgStore;
 use super::error::{ambiguous, database};
 use super::row::{PENDING, record_at};
-use super::two_phase::{BEGIN_ATTEMPTS, Fence, key_params, stand_in};
+use super::two_phase::{BEGIN_ATTEMPTS, Fence, key_params};
 use crate::error::{Error, ImportError, MaintainError};
 use crate::seam::claiming::Claiming;
 use crate::seam::filter::ListFilter;
@@ -22,6 +22,7 @@ use crate::seam::reconcile;
 use crate::seam::report::{
     Abandoned, Check, ReconcileError, ReconcileReport, Stats, SweepReport, Transferred,
 };
+use crate::seam::template::stand_in;
 
 impl PgStore {
     /// A begin's statements: a claim, or the core's answer on the record in the way.

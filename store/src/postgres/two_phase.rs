@@ -17,6 +17,7 @@ use super::row::{Columns, UNKNOWN, kept_at, record_at, signed, time_at};
 use super::statements::Statements;
 use crate::error::Error;
 use crate::seam::lost::Claimant;
+use crate::seam::template::{shifted, stand_in};
 
 /// How many times a begin reads and tries to write before it gives up
 /// ([`Error::Contended`]). A begin loses only to a write that changed the record
@@ -395,37 +396,6 @@ pub(super) fn expect_written(write: &idem_core::Write, written: &Record) -> Resu
     }
 }
 
-/// `status`, decided at time 0, as it reads when decided at `at`.
-fn shifted(status: &Status, at: Timestamp) -> Status {
-    let shift = |t: Timestamp| at.plus_millis(t.0);
-    match status.clone() {
-        Status::Pending { lease_until } => Status::Pending {
-            lease_until: shift(lease_until),
-        },
-        Status::Settled {
-            verdict,
-            outcome,
-            completed_at,
-            expires_at,
-        } => Status::Settled {
-            verdict,
-            outcome,
-            completed_at: shift(completed_at),
-            expires_at: shift(expires_at),
-        },
-        Status::Unknown => Status::Unknown,
-        Status::Tombstone {
-            verdict,
-            completed_at,
-            expires_at,
-        } => Status::Tombstone {
-            verdict,
-            completed_at: shift(completed_at),
-            expires_at: shift(expires_at),
-        },
-    }
-}
-
 /// A status decided at time 0, as the columns of the fenced update: its times are
 /// offsets from the time of the write.
 struct Offsets {
@@ -456,23 +426,6 @@ impl Offsets {
             outcome_code: columns.outcome_code,
             outcome_body: columns.outcome_body,
         })
-    }
-}
-
-/// A record of `state` held by `generation`, at time 0: what the core's fenced inputs
-/// are decided on before the statement (their answer does not depend on the rest).
-pub(super) fn stand_in(generation: Generation, state: State) -> Record {
-    Record {
-        fingerprint: Fingerprint([0; 32]),
-        generation,
-        created_at: Timestamp(0),
-        updated_at: Timestamp(0),
-        status: match state {
-            State::Unknown => Status::Unknown,
-            _ => Status::Pending {
-                lease_until: Timestamp(0),
-            },
-        },
     }
 }
 

@@ -25,5 +25,7 @@ pub(crate) mod report;
     feature = "redis"
 ))]
 pub(crate) mod running;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod template;
 pub(crate) mod token;
 pub(crate) mod transfer;

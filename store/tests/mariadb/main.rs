@@ -21,6 +21,7 @@ mod failover;
 mod import;
 mod keys;
 mod lost;
+mod round_trips;
 #[cfg(feature = "mysql-tls")]
 mod tls;
 
