@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The figures of docs/performance.md, on this machine, in one run: the store in process
-# (`idem bench`), `idem proxy` under load, alone and as a fleet on PostgreSQL
+# (`idem bench`), `idem proxy` under load, alone and as a fleet on PostgreSQL and MariaDB
 # (bench/benches/http.rs), idem on PostgreSQL beside hand-written statements
-# (bench/benches/postgres.rs), idem on Redis beside seed 004's guard
-# (bench/benches/redis.rs), and the store beside SQLite (bench/benches/compare.rs).
+# (bench/benches/postgres.rs) and on MariaDB (bench/benches/mariadb.rs), idem on Redis
+# beside seed 004's guard (bench/benches/redis.rs), and the store beside SQLite
+# (bench/benches/compare.rs).
 # Prints figures only; nothing here asserts a speed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,16 +16,20 @@ cargo build --release -p idem-cli
 cargo bench -p idem-bench --bench http --no-run
 cargo bench -p idem-bench --bench compare --features sqlite --no-run
 cargo bench -p idem-bench --bench postgres --no-run
+cargo bench -p idem-bench --bench mariadb --no-run
 cargo bench -p idem-bench --bench redis --no-run
 
 step "idem bench: the store in process"
 ./target/release/idem bench
 
-step "idem proxy under load, alone on a file and as a fleet on PostgreSQL"
+step "idem proxy under load, alone on a file and as a fleet on PostgreSQL and on MariaDB"
 cargo bench -p idem-bench --bench http
 
 step "idem on PostgreSQL beside the statements by hand, seed 004 and brandur's pattern"
 cargo bench -p idem-bench --bench postgres
+
+step "idem on MariaDB beside its statements by hand and seed 004's pattern"
+cargo bench -p idem-bench --bench mariadb
 
 step "idem on Redis beside its calls by hand and seed 004's guard"
 cargo bench -p idem-bench --bench redis

@@ -1,6 +1,7 @@
 //! `idem proxy` under load: requests per second and p50/p99 latency of the proxy in
 //! front of a small upstream, against the upstream alone, with 1 and 64 concurrent
-//! clients, fresh keys and replays. Everything binds 127.0.0.1; every run sends a fixed
+//! clients, fresh keys and replays; then a fleet of one to three proxies on PostgreSQL
+//! and on MariaDB. Everything binds 127.0.0.1; every run sends a fixed
 //! number of requests (2,000 from one client, 16,000 from 64).
 //!
 //! ```text
@@ -28,6 +29,9 @@ use std::time::{Duration, Instant};
 
 #[path = "../../store/tests/common/postgres.rs"]
 mod server;
+
+#[path = "../../store/tests/common/mariadb.rs"]
+mod mariadb;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -160,19 +164,34 @@ async fn run(idem: &PathBuf) {
         "the upstream ran a replayed request again"
     );
     proxy.stop();
-    fleet(idem, &upstream, &mut fresh).await;
+    let postgres = server::Server::start();
+    fleet(idem, &upstream, &mut fresh, "PostgreSQL", &postgres.url()).await;
+    drop(postgres);
+    let mariadb = mariadb::Server::start();
+    mariadb.sql("CREATE DATABASE fleet");
+    fleet(
+        idem,
+        &upstream,
+        &mut fresh,
+        "MariaDB",
+        &mariadb.url_of("fleet"),
+    )
+    .await;
 }
 
-/// The fleet: one, two and three proxies on one PostgreSQL database (a throwaway server
+/// The fleet: one, two and three proxies on one database at `url` (a throwaway server
 /// of the benchmark's own), 64 clients spread over them, fresh keys and replays.
-async fn fleet(idem: &PathBuf, upstream: &Upstream, fresh: &mut usize) {
-    let server = server::Server::start();
-    let url = server.url();
+async fn fleet(idem: &PathBuf, upstream: &Upstream, fresh: &mut usize, engine: &str, url: &str) {
     let mut proxies: Vec<Proxy> = Vec::new();
     println!();
     println!(
         "{:<28} {:>7} {:>8} {:>10} {:>9} {:>9}",
-        "fleet on PostgreSQL", "clients", "requests", "req/s", "p50 ms", "p99 ms"
+        format!("fleet on {engine}"),
+        "clients",
+        "requests",
+        "req/s",
+        "p50 ms",
+        "p99 ms"
     );
     let before = upstream.executions.load(Ordering::SeqCst);
     let mut expected = 0;
@@ -180,7 +199,7 @@ async fn fleet(idem: &PathBuf, upstream: &Upstream, fresh: &mut usize) {
         while proxies.len() < replicas {
             proxies.push(Proxy::start(
                 idem,
-                std::ffi::OsStr::new(&url),
+                std::ffi::OsStr::new(url),
                 upstream.address,
             ));
         }
