@@ -26,10 +26,13 @@ if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
   useradd --system --home /var/lib/postgresql --shell /bin/bash postgres
 fi
 
-step "MariaDB server binaries, for the tests that start their own servers (mariadbd, mariadb-install-db)"
+step "MariaDB server binaries, for the tests that start their own servers (mariadbd, mariadb-install-db, Galera, rsync)"
 # idem-store's `mysql` feature (on in the workspace through idem-cli) tests on Debian's
 # MariaDB; as root the servers run as the `mysql` user, which the package makes.
 command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || { apt-get update && apt-get install -y mariadb-server galera-4; }
+# The Galera cluster's tests: the provider, and rsync for a joining node's state transfer.
+[ -f /usr/lib/galera/libgalera_smm.so ] || { apt-get update && apt-get install -y galera-4; }
+command -v rsync >/dev/null || { apt-get update && apt-get install -y rsync; }
 
 step "Redis server, for the tests that start their own servers (redis-server, redis-cli)"
 # idem-store's `redis` feature (on in the workspace through idem-cli) tests on Debian's

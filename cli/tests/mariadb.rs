@@ -2,20 +2,25 @@
 //! server: the same JSON and exit statuses as on a file, the database's clock, the
 //! schema printed for a DBA, moving records between a file and the database, a server
 //! whose durability settings are refused, a semi-synchronous primary that fell back to
-//! asynchronous replication, as the proxy reports it, and three proxies that follow a
-//! failover to the promoted replica without a restart.
+//! asynchronous replication, as the proxy reports it, three proxies that follow a
+//! failover to the promoted replica without a restart, and three proxies on the three
+//! nodes of a Galera cluster, one node killed mid-run.
 
 mod common;
 
 #[path = "../../store/tests/common/mariadb.rs"]
 mod server;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
 use std::time::Duration;
 
 use common::Idem;
 use common::fleet::{Orders, assert_at_most_once_and_replayed, assert_none_stranded, seed};
-use common::http::{Proxy, Upstream, get, post};
+use common::http::{Answer, Proxy, Upstream, get, post, try_post};
 use serde_json::json;
 use server::Server;
 
@@ -273,4 +278,138 @@ fn three_proxies_follow_a_failover_to_the_promoted_replica_and_run_every_order_o
     for proxy in &proxies {
         assert_eq!(get(proxy.admin, "/healthz").status, 200);
     }
+}
+
+/// Sends `key` to proxy `first` of `proxies` until one answers 201 (at most 20 s):
+/// 409 is retried on the same proxy, a proxy that does not answer or answers 503 (its
+/// node is gone) is left for the next one.
+fn until_answered(proxies: &[std::net::SocketAddr], first: usize, key: &str) -> Option<Answer> {
+    let mut at = first;
+    for _ in 0..200 {
+        let sent = try_post(
+            proxies[at % proxies.len()],
+            "/orders",
+            &[("Idempotency-Key", &format!("\"{key}\""))],
+            &format!("{{\"key\":\"{key}\"}}"),
+        );
+        match sent {
+            Ok(answer) if answer.status == 201 => return Some(answer),
+            Ok(answer) if answer.status == 409 => {}
+            Ok(answer) if answer.status == 503 => at += 1,
+            Ok(answer) => panic!("{key}: {} {}", answer.status, answer.body),
+            Err(_) => at += 1,
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+#[test]
+fn three_proxies_on_three_galera_nodes_run_each_order_once_through_a_node_killed() {
+    const KEYS: usize = 120;
+    let mut nodes = Server::galera_cluster(3);
+    nodes[0].sql("CREATE DATABASE shop");
+    for node in &nodes {
+        assert!(node.sql("SHOW DATABASES LIKE 'shop'").contains("shop"));
+    }
+    let upstream = Upstream::start(Duration::from_millis(2));
+    // Each proxy on its own node first, the others after it: a proxy whose node is
+    // killed goes on on the next.
+    let proxies: Vec<Proxy> = (0..3)
+        .map(|n| {
+            let hosts: Vec<String> = (0..3)
+                .map(|i| format!("127.0.0.1:{}", nodes[(n + i) % 3].port()))
+                .collect();
+            let idem = Idem {
+                db: PathBuf::from(format!("mysql://root@{}/shop", hosts.join(","))),
+                ..Idem::new()
+            };
+            Proxy::start(&idem, &upstream.url(), &["--tenant", "shop"])
+        })
+        .collect();
+    let addresses: Vec<_> = proxies.iter().map(|p| p.address).collect();
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let answers: Arc<Mutex<BTreeMap<String, Vec<Answer>>>> = Arc::default();
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let (next, done, answers, addresses) = (
+                Arc::clone(&next),
+                Arc::clone(&done),
+                Arc::clone(&answers),
+                addresses.clone(),
+            );
+            thread::spawn(move || {
+                loop {
+                    let k = next.fetch_add(1, Ordering::SeqCst);
+                    if k >= KEYS {
+                        return;
+                    }
+                    let key = format!("galera-{k}");
+                    // The key's three attempts at once, one on each proxy.
+                    let answered: Vec<Answer> = thread::scope(|scope| {
+                        let attempts: Vec<_> = (0..3)
+                            .map(|first| {
+                                let (addresses, key) = (&addresses, &key);
+                                scope.spawn(move || until_answered(addresses, first, key))
+                            })
+                            .collect();
+                        attempts
+                            .into_iter()
+                            .filter_map(|attempt| attempt.join().unwrap())
+                            .collect()
+                    });
+                    answers.lock().unwrap().insert(key, answered);
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    while done.load(Ordering::SeqCst) < KEYS / 3 {
+        thread::sleep(Duration::from_millis(5));
+    }
+    nodes[2].kill9();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+
+    let answers = answers.lock().unwrap();
+    let mut acknowledged = BTreeMap::new();
+    for (key, answered) in answers.iter() {
+        if let Some(first) = answered.first() {
+            for other in answered {
+                assert_eq!(
+                    (other.status, &other.body),
+                    (first.status, &first.body),
+                    "{key}: one answer for every attempt"
+                );
+            }
+            acknowledged.insert(key.clone(), answered[0].clone());
+        }
+    }
+    let attempts: usize = answers.values().map(Vec::len).sum();
+    println!(
+        "{} of {KEYS} keys acknowledged ({attempts} of {} attempts answered 201) through a node killed",
+        acknowledged.len(),
+        KEYS * 3
+    );
+    // Each acknowledged answer is on the two nodes left: every proxy replays it, the
+    // one whose node was killed through the next node of its list.
+    assert_at_most_once_and_replayed("galera", KEYS, &upstream, &acknowledged, &proxies);
+    // One sequence for the cluster: every record's generation its own.
+    let counted = nodes[0].sql(
+        "SELECT COUNT(*), COUNT(DISTINCT generation) FROM shop.idem_records \
+          WHERE idem_key LIKE 'galera-%'",
+    );
+    let (rows, generations) = counted.trim().split_once('\t').unwrap();
+    assert_eq!(rows, generations, "generations handed out twice");
+    println!(
+        "{rows} records, {generations} generations; certification conflicts started over: {} and {}",
+        nodes[0]
+            .sql("SHOW STATUS LIKE 'wsrep_local_cert_failures'")
+            .trim(),
+        nodes[1]
+            .sql("SHOW STATUS LIKE 'wsrep_local_cert_failures'")
+            .trim()
+    );
 }

@@ -256,6 +256,7 @@ impl Drop for Proxy {
 }
 
 /// An answer: status, head, body.
+#[derive(Clone)]
 pub(crate) struct Answer {
     pub(crate) status: u16,
     pub(crate) head: String,

@@ -17,7 +17,9 @@
 //!   flag says (the `SET` always changes the row). A lost race reads again, a bounded
 //!   number of times.
 //! - Generations come from one sequence, `idem_generation`: unique and rising for the
-//!   life of the database, also after sweep deleted a row, also across a restart.
+//!   life of the database, also after sweep deleted a row, also across a restart. It
+//!   steps by `auto_increment_increment`, so the nodes of a Galera cluster never hand out
+//!   the same one.
 //! - **The database's clock is the fleet's clock** (`idem_now()`), never below a row's
 //!   last update; the `now` a caller passes is not used.
 //! - Sessions run at READ COMMITTED with a short `innodb_lock_wait_timeout`; deadlocks

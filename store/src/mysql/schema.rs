@@ -92,7 +92,42 @@ pub(super) async fn ensure(conn: &mut Conn, create: bool) -> Result<(), ConnectE
             supported: SCHEMA_VERSION,
         });
     }
-    check_columns(conn).await
+    check_columns(conn).await?;
+    check_sequence(conn, create).await
+}
+
+/// Makes the generations' sequence step by `auto_increment_increment` (`INCREMENT BY
+/// 0`), as this build creates it, when an earlier idem made it count by 1 and `create`
+/// allows; refuses such a sequence on a Galera cluster, where its nodes would hand out
+/// the same generation, when it does not.
+async fn check_sequence(conn: &mut Conn, create: bool) -> Result<(), ConnectError> {
+    let increment: Option<i64> = conn
+        .query_first("SELECT increment FROM idem_generation")
+        .await
+        .map_err(ConnectError::ReadSchema)?;
+    if increment.unwrap_or(0) == 0 {
+        return Ok(());
+    }
+    if create {
+        return conn
+            .query_drop("ALTER SEQUENCE idem_generation INCREMENT BY 0")
+            .await
+            .map_err(ConnectError::CreateSchema);
+    }
+    // A server built without Galera has no such variable.
+    let galera: Option<(String, String)> = conn
+        .query_first("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'")
+        .await
+        .map_err(ConnectError::ReadSchema)?;
+    if !galera.is_some_and(|(_, on)| on.eq_ignore_ascii_case("ON")) {
+        return Ok(());
+    }
+    Err(ConnectError::SchemaChanged {
+        detail: "idem_generation counts by 1 on a Galera cluster, whose nodes would hand out \
+                 the same generation; run ALTER SEQUENCE idem_generation INCREMENT BY 0 (as \
+                 `idem schema --db mysql://…` does) as a user allowed to"
+            .into(),
+    })
 }
 
 /// The schema version, or `None` when the database holds no idem schema.
@@ -140,7 +175,7 @@ mod tests {
     #[test]
     fn the_schema_splits_into_its_statements_with_the_version_last() {
         let statements: Vec<String> = statements().collect();
-        assert_eq!(statements.len(), 11, "{statements:#?}");
+        assert_eq!(statements.len(), 12, "{statements:#?}");
         assert!(statements[0].contains("CREATE TABLE IF NOT EXISTS idem_meta"));
         assert!(
             statements

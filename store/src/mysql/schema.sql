@@ -13,7 +13,12 @@ CREATE TABLE IF NOT EXISTS idem_meta (
 
 -- Fencing tokens: one sequence for the whole database, so a generation is never handed
 -- out twice, also after sweep deleted the row that held it, also across a restart.
-CREATE SEQUENCE IF NOT EXISTS idem_generation START WITH 1 MINVALUE 1 INCREMENT BY 1 NOCACHE ENGINE = InnoDB;
+-- INCREMENT BY 0 steps by auto_increment_increment from auto_increment_offset: by 1 on
+-- one server, and on a Galera cluster by each node's own offset, so that two nodes never
+-- hand out the same value (counting by 1 there, they do). The ALTER turns a sequence made
+-- by an earlier idem (which counted by 1) into this one.
+CREATE SEQUENCE IF NOT EXISTS idem_generation START WITH 1 MINVALUE 1 INCREMENT BY 0 NOCACHE ENGINE = InnoDB;
+ALTER SEQUENCE idem_generation INCREMENT BY 0;
 
 -- One row per (tenant, operation, key). state and verdict mirror idem-core's Status:
 -- state 0 pending (lease_until), 1 settled (verdict, completed_at, expires_at,

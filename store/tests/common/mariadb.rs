@@ -258,6 +258,74 @@ impl Server {
         (primary, replica)
     }
 
+    /// A Galera cluster of `nodes` servers on loopback (the `galera-4` provider),
+    /// each with its own group, state-transfer and data ports; the first starts the
+    /// cluster, the others join it and receive its data by `rsync`. Returns once every
+    /// node is synced.
+    ///
+    /// # Panics
+    ///
+    /// When the provider or `rsync` is missing, a node does not start, or the cluster
+    /// is not synced within 60 s.
+    pub fn galera_cluster(nodes: usize) -> Vec<Server> {
+        let provider = [
+            "/usr/lib/galera/libgalera_smm.so",
+            "/usr/lib/libgalera_smm.so",
+        ]
+        .into_iter()
+        .find(|path| std::path::Path::new(path).is_file())
+        .expect(
+            "the Galera provider libgalera_smm.so: install galera-4 \
+                 (scripts/test-all.sh does)",
+        );
+        binary("rsync");
+        let group: Vec<u16> = (0..nodes).map(|_| free_port()).collect();
+        let members = group
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster: Vec<Server> = Vec::new();
+        for (n, port) in group.iter().enumerate() {
+            // The first node starts the cluster (an empty address); the others join.
+            let address = if n == 0 {
+                "gcomm://".to_owned()
+            } else {
+                format!("gcomm://{members}")
+            };
+            let node = format!("127.0.0.1:{port}");
+            let provider_options = format!(
+                "gmcast.listen_addr=tcp://127.0.0.1:{port};ist.recv_addr=127.0.0.1:{}",
+                free_port()
+            );
+            let receive = format!("127.0.0.1:{}", free_port());
+            let server = Server::start_with(&[
+                ("wsrep_on", "ON"),
+                ("wsrep_provider", provider),
+                ("wsrep_cluster_name", "idem"),
+                ("wsrep_cluster_address", &address),
+                ("wsrep_node_address", &node),
+                ("wsrep_provider_options", &provider_options),
+                ("wsrep_sst_method", "rsync"),
+                ("wsrep_sst_receive_address", &receive),
+                ("binlog_format", "ROW"),
+                ("innodb_autoinc_lock_mode", "2"),
+            ]);
+            cluster.push(server);
+            for member in &cluster {
+                wait_until(Duration::from_secs(60), || member.galera_synced())
+                    .expect("every node synced within 60 s");
+            }
+        }
+        cluster
+    }
+
+    /// True when this Galera node is synced with its cluster.
+    fn galera_synced(&self) -> bool {
+        self.sql("SHOW STATUS LIKE 'wsrep_local_state_comment'")
+            .contains("Synced")
+    }
+
     /// Promotes this replica after its primary died: it applies every event it
     /// received, stops replicating, and takes writes (`read_only` off).
     ///

@@ -1,5 +1,6 @@
 //! Bad input at connect: one clear error each, and nothing written.
 
+use idem_core::protocol::Decision;
 use idem_store::mysql::{ConnectError, MySqlStore};
 use idem_store::{Fingerprint, Receiver, RecordId, Status, Timestamp};
 
@@ -189,6 +190,32 @@ async fn an_older_schema_is_upgraded_and_keeps_its_records() {
         )),
         "fresh\n"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sequence_that_counts_by_one_steps_by_the_servers_increment_after_connect() {
+    let server = shared_server();
+    let db = fresh_database(&server);
+    let url = server.url_of(&db);
+    drop(MySqlStore::connect(&url).await.unwrap());
+    // As an earlier idem made it, with values handed out.
+    server.sql(&format!(
+        "ALTER SEQUENCE {db}.idem_generation INCREMENT BY 1; \
+         SELECT NEXTVAL({db}.idem_generation); SELECT NEXTVAL({db}.idem_generation)"
+    ));
+    let increment = || server.sql(&format!("SELECT increment FROM {db}.idem_generation"));
+    assert_eq!(increment(), "1\n");
+    let store = MySqlStore::connect(&url).await.unwrap();
+    assert_eq!(increment(), "0\n", "steps by auto_increment_increment");
+    let id = RecordId::new("shop", "charge", "after").unwrap();
+    match store
+        .begin(&id, Fingerprint::of_bytes(b"a"), Timestamp(0))
+        .await
+        .unwrap()
+    {
+        Decision::Claimed { generation, .. } => assert!(generation.0 > 2, "{generation}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
