@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The figures of docs/performance.md, on this machine, in one run: the store in process
-# (`idem bench`), `idem proxy` under load, alone and as a fleet on PostgreSQL and MariaDB
+# (`idem bench`), `idem proxy` under load, alone and as a fleet on PostgreSQL, MariaDB, Redis
 # (bench/benches/http.rs), idem on PostgreSQL beside hand-written statements
 # (bench/benches/postgres.rs) and on MariaDB (bench/benches/mariadb.rs), idem on Redis
 # beside seed 004's guard (bench/benches/redis.rs), and the store beside SQLite
@@ -22,7 +22,7 @@ cargo bench -p idem-bench --bench redis --no-run
 step "idem bench: the store in process"
 ./target/release/idem bench
 
-step "idem proxy under load, alone on a file and as a fleet on PostgreSQL and on MariaDB"
+step "idem proxy under load, alone on a file and as a fleet on PostgreSQL, MariaDB and Redis"
 cargo bench -p idem-bench --bench http
 
 step "idem on PostgreSQL beside the statements by hand, seed 004 and brandur's pattern"

@@ -1,7 +1,7 @@
 //! `idem proxy` under load: requests per second and p50/p99 latency of the proxy in
 //! front of a small upstream, against the upstream alone, with 1 and 64 concurrent
-//! clients, fresh keys and replays; then a fleet of one to three proxies on PostgreSQL
-//! and on MariaDB. Everything binds 127.0.0.1; every run sends a fixed
+//! clients, fresh keys and replays; then a fleet of one to three proxies on PostgreSQL,
+//! on MariaDB, on a three-node Galera cluster (each proxy on its own node) and on Redis. Everything binds 127.0.0.1; every run sends a fixed
 //! number of requests (2,000 from one client, 16,000 from 64).
 //!
 //! ```text
@@ -31,7 +31,10 @@ use std::time::{Duration, Instant};
 mod server;
 
 #[path = "../../store/tests/common/mariadb.rs"]
-mod mariadb;
+mod mariadb_server;
+
+#[path = "../../store/tests/common/redis.rs"]
+mod redis_server;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -165,23 +168,33 @@ async fn run(idem: &PathBuf) {
     );
     proxy.stop();
     let postgres = server::Server::start();
-    fleet(idem, &upstream, &mut fresh, "PostgreSQL", &postgres.url()).await;
+    fleet(idem, &upstream, &mut fresh, "PostgreSQL", &[postgres.url()]).await;
     drop(postgres);
-    let mariadb = mariadb::Server::start();
+    let mariadb = mariadb_server::Server::start();
     mariadb.sql("CREATE DATABASE fleet");
-    fleet(
-        idem,
-        &upstream,
-        &mut fresh,
-        "MariaDB",
-        &mariadb.url_of("fleet"),
-    )
-    .await;
+    let url = mariadb.url_of("fleet");
+    fleet(idem, &upstream, &mut fresh, "MariaDB", &[url]).await;
+    drop(mariadb);
+    // Each proxy on its own node of a Galera cluster.
+    let nodes = mariadb_server::Server::galera_cluster(3);
+    nodes[0].sql("CREATE DATABASE fleet");
+    let urls: Vec<String> = nodes.iter().map(|node| node.url_of("fleet")).collect();
+    fleet(idem, &upstream, &mut fresh, "Galera, 3 nodes", &urls).await;
+    drop(nodes);
+    let redis = redis_server::Server::start();
+    fleet(idem, &upstream, &mut fresh, "Redis", &[redis.url()]).await;
 }
 
-/// The fleet: one, two and three proxies on one database at `url` (a throwaway server
-/// of the benchmark's own), 64 clients spread over them, fresh keys and replays.
-async fn fleet(idem: &PathBuf, upstream: &Upstream, fresh: &mut usize, engine: &str, url: &str) {
+/// The fleet: one, two and three proxies, proxy `i` on the database `urls[i % len]` (a
+/// throwaway server of the benchmark's own, or the nodes of a cluster), 64 clients spread
+/// over them, fresh keys and replays.
+async fn fleet(
+    idem: &PathBuf,
+    upstream: &Upstream,
+    fresh: &mut usize,
+    engine: &str,
+    urls: &[String],
+) {
     let mut proxies: Vec<Proxy> = Vec::new();
     println!();
     println!(
@@ -197,6 +210,7 @@ async fn fleet(idem: &PathBuf, upstream: &Upstream, fresh: &mut usize, engine: &
     let mut expected = 0;
     for replicas in 1..=3 {
         while proxies.len() < replicas {
+            let url = &urls[proxies.len() % urls.len()];
             proxies.push(Proxy::start(
                 idem,
                 std::ffi::OsStr::new(url),

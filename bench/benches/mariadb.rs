@@ -107,19 +107,20 @@ async fn through_idem(store: &MySqlStore, id: &RecordId) -> Result<(), BenchErro
     Ok(())
 }
 
-/// One key through idem's two statements sent by hand: the claim (which draws the
-/// generation), then the fenced update that settles it, with the values the bench makes.
+/// One key through idem's two statements sent by hand: the begin (a call of the
+/// schema's procedure, whose claim draws the generation), then the fenced update that
+/// settles it, with the values the bench makes.
 async fn by_hand(conn: &mut Conn, key: &str) -> Result<(), BenchError> {
     let [claim, complete] = MySqlStore::fresh_key_statements();
     let fingerprint = Fingerprint::of_bytes(key.as_bytes()).0.to_vec();
-    let claimed: Option<(i64, i64, i64)> = conn
+    let claimed: Option<(i64, i64, i64, i64)> = conn
         .exec_first(
             claim,
             ("bench", "hand", key, fingerprint, 30_000_i64, Value::NULL),
         )
         .await?;
-    let Some((generation, _, _)) = claimed else {
-        return Err(format!("{key}: the claim returned no row").into());
+    let Some((1, generation, _, _)) = claimed else {
+        return Err(format!("{key}: not claimed: {claimed:?}").into());
     };
     let retention = i64::try_from(Config::default().success_retention_ms)?;
     let params: Vec<Value> = vec![

@@ -505,16 +505,17 @@ impl MySqlStore {
         schema::SCHEMA
     }
 
-    /// The SQL of a fresh key's two statements, the claim and the fenced update that
-    /// completes it, as the engine prepares them: for benchmarks that send the same
-    /// statements without idem's code. The update's parameters are the state, the
+    /// The SQL of a fresh key's two statements, the begin (the schema's `idem_begin`,
+    /// which answers `(1, generation, created_at, lease_until)` for a claim) and the
+    /// fenced update that completes it, as the engine prepares them: for benchmarks that
+    /// send the same statements without idem's code. The update's parameters are the state, the
     /// verdict, the offsets of `lease_until`, `completed_at` and `expires_at` from the
     /// time of the write, the outcome's code and body, then tenant, operation, key,
     /// generation and the state required (0, pending).
     #[doc(hidden)]
     #[must_use]
     pub fn fresh_key_statements() -> [&'static str; 2] {
-        [statements::CLAIM, statements::UPDATE_FENCED]
+        [statements::BEGIN, statements::UPDATE_FENCED]
     }
 
     /// The schema version this build writes (and the newest it reads).

@@ -20,6 +20,12 @@ pub(super) const CLAIM: &str = "INSERT INTO idem_records \
      VALUES (?, ?, ?, ?, NEXTVAL(idem_generation), 0, 0, idem_now(), idem_now(), idem_now() + ?, ?) \
      RETURNING generation, created_at, lease_until";
 
+/// A begin's claim or the record in the way, in one round trip (`idem_begin` of the
+/// schema): `(1, generation, created_at, lease_until)` for a claim, `(0, time, revision,
+/// record…)` for the record in the way, no row when that record was deleted meanwhile.
+/// Parameters: tenant, operation, key, fingerprint, lease (ms), claimant.
+pub(super) const BEGIN: &str = "CALL idem_begin(?, ?, ?, ?, ?, ?)";
+
 /// One record with the time a write of it would use and its revision:
 /// `(time, revision, record…)`. Parameters: tenant, operation, key.
 pub(super) const READ: &str = "SELECT GREATEST(idem_now(), updated_at), revision, \

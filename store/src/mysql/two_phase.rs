@@ -11,11 +11,10 @@ use mysql_async::{Conn, Row, Value};
 
 use super::MySqlStore;
 use super::error::{
-    DUPLICATE_KEY, LOCK_WAIT_TIMEOUT, ambiguous, code, contended, database, no_writable_host,
-    read_only,
+    LOCK_WAIT_TIMEOUT, ambiguous, code, contended, database, no_writable_host, read_only,
 };
 use super::row::{Columns, get, key_values, record_at, signed, time_at};
-use super::statements::{CLAIM, DELETE, NEXT_GENERATION, READ, REPLACE, exec_count};
+use super::statements::{BEGIN, DELETE, NEXT_GENERATION, READ, REPLACE, exec_count};
 use crate::error::Error;
 use crate::seam::lost::Claimant;
 
@@ -142,15 +141,15 @@ impl MySqlStore {
         params.push(Value::from(fingerprint.0.to_vec()));
         params.push(Value::from(lease));
         params.push(Value::from(claimant.0));
-        let claimed: Result<Option<Row>, _> = conn.exec_first(CLAIM, params).await;
-        let seen = match claimed {
-            Ok(Some(row)) => {
-                let generation: i64 = get(&row, 0, "a claim")?;
+        let answered: Result<Option<Row>, _> = conn.exec_first(BEGIN, params).await;
+        let seen = match answered {
+            Ok(Some(row)) if get::<i64>(&row, 0, "a begin")? == 1 => {
+                let generation: i64 = get(&row, 1, "a claim")?;
                 let generation =
                     Generation(u64::try_from(generation).map_err(|_| Error::Corrupt {
                         detail: format!("idem_generation gave {generation}"),
                     })?);
-                let now = time_at(&row, 1)?;
+                let now = time_at(&row, 2)?;
                 self.inner.cache.observe(now);
                 let record = Record {
                     fingerprint,
@@ -158,7 +157,7 @@ impl MySqlStore {
                     created_at: now,
                     updated_at: now,
                     status: Status::Pending {
-                        lease_until: time_at(&row, 2)?,
+                        lease_until: time_at(&row, 3)?,
                     },
                 };
                 let decided = protocol::begin(None, fingerprint, generation, now, config);
@@ -166,17 +165,14 @@ impl MySqlStore {
                 self.inner.held.keep(id, &record);
                 return Ok(Some(decided.decision));
             }
-            Ok(None) => {
-                return Err(Error::Corrupt {
-                    detail: format!("the claim of {id} returned no row"),
-                });
-            }
-            // A record is there: read it on its own (its own snapshot).
-            Err(e) if code(&e) == Some(DUPLICATE_KEY) => match read(conn, "begin", id).await? {
-                Some(seen) => seen,
-                // Deleted meanwhile: start over.
-                None => return Ok(None),
+            // A record is there, read after the claim failed on its key.
+            Ok(Some(row)) => Seen {
+                now: time_at(&row, 1)?,
+                revision: get(&row, 2, "idem_records")?,
+                record: record_at(&row, 3, id)?,
             },
+            // The record in the way was deleted meanwhile: start over.
+            Ok(None) => return Ok(None),
             // Another transaction holds the key past the lock timeout: an execute's open
             // claim (or an import).
             Err(e) if code(&e) == Some(LOCK_WAIT_TIMEOUT) => {
