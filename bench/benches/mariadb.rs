@@ -107,21 +107,26 @@ async fn through_idem(store: &MySqlStore, id: &RecordId) -> Result<(), BenchErro
     Ok(())
 }
 
-/// One key through idem's two statements sent by hand: the begin (a call of the
-/// schema's procedure, whose claim draws the generation), then the fenced update that
-/// settles it, with the values the bench makes.
-async fn by_hand(conn: &mut Conn, key: &str) -> Result<(), BenchError> {
+/// One key through idem's two statements sent by hand: the begin (whose claim draws the
+/// generation, marked `mark`), then the fenced update that settles it, with the values
+/// the bench makes.
+async fn by_hand(conn: &mut Conn, key: &str, mark: i64) -> Result<(), BenchError> {
     let [claim, complete] = MySqlStore::fresh_key_statements();
     let fingerprint = Fingerprint::of_bytes(key.as_bytes()).0.to_vec();
-    let claimed: Option<(i64, i64, i64, i64)> = conn
-        .exec_first(
-            claim,
-            ("bench", "hand", key, fingerprint, 30_000_i64, Value::NULL),
-        )
+    let claimed: Option<mysql_async::Row> = conn
+        .exec_first(claim, ("bench", "hand", key, fingerprint, 30_000_i64, mark))
         .await?;
-    let Some((1, generation, _, _)) = claimed else {
-        return Err(format!("{key}: not claimed: {claimed:?}").into());
+    let claimed = claimed.ok_or_else(|| format!("{key}: the claim returned no row"))?;
+    // The row is this call's claim when it carries this call's mark.
+    let (Some(Some(claimant)), Some(Some(generation))) = (
+        claimed.get::<Option<i64>, _>(0),
+        claimed.get::<Option<i64>, _>(4),
+    ) else {
+        return Err(format!("{key}: {claimed:?}").into());
     };
+    if claimant != mark {
+        return Err(format!("{key}: not claimed").into());
+    }
     let retention = i64::try_from(Config::default().success_retention_ms)?;
     let params: Vec<Value> = vec![
         1_i16.into(),
@@ -316,8 +321,13 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
                             total,
                             (0..callers as usize).collect(),
                             move |caller, _, _| {
-                                let (conns, key) = (Arc::clone(&conns), keys.next("hand"));
-                                async move { by_hand(&mut *conns[*caller].lock().await, &key).await }
+                                let conns = Arc::clone(&conns);
+                                let mark = keys.take();
+                                let key = format!("hand{mark:010}");
+                                async move {
+                                    let mark = i64::try_from(mark)?;
+                                    by_hand(&mut *conns[*caller].lock().await, &key, mark).await
+                                }
                             },
                         )
                         .await?;

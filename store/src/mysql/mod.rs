@@ -9,9 +9,11 @@
 //!
 //! - Tenant, operation and key are `VARBINARY`, compared byte for byte (`Key-A`, `key-a`
 //!   and `key-a ` are three keys), and `(tenant, operation, key)` is the primary key.
-//! - A fresh key's claim is one plain `INSERT … RETURNING`; a duplicate key (error 1062)
-//!   means a record is there, which is then read on its own and given to the core. No
-//!   `INSERT IGNORE`, no `ON DUPLICATE KEY UPDATE` on the claim path.
+//! - A begin is one statement: an `INSERT … ON DUPLICATE KEY UPDATE tenant = tenant
+//!   RETURNING …` claims a fresh key, or changes nothing and returns the record in the
+//!   way, which is given to the core. Which one came back is told by the row's claimant
+//!   (this begin's mark only on its own claim), never by the affected rows that the
+//!   client's `CLIENT_FOUND_ROWS` flag changes. No `INSERT IGNORE`.
 //! - Every write of an existing row is conditioned on the row's `revision`, which every
 //!   write raises: one affected row is a win, whatever the client's `CLIENT_FOUND_ROWS`
 //!   flag says (the `SET` always changes the row). A lost race reads again, a bounded
@@ -505,10 +507,12 @@ impl MySqlStore {
         schema::SCHEMA
     }
 
-    /// The SQL of a fresh key's two statements, the begin (the schema's `idem_begin`,
-    /// which answers `(1, generation, created_at, lease_until)` for a claim) and the
-    /// fenced update that completes it, as the engine prepares them: for benchmarks that
-    /// send the same statements without idem's code. The update's parameters are the state, the
+    /// The SQL of a fresh key's two statements, the begin (whose row is the caller's
+    /// claim when its first column, the claimant, is the mark the caller gave; the
+    /// generation is its fifth) and the fenced update that completes it, as the engine
+    /// prepares them: for benchmarks that send the same statements without idem's code.
+    /// The begin's parameters are tenant, operation, key, fingerprint, lease (ms) and
+    /// mark; the update's the state, the
     /// verdict, the offsets of `lease_until`, `completed_at` and `expires_at` from the
     /// time of the write, the outcome's code and body, then tenant, operation, key,
     /// generation and the state required (0, pending).

@@ -17,7 +17,7 @@ use super::error::code;
 /// The schema this build writes and reads, in `idem_meta.schema_version`: 2 added the
 /// claimant (`seam::lost`). An older database is upgraded by applying [`SCHEMA`]
 /// (`testdata/mariadb-schema-v*.sql` keep the older versions).
-pub(super) const SCHEMA_VERSION: i64 = 3;
+pub(super) const SCHEMA_VERSION: i64 = 2;
 
 /// The schema as SQL, every statement safe to run again.
 pub(super) const SCHEMA: &str = include_str!("schema.sql");
@@ -46,41 +46,18 @@ const RECORD_COLUMNS: [(&str, &str); 16] = [
     ("claimant", "bigint"),
 ];
 
-/// The statements of [`SCHEMA`], one by one, without the comments: each ends with the
-/// delimiter at the end of a line, `;` unless a `DELIMITER` line (which the `mariadb`
-/// client reads too) set another, as around a procedure whose body holds `;`.
+/// The statements of [`SCHEMA`], one by one, without the comments.
 pub(super) fn statements() -> impl Iterator<Item = String> {
-    let mut statements = Vec::new();
-    let mut delimiter = ";".to_owned();
-    let mut current = String::new();
-    for line in SCHEMA.lines() {
-        let trimmed = line.trim();
-        if trimmed.starts_with("--") {
-            continue;
-        }
-        if let Some(set) = trimmed.strip_prefix("DELIMITER ") {
-            delimiter = set.trim().to_owned();
-            continue;
-        }
-        match trimmed.strip_suffix(delimiter.as_str()) {
-            Some(last) => {
-                current.push_str(
-                    line.trim_end()
-                        .strip_suffix(delimiter.as_str())
-                        .unwrap_or(last),
-                );
-                if !current.trim().is_empty() {
-                    statements.push(std::mem::take(&mut current));
-                }
-                current.clear();
-            }
-            None => {
-                current.push_str(line);
-                current.push('\n');
-            }
-        }
-    }
-    statements.into_iter()
+    SCHEMA
+        .split(";\n")
+        .map(|chunk| {
+            chunk
+                .lines()
+                .filter(|line| !line.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .filter(|statement| !statement.trim().is_empty())
 }
 
 /// Makes sure the database holds this build's schema: creates it, or upgrades an older
@@ -198,22 +175,14 @@ mod tests {
     #[test]
     fn the_schema_splits_into_its_statements_with_the_version_last() {
         let statements: Vec<String> = statements().collect();
-        assert_eq!(statements.len(), 13, "{statements:#?}");
+        assert_eq!(statements.len(), 12, "{statements:#?}");
         assert!(statements[0].contains("CREATE TABLE IF NOT EXISTS idem_meta"));
         assert!(
             statements
                 .last()
-                .is_some_and(|s| s.contains("'schema_version', 3")),
+                .is_some_and(|s| s.contains("'schema_version', 2")),
             "the version row is written last"
         );
         assert!(statements.iter().all(|s| !s.contains("--")));
-        // The procedure is one statement, its body's `;` kept, its delimiter not.
-        let procedure = statements
-            .iter()
-            .find(|s| s.contains("PROCEDURE idem_begin"))
-            .expect("the procedure");
-        assert!(procedure.contains("SET taken = TRUE;"), "{procedure}");
-        assert!(procedure.trim_end().ends_with("END"), "{procedure}");
-        assert!(statements.iter().all(|s| !s.contains("DELIMITER")));
     }
 }

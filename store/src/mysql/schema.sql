@@ -1,5 +1,4 @@
--- idem's schema on MariaDB, version 3 (docs/mariadb.md). Version 1 had no claimant,
--- version 2 no idem_begin.
+-- idem's schema on MariaDB, version 2 (docs/mariadb.md). Version 1 had no claimant.
 -- Applied by the first idem that connects with a user allowed to create tables,
 -- sequences and functions, or by hand: `idem schema --db mysql://…` prints this text.
 -- Every statement may run again; the version row is written last, so a schema cut
@@ -59,37 +58,6 @@ ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS claimant BIGINT NULL;
 -- The fleet's one clock: the database's, in ms. NOW() is fixed for a statement.
 CREATE OR REPLACE FUNCTION idem_now() RETURNS BIGINT NOT DETERMINISTIC NO SQL SQL SECURITY INVOKER
   RETURN CAST(FLOOR(UNIX_TIMESTAMP(NOW(6)) * 1000) AS SIGNED);
-
--- Version 3: a begin in one round trip. A fresh key's claim, returned as (1, generation,
--- created_at, lease_until); or, when the key holds a record (a duplicate key), that
--- record as (0, the time a write of it would use, revision, record...), read after the
--- claim failed, so that it sees the winner. The claim is one statement, one commit: the
--- generation is drawn inside it (and kept by LAST_INSERT_ID), so that it commits with
--- the row; no RETURNING, whose result a failed claim would have begun.
-DELIMITER //
-CREATE OR REPLACE PROCEDURE idem_begin(IN t VARBINARY(255), IN o VARBINARY(255),
-    IN k VARBINARY(255), IN fp VARBINARY(32), IN lease BIGINT, IN who BIGINT)
-  MODIFIES SQL DATA SQL SECURITY INVOKER
-BEGIN
-  DECLARE at BIGINT DEFAULT idem_now();
-  DECLARE taken BOOLEAN DEFAULT FALSE;
-  BEGIN
-    DECLARE EXIT HANDLER FOR 1062 SET taken = TRUE;
-    INSERT INTO idem_records (tenant, operation, idem_key, fingerprint, generation, revision,
-        state, created_at, updated_at, lease_until, claimant)
-      VALUES (t, o, k, fp, LAST_INSERT_ID(NEXTVAL(idem_generation)), 0, 0, at, at,
-        at + lease, who);
-  END;
-  IF taken THEN
-    SELECT 0, GREATEST(idem_now(), updated_at), revision, fingerprint, generation, state,
-        verdict, created_at, updated_at, lease_until, completed_at, expires_at, outcome_code,
-        outcome_body
-      FROM idem_records WHERE tenant = t AND operation = o AND idem_key = k;
-  ELSE
-    SELECT 1, LAST_INSERT_ID(), at, at + lease;
-  END IF;
-END //
-DELIMITER ;
 
 -- The layers after the key (docs/design.md §8), which sweep never touches: entities
 -- moved by a state machine with a version check, and business values claimed once.
@@ -153,5 +121,5 @@ CREATE TABLE IF NOT EXISTS idem_intents (
   resolved_at       BIGINT NULL
 ) ENGINE = InnoDB;
 
-INSERT INTO idem_meta (name, value) VALUES ('schema_version', 3)
+INSERT INTO idem_meta (name, value) VALUES ('schema_version', 2)
   ON DUPLICATE KEY UPDATE value = GREATEST(value, VALUES(value));

@@ -20,11 +20,20 @@ pub(super) const CLAIM: &str = "INSERT INTO idem_records \
      VALUES (?, ?, ?, ?, NEXTVAL(idem_generation), 0, 0, idem_now(), idem_now(), idem_now() + ?, ?) \
      RETURNING generation, created_at, lease_until";
 
-/// A begin's claim or the record in the way, in one round trip (`idem_begin` of the
-/// schema): `(1, generation, created_at, lease_until)` for a claim, `(0, time, revision,
-/// record…)` for the record in the way, no row when that record was deleted meanwhile.
-/// Parameters: tenant, operation, key, fingerprint, lease (ms), claimant.
-pub(super) const BEGIN: &str = "CALL idem_begin(?, ?, ?, ?, ?, ?)";
+/// A begin's claim, or the record in the way, in one round trip: the claim of
+/// [`CLAIM`], whose duplicate key changes nothing (`ON DUPLICATE KEY UPDATE` assigns a
+/// column its own value) and returns the row in the way as it is, read under the lock
+/// the insert took, so that it sees the winner. Which one came back is told by the
+/// row's `claimant`: this begin's mark only on its own claim; never by the count of
+/// affected rows, which the client's `CLIENT_FOUND_ROWS` flag changes. Returns
+/// `(claimant, time, revision, record…)`. Parameters as [`CLAIM`]'s.
+pub(super) const BEGIN: &str = "INSERT INTO idem_records \
+       (tenant, operation, idem_key, fingerprint, generation, revision, state, created_at, updated_at, lease_until, claimant) \
+     VALUES (?, ?, ?, ?, NEXTVAL(idem_generation), 0, 0, idem_now(), idem_now(), idem_now() + ?, ?) \
+     ON DUPLICATE KEY UPDATE tenant = tenant \
+     RETURNING claimant, GREATEST(idem_now(), updated_at), revision, \
+       fingerprint, generation, state, verdict, created_at, updated_at, lease_until, \
+       completed_at, expires_at, outcome_code, outcome_body";
 
 /// One record with the time a write of it would use and its revision:
 /// `(time, revision, record…)`. Parameters: tenant, operation, key.

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use idem_core::protocol::{self, Decision, Resolution, Write};
-use idem_core::{Fingerprint, Generation, Record, RecordId, Refusal, Status, Terms, Timestamp};
+use idem_core::{Fingerprint, Generation, Record, RecordId, Refusal, Terms, Timestamp};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Value};
 
@@ -143,36 +143,37 @@ impl MySqlStore {
         params.push(Value::from(claimant.0));
         let answered: Result<Option<Row>, _> = conn.exec_first(BEGIN, params).await;
         let seen = match answered {
-            Ok(Some(row)) if get::<i64>(&row, 0, "a begin")? == 1 => {
-                let generation: i64 = get(&row, 1, "a claim")?;
-                let generation =
-                    Generation(u64::try_from(generation).map_err(|_| Error::Corrupt {
-                        detail: format!("idem_generation gave {generation}"),
-                    })?);
-                let now = time_at(&row, 2)?;
-                self.inner.cache.observe(now);
-                let record = Record {
-                    fingerprint,
-                    generation,
-                    created_at: now,
-                    updated_at: now,
-                    status: Status::Pending {
-                        lease_until: time_at(&row, 3)?,
-                    },
+            Ok(Some(row)) => {
+                let seen = Seen {
+                    now: time_at(&row, 1)?,
+                    revision: get(&row, 2, "idem_records")?,
+                    record: record_at(&row, 3, id)?,
                 };
-                let decided = protocol::begin(None, fingerprint, generation, now, config);
-                expect_written(&decided.write, &record)?;
-                self.inner.held.keep(id, &record);
-                return Ok(Some(decided.decision));
+                let mark: Option<i64> = get(&row, 0, "idem_records")?;
+                if mark != Some(claimant.0) {
+                    // The record in the way.
+                    seen
+                } else {
+                    // This begin's claim.
+                    let record = seen.record;
+                    self.inner.cache.observe(record.created_at);
+                    let decided = protocol::begin(
+                        None,
+                        fingerprint,
+                        record.generation,
+                        record.created_at,
+                        config,
+                    );
+                    expect_written(&decided.write, &record)?;
+                    self.inner.held.keep(id, &record);
+                    return Ok(Some(decided.decision));
+                }
             }
-            // A record is there, read after the claim failed on its key.
-            Ok(Some(row)) => Seen {
-                now: time_at(&row, 1)?,
-                revision: get(&row, 2, "idem_records")?,
-                record: record_at(&row, 3, id)?,
-            },
-            // The record in the way was deleted meanwhile: start over.
-            Ok(None) => return Ok(None),
+            Ok(None) => {
+                return Err(Error::Corrupt {
+                    detail: format!("the begin of {id} returned no row"),
+                });
+            }
             // Another transaction holds the key past the lock timeout: an execute's open
             // claim (or an import).
             Err(e) if code(&e) == Some(LOCK_WAIT_TIMEOUT) => {
