@@ -57,8 +57,8 @@ pub(super) fn read_only(e: &Error) -> bool {
     matches!(e, Error::MySql { source, .. } if code(source) == Some(READ_ONLY))
 }
 
-/// True when no host of the URL's list took writes when asked (a promotion under way):
-/// waited out as a restart is.
-pub(super) fn no_writable_host(e: &Error) -> bool {
-    matches!(e, Error::MySql { source, .. } if super::hosts::no_writable_host(source))
+/// True when no host of the URL's list took writes when asked (a promotion under way),
+/// or none gave a connection within the connect timeout: waited out as a restart is.
+pub(super) fn out_of_reach(e: &Error) -> bool {
+    matches!(e, Error::MySql { source, .. } if super::hosts::out_of_reach(source))
 }

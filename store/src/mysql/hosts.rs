@@ -121,8 +121,21 @@ impl Hosts {
     }
 
     /// The options of a connection of its own to the host in use.
-    pub(super) fn own_connection(&self) -> Opts {
+    fn own_connection(&self) -> Opts {
         self.hosts[self.current.load(Ordering::Acquire)].own.clone()
+    }
+
+    /// A connection of its own to the host in use (an import's), within the connect
+    /// timeout.
+    pub(super) async fn connect_own(&self) -> Result<Conn, mysql_async::Error> {
+        within(self.connect_timeout, Conn::new(self.own_connection())).await
+    }
+
+    /// A connection of `host`'s pool: a free one, or a new one, within the connect
+    /// timeout (the driver has none of its own: a host that does not answer would hold
+    /// the call for as long as the operating system tries to connect).
+    async fn pooled(&self, host: &Host) -> Result<Conn, mysql_async::Error> {
+        within(self.connect_timeout, host.pool.get_conn()).await
     }
 
     /// A connection of the pool of the host that takes writes: the one in use while it
@@ -132,9 +145,9 @@ impl Hosts {
         let at = self.current.load(Ordering::Acquire);
         let host = &self.hosts[at];
         if self.hosts.len() == 1 {
-            return host.pool.get_conn().await;
+            return self.pooled(host).await;
         }
-        match host.pool.get_conn().await {
+        match self.pooled(host).await {
             Ok(mut conn) if self.check_due() => {
                 if let Ok(false) = read_only(&mut conn).await {
                     return Ok(conn);
@@ -146,7 +159,7 @@ impl Hosts {
         // The host in use went away or stopped taking writes: the finding names what
         // each host answered, this one's error included.
         match self.choose(at).await {
-            Ok(chosen) => self.hosts[chosen].pool.get_conn().await,
+            Ok(chosen) => self.pooled(&self.hosts[chosen]).await,
             Err(e) => Err(mysql_async::Error::Other(Box::new(e))),
         }
         .inspect_err(|_| self.failed())
@@ -242,16 +255,33 @@ pub(super) async fn first_writable<'a>(
     Err(NoWritableHost(why.join(", ")))
 }
 
+/// No connection came within the connect timeout: the host does not answer, or every
+/// connection of the pool stayed in use.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("no connection to the database within {0:?} (connect_timeout)")]
+pub(super) struct NoConnection(Duration);
+
+/// `connecting`, or [`NoConnection`] once `timeout` has passed.
+async fn within(
+    timeout: Duration,
+    connecting: impl Future<Output = Result<Conn, mysql_async::Error>>,
+) -> Result<Conn, mysql_async::Error> {
+    tokio::time::timeout(timeout, connecting)
+        .await
+        .unwrap_or_else(|_| Err(mysql_async::Error::Other(Box::new(NoConnection(timeout)))))
+}
+
 /// Whether the server of `conn` refuses writes (`@@global.read_only`).
 async fn read_only(conn: &mut Conn) -> Result<bool, mysql_async::Error> {
     let value: Option<i64> = conn.query_first("SELECT @@GLOBAL.read_only").await?;
     Ok(value.unwrap_or(0) != 0)
 }
 
-/// True when `e` is the engine's finding that no host took writes: waited out like a
-/// restart.
-pub(super) fn no_writable_host(e: &mysql_async::Error) -> bool {
-    matches!(e, mysql_async::Error::Other(other) if other.is::<NoWritableHost>())
+/// True when `e` is the engine's finding that no host took writes, or that none gave a
+/// connection in time: waited out like a restart.
+pub(super) fn out_of_reach(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Other(other)
+        if other.is::<NoWritableHost>() || other.is::<NoConnection>())
 }
 
 #[cfg(test)]

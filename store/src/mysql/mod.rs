@@ -298,7 +298,10 @@ impl MySqlStoreBuilder {
         self
     }
 
-    /// How long a connection attempt may take; 5 s by default.
+    /// How long a connection attempt may take, and how long a call waits for a
+    /// connection of the pool (a free one, or a new one) before it fails with the
+    /// database's error, naming this timeout; 5 s by default. With a list of hosts, a
+    /// host that gives none in time is left for the next.
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> MySqlStoreBuilder {
         self.connect_timeout = timeout;

@@ -181,7 +181,10 @@ impl MySqlStore {
     ) -> Result<Transferred, ImportError> {
         // A connection of its own, closed at the end: its table locks and its
         // transaction end with it, whatever becomes of this future.
-        let mut conn = Conn::new(self.inner.hosts.own_connection())
+        let mut conn = self
+            .inner
+            .hosts
+            .connect_own()
             .await
             .map_err(database("import"))?;
         // Claims wait for the import: with the tables locked, a claim's statement waits

@@ -11,7 +11,7 @@ use mysql_async::{Conn, Row, Value};
 
 use super::MySqlStore;
 use super::error::{
-    LOCK_WAIT_TIMEOUT, ambiguous, code, contended, database, no_writable_host, read_only,
+    LOCK_WAIT_TIMEOUT, ambiguous, code, contended, database, out_of_reach, read_only,
 };
 use super::row::{Columns, get, key_values, record_at, signed, time_at};
 use super::statements::{BEGIN, DELETE, NEXT_GENERATION, READ, REPLACE, exec_count};
@@ -336,7 +336,7 @@ impl MySqlStore {
             };
             match read {
                 Err(e)
-                    if (ambiguous(&e) || no_writable_host(&e))
+                    if (ambiguous(&e) || out_of_reach(&e))
                         && tokio::time::Instant::now() + pause < deadline =>
                 {
                     self.inner.hosts.failed();

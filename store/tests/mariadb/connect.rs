@@ -76,6 +76,58 @@ async fn a_list_of_hosts_connects_to_the_one_that_answers_or_names_why_each_did_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_gets_no_connection_within_the_connect_timeout_fails_naming_it() {
+    let server = shared_server();
+    let db = fresh_database(&server);
+    let store = MySqlStore::builder()
+        .pool_size(1)
+        .connect_timeout(std::time::Duration::from_millis(500))
+        .connect(&server.url_of(&db))
+        .await
+        .unwrap();
+    // An execute holds the pool's one connection until it is let go.
+    let (started, holding) = tokio::sync::oneshot::channel::<()>();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let held = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let id = RecordId::new("shop", "charge", "held").unwrap();
+            store
+                .execute(&id, Fingerprint::of_bytes(b"held"), move |_txn| {
+                    Box::pin(async move {
+                        let _ = started.send(());
+                        let _ = released.await;
+                        Ok::<_, std::io::Error>((
+                            idem_store::Verdict::Succeeded,
+                            idem_store::Outcome::new(200, "ok"),
+                            (),
+                        ))
+                    })
+                })
+                .await
+        }
+    });
+    holding.await.unwrap();
+    let id = RecordId::new("shop", "charge", "other").unwrap();
+    let waited = std::time::Instant::now();
+    let error = store.get(&id).await.unwrap_err();
+    let waited = waited.elapsed();
+    let chain = format!(
+        "{error}: {}",
+        std::error::Error::source(&error).map_or(String::new(), ToString::to_string)
+    );
+    assert!(chain.contains("connect_timeout"), "{chain}");
+    assert!(waited < std::time::Duration::from_secs(5), "{waited:?}");
+    release.send(()).unwrap();
+    held.await.unwrap().unwrap();
+    assert_eq!(
+        store.get(&id).await.unwrap(),
+        None,
+        "the connection is back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_credentials_are_refused_by_the_server_and_nothing_is_written() {
     let server = shared_server();
     let db = fresh_database(&server);
