@@ -233,7 +233,9 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
         "idem-bench redis: Redis {version}, {cores} cores, {ops} keys per run of one caller \
          ({MANY}x that for many callers), appendfsync always"
     );
-    let store = Arc::new(RedisStore::connect(url).await?);
+    // No replay cache: a replay row measures the call; the cached one is its own row.
+    let store = Arc::new(RedisStore::builder().replay_cache(0).connect(url).await?);
+    let cached = Arc::new(RedisStore::connect(url).await?);
     let keys = Arc::new(KeySequence::default());
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
@@ -336,6 +338,30 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
         rows.push(Row::new(
             "redis_replay",
             "idem replay (1 call)",
+            callers,
+            &timing,
+        ));
+        let settled = RecordId::new("shop", "charge", &keys.next("cached"))?;
+        through_idem(&cached, &settled).await?;
+        let fingerprint = Fingerprint::of_bytes(settled.key().as_bytes());
+        let timing = measure_tasks(
+            callers,
+            total,
+            each(callers, &cached),
+            move |store, _, _| {
+                let settled = settled.clone();
+                async move {
+                    match store.begin(&settled, fingerprint, Timestamp(0)).await? {
+                        Decision::Replay { .. } => Ok(()),
+                        other => Err(format!("not a replay: {other:?}").into()),
+                    }
+                }
+            },
+        )
+        .await?;
+        rows.push(Row::new(
+            "redis_replay_cached",
+            "idem replay from the replica's cache (0 calls)",
             callers,
             &timing,
         ));

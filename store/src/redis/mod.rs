@@ -77,6 +77,8 @@ struct Inner {
     accepted_risk: Option<String>,
     /// The room kept under the server's `maxmemory` for settles.
     room: room::Room,
+    /// Settled records this replica read or wrote, to answer replays from memory.
+    cache: crate::seam::cache::ReplayCache,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -131,6 +133,7 @@ pub struct RedisStoreBuilder {
     response_timeout: Duration,
     accept_unsafe_durability: bool,
     space_reserve: u64,
+    replay_cache: usize,
     #[cfg(feature = "redis-tls")]
     tls_roots: Vec<u8>,
 }
@@ -222,6 +225,7 @@ impl Default for RedisStoreBuilder {
             response_timeout: Duration::from_secs(10),
             accept_unsafe_durability: false,
             space_reserve: 4 << 20,
+            replay_cache: 10_000,
             #[cfg(feature = "redis-tls")]
             tls_roots: Vec::new(),
         }
@@ -273,6 +277,17 @@ impl RedisStoreBuilder {
     #[must_use]
     pub fn space_reserve(mut self, bytes: u64) -> RedisStoreBuilder {
         self.space_reserve = bytes;
+        self
+    }
+
+    /// How many settled records this replica keeps to answer replays without asking the
+    /// server; 10,000 by default, 0 keeps none. A settled record does not change until
+    /// it expires, and the cache answers only well before that, counted from the
+    /// server's clock as a call last read it plus this process's monotonic clock.
+    /// Pending, unknown and forgotten records always come from the server.
+    #[must_use]
+    pub fn replay_cache(mut self, records: usize) -> RedisStoreBuilder {
+        self.replay_cache = records;
         self
     }
 
@@ -395,6 +410,7 @@ impl RedisStoreBuilder {
                 background: crate::seam::running::Running::default(),
                 accepted_risk,
                 room: room::Room::new(self.space_reserve),
+                cache: crate::seam::cache::ReplayCache::new(self.replay_cache),
             }),
         })
     }

@@ -82,6 +82,9 @@ impl Receiver for RedisStore {
         _now: Timestamp,
         terms: Terms,
     ) -> Result<Decision, Error> {
+        if let Some(decision) = self.inner.cache.answer(id, fingerprint, &self.inner.config) {
+            return Ok(decision);
+        }
         let (store, key) = (self.clone(), id.clone());
         Claiming::new(
             self.clone(),
@@ -125,7 +128,9 @@ impl Receiver for RedisStore {
                     .map(Some)
             })
             .await?;
-        written(record)
+        let record = written(record)?;
+        self.inner.cache.keep(id, &record);
+        Ok(record)
     }
 
     async fn release(

@@ -58,6 +58,7 @@ impl RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(failed(operation))?;
+        self.inner.cache.observe(Timestamp(now));
         Ok(Read {
             record: decode(&bytes, id)?,
             bytes,
@@ -217,7 +218,12 @@ impl RedisStore {
             transition = protocol::begin(current, fingerprint, generation, read.now, config);
         }
         let next = match &transition.write {
-            Write::Nothing => return Ok(Some(transition.decision)),
+            Write::Nothing => {
+                if let (Decision::Replay { .. }, Some(record)) = (&transition.decision, current) {
+                    self.inner.cache.keep(id, record);
+                }
+                return Ok(Some(transition.decision));
+            }
             Write::Put(record) => Some(record),
             Write::Delete => None,
         };

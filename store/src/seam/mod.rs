@@ -5,7 +5,7 @@
 //!
 //! The seam imports no engine; every engine imports it.
 
-#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
 pub(crate) mod cache;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
 pub(crate) mod claiming;

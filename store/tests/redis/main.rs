@@ -607,3 +607,71 @@ async fn below_the_reserve_under_maxmemory_claims_are_refused_and_settles_go_on(
         Decision::Claimed { .. }
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_replays_a_settled_record_from_memory_and_asks_for_the_rest() {
+    let mut server = Server::start();
+    let url = server.url();
+    let connect = |records: usize| {
+        RedisStore::builder()
+            .replay_cache(records)
+            .connect_timeout(Duration::from_secs(1))
+            .response_timeout(Duration::from_secs(1))
+            .connect(&url)
+    };
+    let writer = connect(1_000).await.unwrap();
+    let reader = connect(1_000).await.unwrap();
+    let uncached = connect(0).await.unwrap();
+    let (settled, pending) = (id("settled"), id("pending"));
+    let Decision::Claimed { generation, .. } =
+        writer.begin(&settled, fp("a"), Timestamp(0)).await.unwrap()
+    else {
+        panic!("a fresh key is claimed");
+    };
+    writer
+        .complete(
+            &settled,
+            generation,
+            Verdict::Succeeded,
+            Outcome::new(201, "made"),
+            Timestamp(0),
+        )
+        .await
+        .unwrap();
+    // The reader keeps the record it replays.
+    assert!(matches!(
+        reader.begin(&settled, fp("a"), Timestamp(0)).await.unwrap(),
+        Decision::Replay { .. }
+    ));
+    assert!(matches!(
+        writer.begin(&pending, fp("a"), Timestamp(0)).await.unwrap(),
+        Decision::Claimed { .. }
+    ));
+
+    server.stop();
+    for (name, store) in [("the writer", &writer), ("the reader", &reader)] {
+        match store.begin(&settled, fp("a"), Timestamp(0)).await {
+            Ok(Decision::Replay { outcome, .. }) => {
+                assert_eq!(outcome, Outcome::new(201, "made"), "{name}");
+            }
+            other => panic!("{name} replays from memory, got {other:?}"),
+        }
+        assert!(
+            matches!(
+                store.begin(&settled, fp("b"), Timestamp(0)).await,
+                Ok(Decision::Conflict { .. })
+            ),
+            "{name} refuses another request under the key from memory"
+        );
+        let asked = store.begin(&pending, fp("a"), Timestamp(0)).await;
+        assert!(
+            asked.is_err(),
+            "{name} keeps no pending record: it asks the stopped server, got {asked:?}"
+        );
+    }
+    let asked = uncached.begin(&settled, fp("a"), Timestamp(0)).await;
+    assert!(
+        asked.is_err(),
+        "a store that keeps no record asks the stopped server, got {asked:?}"
+    );
+}
