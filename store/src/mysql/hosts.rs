@@ -94,8 +94,8 @@ pub(super) fn split(url: &str) -> Result<Vec<(String, String)>, ConnectError> {
 }
 
 impl Hosts {
-    /// The hosts of `opts` (name, a connection's options, the pool's options), the
-    /// first `chosen` in use.
+    /// The hosts given (each its name, a connection's options, its pool's options),
+    /// host `chosen` in use.
     pub(super) fn new(
         hosts: Vec<(String, Opts, Opts)>,
         chosen: usize,
