@@ -38,6 +38,16 @@ pub(super) async fn check_server(conn: &mut Conn) -> Result<(), ConnectError> {
     Ok(())
 }
 
+/// Whether the server is a node of a Galera cluster (`wsrep_on`; a server built without
+/// Galera has no such variable).
+pub(super) async fn galera(conn: &mut Conn) -> Result<bool, ConnectError> {
+    let on: Option<(String, String)> = conn
+        .query_first("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'")
+        .await
+        .map_err(ConnectError::ReadSettings)?;
+    Ok(on.is_some_and(|(_, value)| value.eq_ignore_ascii_case("ON")))
+}
+
 /// One finding of [`unsafe_setting`]: the variable, its value, the fix.
 type Finding = (&'static str, String, &'static str);
 

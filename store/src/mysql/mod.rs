@@ -408,21 +408,20 @@ impl MySqlStoreBuilder {
         for (name, url) in hosts::split(&url)? {
             let opts = self.opts(&url)?;
             let own = pool::options(&opts, &session, 1);
-            let pooled = pool::options(&opts, &session, self.pool_size);
-            listed.push((name, own, pooled));
+            listed.push((name, opts, own));
         }
         let chosen = if listed.len() == 1 {
             0
         } else {
             hosts::first_writable(
-                listed.iter().map(|(name, own, _)| (name.as_str(), own)),
+                listed.iter().map(|(name, _, own)| (name.as_str(), own)),
                 self.connect_timeout,
                 accept_unsafe,
             )
             .await
             .map_err(|e| ConnectError::NoWritableHost(e.hosts().to_owned()))?
         };
-        let first = listed[chosen].1.clone();
+        let first = listed[chosen].2.clone();
         let mut conn = tokio::time::timeout(self.connect_timeout, mysql_async::Conn::new(first))
             .await
             .map_err(|_| ConnectError::ConnectTimeout(self.connect_timeout))?
@@ -431,11 +430,21 @@ impl MySqlStoreBuilder {
             durability::check_server(&mut conn).await?;
             let risk = durability::check(&mut conn, accept_unsafe).await?;
             schema::ensure(&mut conn, self.create_schema).await?;
-            Ok::<_, ConnectError>(risk)
+            let galera = durability::galera(&mut conn).await?;
+            Ok::<_, ConnectError>((risk, galera))
         }
         .await;
         let _ = conn.disconnect().await;
-        let accepted_risk = checked?;
+        let (accepted_risk, galera) = checked?;
+        let session = if galera { session.galera() } else { session };
+        let listed = listed
+            .into_iter()
+            .map(|(name, opts, _)| {
+                let own = pool::options(&opts, &session, 1);
+                let pooled = pool::options(&opts, &session, self.pool_size);
+                (name, own, pooled)
+            })
+            .collect();
         Ok(MySqlStore {
             inner: Arc::new(Inner {
                 config: self.config,

@@ -8,7 +8,7 @@ use idem_core::{Generation, Record, RecordId, Status, Timestamp};
 use mysql_async::Value;
 
 use super::MySqlStore;
-use super::error::{ambiguous, database, read_only};
+use super::error::{ambiguous, contended, database, read_only};
 use super::row::{Columns, PENDING, key_values, signed};
 use super::statements::{DELETE_FENCED, UPDATE_FENCED, exec_answer};
 use crate::error::Error;
@@ -73,6 +73,9 @@ impl MySqlStore {
                 self.inner.hosts.failed();
                 return Ok(None);
             }
+            // A deadlock or a lock wait (on Galera, a failed certification): it wrote
+            // nothing, and the two-statement path starts over.
+            Err(Error::MySql { source, .. }) if contended(&source) => return Ok(None),
             Err(e) if ambiguous(&e) => {
                 self.inner.hosts.failed();
                 // The statement may have landed: the record tells.
@@ -122,6 +125,7 @@ impl MySqlStore {
                 self.inner.hosts.failed();
                 Ok(false)
             }
+            Err(Error::MySql { source, .. }) if contended(&source) => Ok(false),
             Err(e) if ambiguous(&e) => {
                 self.inner.hosts.failed();
                 match self.read_back(operation, id).await {

@@ -55,6 +55,20 @@ impl Session {
 /// statements again.
 const IDLE_FOR: Duration = Duration::from_secs(60);
 
+impl Session {
+    /// The session on a Galera node: a statement whose commit fails certification is not
+    /// run again by the server (`wsrep_retry_autocommit`, 1 by default), but answered
+    /// with the deadlock (1213) that every input starts over on. Run again, a claim's
+    /// `RETURNING` would have sent the row of its first, rolled-back run before the row
+    /// in the way: its client would take the key for its own, and a second client, whose
+    /// claim won, too.
+    pub(super) fn galera(mut self) -> Session {
+        self.statements
+            .push("SET SESSION wsrep_retry_autocommit = 0".into());
+        self
+    }
+}
+
 /// The driver's options for connections of `opts` in `session`, at most `size` of them.
 /// The connections are kept as they are between uses (no reset, which would undo the
 /// session), idle up to [`IDLE_FOR`], over TCP as the URL says.

@@ -141,7 +141,12 @@ impl MySqlStore {
         params.push(Value::from(fingerprint.0.to_vec()));
         params.push(Value::from(lease));
         params.push(Value::from(claimant.0));
-        let answered: Result<Option<Row>, _> = conn.exec_first(BEGIN, params).await;
+        // The whole answer read, not its first row only: on a Galera node a claim that
+        // fails certification at its commit sends its `RETURNING` row, then the error.
+        let answered: Result<Option<Row>, _> = conn
+            .exec::<Row, _, _>(BEGIN, params)
+            .await
+            .map(|rows| rows.into_iter().next());
         let seen = match answered {
             Ok(Some(row)) => {
                 let seen = Seen {

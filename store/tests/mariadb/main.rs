@@ -18,6 +18,7 @@ mod connect;
 mod crash;
 mod execute;
 mod failover;
+mod galera;
 mod import;
 mod keys;
 mod lost;
