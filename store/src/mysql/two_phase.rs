@@ -141,8 +141,8 @@ impl MySqlStore {
         params.push(Value::from(fingerprint.0.to_vec()));
         params.push(Value::from(lease));
         params.push(Value::from(claimant.0));
-        // The whole answer read, not its first row only: on a Galera node a claim that
-        // fails certification at its commit sends its `RETURNING` row, then the error.
+        // The whole answer read, not its first row only, so that an error the server
+        // sends after the row (a commit that failed) is not missed.
         let answered: Result<Option<Row>, _> = conn
             .exec::<Row, _, _>(BEGIN, params)
             .await
