@@ -30,6 +30,7 @@ use std::sync::Arc;
 use idem_bench::measure::{
     BenchError, KeySequence, Row, argument, measure_tasks, median, paired, table,
 };
+use idem_bench::receiver::{begin_then_complete, replays};
 use idem_core::protocol::Decision;
 use idem_core::{Config, Fingerprint, Outcome, RecordId, Timestamp, Verdict};
 use idem_store::Receiver;
@@ -85,26 +86,6 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
         }
     };
     runtime.block_on(run(&url, ops, &callers))
-}
-
-/// One key through idem: begin, then complete.
-async fn through_idem(store: &MySqlStore, id: &RecordId) -> Result<(), BenchError> {
-    let Decision::Claimed { generation, .. } = store
-        .begin(id, Fingerprint::of_bytes(id.key().as_bytes()), Timestamp(0))
-        .await?
-    else {
-        return Err(format!("{id}: not claimed").into());
-    };
-    store
-        .complete(
-            id,
-            generation,
-            Verdict::Succeeded,
-            Outcome::new(201, ANSWER.to_vec()),
-            Timestamp(0),
-        )
-        .await?;
-    Ok(())
 }
 
 /// One key through idem's two statements sent by hand: the begin (whose claim draws the
@@ -201,7 +182,7 @@ async fn round_trips(url: &str, setup: &mut Conn) -> Result<(f64, f64, f64), Ben
         .connect(url)
         .await?;
     let id = |n: u32| RecordId::new("bench", "count", &format!("k{n}"));
-    through_idem(&store, &RecordId::new("bench", "count", "warm")?).await?;
+    begin_then_complete(&store, &RecordId::new("bench", "count", "warm")?, ANSWER).await?;
     let fp = |id: &RecordId| Fingerprint::of_bytes(id.key().as_bytes());
     let mut generations = Vec::new();
     let at = questions(setup).await?;
@@ -279,7 +260,7 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
             vec![idem.clone(); callers as usize],
             move |store, _, _| {
                 let id = RecordId::new("bench", "charge", &warm.next("warm"));
-                async move { through_idem(&store, &id?).await }
+                async move { begin_then_complete(&*store, &id?, ANSWER).await }
             },
         )
         .await?;
@@ -303,7 +284,7 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
                             vec![idem.clone(); callers as usize],
                             move |store, _, _| {
                                 let id = RecordId::new("bench", "charge", &keys.next("idem"));
-                                async move { through_idem(&store, &id?).await }
+                                async move { begin_then_complete(&*store, &id?, ANSWER).await }
                             },
                         )
                         .await?;
@@ -389,7 +370,7 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
 
         // A replay read from the database, and one answered from the replica's cache.
         let settled = RecordId::new("bench", "charge", &keys.next("replayed"))?;
-        through_idem(&idem, &settled).await?;
+        begin_then_complete(&idem, &settled, ANSWER).await?;
         let cached = MySqlStore::builder()
             .pool_size(callers as usize)
             .connect(url)
@@ -406,23 +387,7 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
                 "idem replay from the replica's cache",
             ),
         ] {
-            let fingerprint = Fingerprint::of_bytes(settled.key().as_bytes());
-            let settled = settled.clone();
-            let timing = measure_tasks(
-                callers,
-                total,
-                vec![store.clone(); callers as usize],
-                move |store, _, _| {
-                    let settled = settled.clone();
-                    async move {
-                        match store.begin(&settled, fingerprint, Timestamp(0)).await? {
-                            Decision::Replay { .. } => Ok(()),
-                            other => Err(format!("not a replay: {other:?}").into()),
-                        }
-                    }
-                },
-            )
-            .await?;
+            let timing = replays(store, &settled, callers, total).await?;
             rows.push(Row::new(id, what, callers, &timing));
         }
     }

@@ -28,11 +28,10 @@ use std::sync::Arc;
 use idem_bench::measure::{
     BenchError, KeySequence, Row, argument, measure_tasks, median, paired, table,
 };
-use idem_core::protocol::Decision;
+use idem_bench::receiver::{begin_then_complete, replays};
 use idem_core::{
     Config, Fingerprint, Generation, Outcome, Record, RecordId, Status, Timestamp, Verdict,
 };
-use idem_store::Receiver;
 use idem_store::redis::RedisStore;
 use redis::aio::MultiplexedConnection;
 
@@ -77,26 +76,6 @@ fn record_key(id: &RecordId) -> Vec<u8> {
     let mut key = b"{idem}:r:".to_vec();
     key.extend_from_slice(&id.to_key_bytes());
     key
-}
-
-/// One key through idem: begin, then complete.
-async fn through_idem(store: &RedisStore, id: &RecordId) -> Result<(), BenchError> {
-    let Decision::Claimed { generation, .. } = store
-        .begin(id, Fingerprint::of_bytes(id.key().as_bytes()), Timestamp(0))
-        .await?
-    else {
-        return Err(format!("{id}: not claimed").into());
-    };
-    store
-        .complete(
-            id,
-            generation,
-            Verdict::Succeeded,
-            Outcome::new(200, ANSWER.to_vec()),
-            Timestamp(0),
-        )
-        .await?;
-    Ok(())
 }
 
 /// One key through idem's two function calls sent by hand: the read (which draws the
@@ -258,7 +237,7 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
                             each(callers, &store),
                             move |store, _, _| {
                                 let id = RecordId::new("shop", "charge", &keys.next("idem"));
-                                async move { through_idem(&store, &id?).await }
+                                async move { begin_then_complete(&**store, &id?, ANSWER).await }
                             },
                         )
                         .await?;
@@ -321,50 +300,20 @@ async fn run(url: &str, ops: u32, every: &[u32]) -> Result<(), Box<dyn Error + S
         rows.push(median(hand_rows));
         rows.push(median(seed_rows));
 
-        // A replay through idem (one call) beside a bare GET of a record.
-        let settled = RecordId::new("shop", "charge", &keys.next("replayed"))?;
-        through_idem(&store, &settled).await?;
-        let fingerprint = Fingerprint::of_bytes(settled.key().as_bytes());
-        let timing = measure_tasks(callers, total, each(callers, &store), move |store, _, _| {
-            let settled = settled.clone();
-            async move {
-                match store.begin(&settled, fingerprint, Timestamp(0)).await? {
-                    Decision::Replay { .. } => Ok(()),
-                    other => Err(format!("not a replay: {other:?}").into()),
-                }
-            }
-        })
-        .await?;
-        rows.push(Row::new(
-            "redis_replay",
-            "idem replay (1 call)",
-            callers,
-            &timing,
-        ));
-        let settled = RecordId::new("shop", "charge", &keys.next("cached"))?;
-        through_idem(&cached, &settled).await?;
-        let fingerprint = Fingerprint::of_bytes(settled.key().as_bytes());
-        let timing = measure_tasks(
-            callers,
-            total,
-            each(callers, &cached),
-            move |store, _, _| {
-                let settled = settled.clone();
-                async move {
-                    match store.begin(&settled, fingerprint, Timestamp(0)).await? {
-                        Decision::Replay { .. } => Ok(()),
-                        other => Err(format!("not a replay: {other:?}").into()),
-                    }
-                }
-            },
-        )
-        .await?;
-        rows.push(Row::new(
-            "redis_replay_cached",
-            "idem replay from the replica's cache (0 calls)",
-            callers,
-            &timing,
-        ));
+        // A replay through idem: one call, and none from a replica's cache.
+        for (store, id, what) in [
+            (&store, "redis_replay", "idem replay (1 call)"),
+            (
+                &cached,
+                "redis_replay_cached",
+                "idem replay from the replica's cache (0 calls)",
+            ),
+        ] {
+            let settled = RecordId::new("shop", "charge", &keys.next("replayed"))?;
+            begin_then_complete(&**store, &settled, ANSWER).await?;
+            let timing = replays(&**store, &settled, callers, total).await?;
+            rows.push(Row::new(id, what, callers, &timing));
+        }
     }
     println!("{}", table(&rows));
     for (callers, floor, seed) in ratios {

@@ -542,11 +542,14 @@ impl MySqlStore {
 
     /// True when the database answers a query now: for a load balancer's health check.
     pub async fn ping(&self) -> bool {
+        self.answer().await.is_ok()
+    }
+
+    /// A connection of the host in use, pinged: the driver's error when there is none
+    /// or it does not answer.
+    async fn answer(&self) -> Result<(), mysql_async::Error> {
         use mysql_async::prelude::Queryable;
-        match self.inner.hosts.get_conn().await {
-            Ok(mut conn) => conn.ping().await.is_ok(),
-            Err(_) => false,
-        }
+        self.inner.hosts.get_conn().await?.ping().await
     }
 }
 

@@ -78,12 +78,7 @@ impl Receiver for MySqlStore {
     /// Why inputs cannot run: the database does not answer (the driver's error), or no
     /// host of the URL's list takes writes (each named with why).
     async fn unready(&self) -> Option<String> {
-        use mysql_async::prelude::Queryable;
-        let answered = match self.inner.hosts.get_conn().await {
-            Ok(mut conn) => conn.ping().await,
-            Err(e) => Err(e),
-        };
-        answered.err().map(|e| match e {
+        self.answer().await.err().map(|e| match e {
             mysql_async::Error::Other(finding) => finding.to_string(),
             e => format!("the database does not answer: {e}"),
         })
